@@ -1,0 +1,55 @@
+package codec
+
+import "github.com/tensorpress/tensorpress/internal/view"
+
+// Arena hands out 8-byte aligned scratch buffers for one frame and takes
+// them all back at once with Reset, so that steady-state encoding does not
+// allocate. It is not safe for concurrent use; each pipeline worker has its
+// own. A nil *Arena allocates from the heap.
+type Arena struct {
+	slabs [][]byte
+	cur   int // index of the slab being carved
+	off   int // bytes used in slabs[cur]
+}
+
+const minSlab = 64 << 10
+
+// Alloc returns n bytes (not zeroed) that stay valid until Reset.
+func (a *Arena) Alloc(n int) []byte {
+	if a == nil {
+		return view.Bytes(n)
+	}
+	n8 := (n + 7) &^ 7
+	for a.cur < len(a.slabs) {
+		s := a.slabs[a.cur]
+		if a.off+n8 <= len(s) {
+			b := s[a.off : a.off+n : a.off+n]
+			a.off += n8
+			return b
+		}
+		a.cur++
+		a.off = 0
+	}
+	size := max(minSlab, n8)
+	if len(a.slabs) > 0 {
+		size = max(size, 2*len(a.slabs[len(a.slabs)-1]))
+	}
+	a.slabs = append(a.slabs, view.Bytes(size))
+	a.cur = len(a.slabs) - 1
+	a.off = n8
+	return a.slabs[a.cur][:n:n]
+}
+
+// Reset makes all memory handed out reusable. When the arena had to grow,
+// its slabs are merged into one large enough for the whole frame, so the
+// next frame of the same size is carved from a single slab.
+func (a *Arena) Reset() {
+	if len(a.slabs) > 1 {
+		total := 0
+		for _, s := range a.slabs {
+			total += len(s)
+		}
+		a.slabs = [][]byte{view.Bytes(total)}
+	}
+	a.cur, a.off = 0, 0
+}

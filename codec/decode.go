@@ -1,0 +1,136 @@
+package codec
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+)
+
+// Frame is a decoded frame.
+type Frame struct {
+	Header  *FrameHeader
+	Tensors []*Tensor // tensor and tensors frames: each owns its Data
+	Bytes   []byte    // bytes frames
+	Control []byte    // control frames: the payload (Header.Control is the kind)
+}
+
+// Decoder decodes frames held in memory. It is safe for concurrent use.
+type Decoder struct {
+	lim Limits
+}
+
+// NewDecoder returns a decoder with the given limits (zero fields take
+// their defaults).
+func NewDecoder(lim Limits) *Decoder { return &Decoder{lim: lim.withDefaults()} }
+
+// DecodeFrame decodes the frame at the start of src and returns it with
+// the number of bytes it took. A frame cut short gives io.ErrUnexpectedEOF.
+func (d *Decoder) DecodeFrame(src []byte) (*Frame, int, error) {
+	br := bytes.NewReader(src)
+	h, _, err := ReadFrameHeader(br, br, d.lim, nil)
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, 0, err
+	}
+	end := h.FrameLen()
+	if end > int64(len(src)) {
+		return nil, 0, io.ErrUnexpectedEOF
+	}
+	f, err := decodePayload(h, src[h.HeaderLen:end], &d.lim, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	return f, int(end), nil
+}
+
+// decodePayload checks the payload CRC and decodes every entry. raw is
+// the payload followed by its CRC when the header says so. When into is
+// not nil it returns, for entry i, the buffer to decode into (len 0, cap
+// at least the entry's RawLen), or nil to allocate one.
+func decodePayload(h *FrameHeader, raw []byte, lim *Limits, into func(i int) []byte) (*Frame, error) {
+	payload := raw
+	if h.PayloadCRC {
+		payload = raw[:len(raw)-4]
+		want := binary.LittleEndian.Uint32(raw[len(raw)-4:])
+		if got := crc32.Checksum(payload, castagnoli); got != want {
+			return nil, fmt.Errorf("%w: payload CRC %08x, computed %08x", ErrChecksum, want, got)
+		}
+	}
+	f := &Frame{Header: h}
+	switch h.Type {
+	case FrameControl:
+		f.Control = append([]byte(nil), payload...)
+		return f, nil
+	case FrameHello, FrameEnd:
+		return f, nil
+	}
+	var arena Arena
+	for i := range h.Entries {
+		e := &h.Entries[i]
+		seg := payload[:e.Payload]
+		payload = payload[e.Payload:]
+		var dst []byte
+		if into != nil {
+			dst = into(i)
+		}
+		if dst == nil {
+			dst = AlignedBytes(int(e.RawLen))[:0]
+		}
+		t := e.Tensor
+		out, err := decodeEntry(&Ctx{Tensor: &t, Arena: &arena, Limits: lim}, e, seg, dst)
+		arena.Reset()
+		if err != nil {
+			if e.Tensor.Name != "" {
+				return nil, fmt.Errorf("tensor %q: %w", e.Tensor.Name, err)
+			}
+			return nil, err
+		}
+		if h.Type == FrameBytes {
+			f.Bytes = out
+			continue
+		}
+		t.Data = out
+		f.Tensors = append(f.Tensors, &t)
+	}
+	return f, nil
+}
+
+// decodeEntry inverts the entry's steps over its stored segments and
+// appends the decoded bytes to dst.
+func decodeEntry(ctx *Ctx, e *EntryHeader, payload []byte, dst []byte) ([]byte, error) {
+	if !e.Coded {
+		return append(dst, payload...), nil
+	}
+	segs := make([]Segment, len(e.Stored))
+	for i, s := range e.Stored {
+		segs[i] = Segment{SegInfo: s, Data: payload[:s.Len:s.Len]}
+		payload = payload[s.Len:]
+	}
+	for k := len(e.Steps) - 1; k >= 0; k-- {
+		s := &e.Steps[k]
+		parts := segs[s.Input : s.Input+s.nout]
+		var buf []byte
+		if k == 0 {
+			buf = dst
+		} else {
+			buf = ctx.Arena.Alloc(s.in.Len)[:0]
+		}
+		out, err := s.op.Decode(ctx, buf, parts, s.in)
+		if err != nil {
+			return nil, fmt.Errorf("step %d (%s): %w", k, s.op, err)
+		}
+		if len(out) != len(buf)+s.in.Len {
+			return nil, fmt.Errorf("%w: step %d (%s) decoded %d bytes, want %d", ErrCorrupt, k, s.op, len(out)-len(buf), s.in.Len)
+		}
+		seg := Segment{SegInfo: s.in, Data: out[len(buf):]}
+		if k == 0 {
+			return out, nil
+		}
+		segs = append(segs[:s.Input], append([]Segment{seg}, segs[s.Input+s.nout:]...)...)
+	}
+	return nil, fmt.Errorf("%w: no steps", ErrCorrupt) // unreachable: Coded entries have steps
+}

@@ -1,0 +1,356 @@
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"sync"
+)
+
+// SegmentStat reports one stored segment of an encoded frame.
+type SegmentStat struct {
+	Tensor    string // tensor name ("" for byte streams)
+	Name      string // slot name
+	Coder     string // the coder that produced it; "" when stored as is
+	RawLen    int    // bytes that went into the coder (StoredLen when none)
+	StoredLen int
+}
+
+// Encoder builds frames in memory. It is safe for concurrent use.
+type Encoder struct {
+	cfg   config
+	arena sync.Pool // *Arena
+}
+
+// NewEncoder returns an Encoder. It takes the options that concern frame
+// encoding (WithPayloadCRC); others are ignored.
+func NewEncoder(opts ...Option) (*Encoder, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Encoder{cfg: cfg}, nil
+}
+
+func (e *Encoder) getArena() *Arena {
+	if a, ok := e.arena.Get().(*Arena); ok {
+		return a
+	}
+	return &Arena{}
+}
+
+func (e *Encoder) putArena(a *Arena) {
+	a.Reset()
+	e.arena.Put(a)
+}
+
+// AppendTensor appends one frame carrying t (a whole tensor or a chunk)
+// coded by r, and returns the extended buffer and per-segment sizes. A nil
+// recipe stores the data raw. It refuses a lossy recipe for a tensor tagged
+// lossless with ErrLossy.
+func (e *Encoder) AppendTensor(dst []byte, t *Tensor, r *Recipe) ([]byte, []SegmentStat, error) {
+	return e.AppendTensors(dst, []*Tensor{t}, []*Recipe{r})
+}
+
+// AppendTensors appends one frame carrying all of ts, tensor i coded by
+// rs[i] (rs may be shorter: missing recipes store raw). One tensor gives a
+// tensor frame, several a tensors frame.
+func (e *Encoder) AppendTensors(dst []byte, ts []*Tensor, rs []*Recipe) ([]byte, []SegmentStat, error) {
+	if len(ts) == 0 {
+		return dst, nil, fmt.Errorf("codec: AppendTensors: no tensors")
+	}
+	a := e.getArena()
+	defer e.putArena(a)
+	ents := make([]entry, len(ts))
+	for i, t := range ts {
+		var r *Recipe
+		if i < len(rs) {
+			r = rs[i]
+		}
+		if err := ents[i].encodeTensor(a, t, r); err != nil {
+			return dst, nil, err
+		}
+	}
+	typ := FrameTensor
+	hdr := a.Alloc(0)
+	if len(ts) > 1 {
+		typ = FrameTensors
+		hdr = binary.AppendUvarint(hdr, uint64(len(ts)))
+	}
+	for i := range ents {
+		hdr = ents[i].appendHeader(hdr)
+	}
+	return e.assemble(dst, typ, hdr, ents)
+}
+
+// AppendBytes appends one bytes frame carrying p coded by r.
+func (e *Encoder) AppendBytes(dst, p []byte, r *Recipe) ([]byte, []SegmentStat, error) {
+	if r.Lossy() {
+		return dst, nil, fmt.Errorf("%w: byte streams are always lossless (recipe %q)", ErrLossy, r)
+	}
+	a := e.getArena()
+	defer e.putArena(a)
+	ents := make([]entry, 1)
+	en := &ents[0]
+	ctx := &Ctx{Arena: a}
+	if err := en.encode(ctx, Segment{SegInfo{Name: "data", Elem: Byte, Len: len(p)}, p}, r); err != nil {
+		return dst, nil, err
+	}
+	hdr := a.Alloc(0)
+	var flags byte
+	if len(en.steps) > 0 {
+		flags |= tflagCoded
+	}
+	hdr = append(hdr, flags)
+	hdr = binary.AppendUvarint(hdr, uint64(len(p)))
+	hdr = en.appendBody(hdr)
+	return e.assemble(dst, FrameBytes, hdr, ents)
+}
+
+// AppendHello appends a hello frame.
+func AppendHello(dst []byte, h *Hello) []byte {
+	hdr := append([]byte(nil), helloMagic[:]...)
+	minV, maxV := h.MinVersion, h.MaxVersion
+	if minV == 0 && maxV == 0 {
+		minV, maxV = Version, Version
+	}
+	hdr = append(hdr, minV, maxV)
+	hdr = append(hdr, h.Session[:]...)
+	hdr = appendString(hdr, h.Peer)
+	hdr = binary.AppendUvarint(hdr, uint64(len(h.Stages)))
+	for _, id := range h.Stages {
+		hdr = binary.AppendUvarint(hdr, uint64(id))
+	}
+	hdr = binary.AppendUvarint(hdr, h.MaxFrame)
+	return appendFrame(dst, FrameHello, hdr, nil, false)
+}
+
+// AppendEnd appends an end-of-stream frame.
+func AppendEnd(dst []byte, end End) []byte {
+	hdr := binary.AppendUvarint(nil, end.Frames)
+	hdr = binary.AppendUvarint(hdr, end.Bytes)
+	return appendFrame(dst, FrameEnd, hdr, nil, false)
+}
+
+// AppendControl appends a control frame of the given kind. Kinds below
+// 1024 are reserved for tensorpress; applications use 1024 and up.
+func AppendControl(dst []byte, kind uint64, payload []byte) []byte {
+	hdr := binary.AppendUvarint(nil, kind)
+	hdr = binary.AppendUvarint(hdr, uint64(len(payload)))
+	return appendFrame(dst, FrameControl, hdr, [][]byte{payload}, true)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// appendFrame writes lead, header length, header, header CRC, the payload
+// parts and, when withCRC, the payload CRC.
+func appendFrame(dst []byte, typ FrameType, hdr []byte, payload [][]byte, withCRC bool) []byte {
+	lead := byte(Version<<leadVersionShift) | byte(typ)
+	if withCRC {
+		lead |= leadPayloadCRC
+	}
+	start := len(dst)
+	dst = append(dst, lead)
+	dst = binary.AppendUvarint(dst, uint64(len(hdr)))
+	dst = append(dst, hdr...)
+	dst = binary.LittleEndian.AppendUint32(dst, crc(dst[start:]))
+	pstart := len(dst)
+	for _, p := range payload {
+		dst = append(dst, p...)
+	}
+	if withCRC {
+		dst = binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[pstart:], castagnoli))
+	}
+	return dst
+}
+
+func (e *Encoder) assemble(dst []byte, typ FrameType, hdr []byte, ents []entry) ([]byte, []SegmentStat, error) {
+	var parts [][]byte
+	var stats []SegmentStat
+	coded := false
+	for i := range ents {
+		coded = coded || len(ents[i].steps) > 0
+		for _, l := range ents[i].leaves {
+			parts = append(parts, l.Data)
+			stats = append(stats, SegmentStat{Tensor: ents[i].t.Name, Name: l.Name, Coder: l.coder, RawLen: l.raw, StoredLen: len(l.Data)})
+		}
+	}
+	withCRC := e.cfg.payloadCRC == CRCAlways || coded
+	return appendFrame(dst, typ, hdr, parts, withCRC), stats, nil
+}
+
+// entry is one tensor (or byte chunk) being encoded.
+type entry struct {
+	t      *Tensor
+	steps  []StepRecord
+	leaves []leaf
+}
+
+type leaf struct {
+	Segment
+	sealed bool
+	coder  string
+	raw    int
+}
+
+func (en *entry) encodeTensor(a *Arena, t *Tensor, r *Recipe) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if t.Tags.Lossless && r.Lossy() {
+		return fmt.Errorf("%w: tensor %q, recipe %q", ErrLossy, t.Name, r)
+	}
+	en.t = t
+	ctx := &Ctx{Tensor: t, Arena: a}
+	return en.encode(ctx, Segment{SegInfo{Name: "data", Elem: t.DType, Len: len(t.Data)}, t.Data}, r)
+}
+
+// encode runs the recipe over root and records the steps that took effect.
+func (en *entry) encode(ctx *Ctx, root Segment, r *Recipe) error {
+	if en.t == nil {
+		en.t = &Tensor{DType: Byte}
+	}
+	en.leaves = append(en.leaves[:0], leaf{Segment: root, raw: root.Len})
+	if r == nil {
+		return nil
+	}
+	for _, st := range r.Steps {
+		for i := 0; i < len(en.leaves); {
+			l := &en.leaves[i]
+			if l.sealed || !st.Sel.Matches(l.Name) {
+				i++
+				continue
+			}
+			n, err := en.apply(ctx, i, st.Ops)
+			if err != nil {
+				return err
+			}
+			i += n
+		}
+	}
+	return nil
+}
+
+// apply runs ops on segment i and, in turn, on each of its outputs. It
+// returns how many segments now stand where segment i stood.
+func (en *entry) apply(ctx *Ctx, i int, ops []Op) (int, error) {
+	if len(ops) == 0 || en.leaves[i].sealed {
+		return 1, nil
+	}
+	op := ops[0]
+	in := en.leaves[i]
+	want, err := op.Outputs(in.SegInfo)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s on segment %q of %q: %v", ErrRecipe, op, in.Name, en.t.Name, err)
+	}
+	outs, err := op.Encode(ctx, in.Segment)
+	if err != nil {
+		return 0, fmt.Errorf("codec: %s on segment %q of %q: %w", op, in.Name, en.t.Name, err)
+	}
+	if len(outs) != len(want) {
+		return 0, fmt.Errorf("codec: stage %s made %d segments, declared %d", op, len(outs), len(want))
+	}
+	for j := range outs {
+		outs[j].Len = len(outs[j].Data)
+		if want[j].Len >= 0 && want[j].Len != outs[j].Len || want[j].Name != outs[j].Name {
+			return 0, fmt.Errorf("codec: stage %s made segment %q of %d bytes, declared %q of %d", op, outs[j].Name, outs[j].Len, want[j].Name, want[j].Len)
+		}
+	}
+	s := op.Stage()
+	if s.Kind == Coder {
+		if len(outs[0].Data) >= len(in.Data) {
+			en.leaves[i].sealed = true // stored as is: recorded by the absence of a step
+			return 1, nil
+		}
+		en.record(op, i, in.Len)
+		en.leaves[i] = leaf{Segment: outs[0], sealed: true, coder: s.Name, raw: in.Len}
+		return 1, nil
+	}
+	en.record(op, i, in.Len)
+	repl := make([]leaf, len(outs))
+	for j, o := range outs {
+		repl[j] = leaf{Segment: o, raw: o.Len}
+	}
+	en.leaves = append(en.leaves[:i], append(repl, en.leaves[i+1:]...)...)
+	total := 0
+	for j := 0; j < len(outs); j++ {
+		n, err := en.apply(ctx, i+total, ops[1:])
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+func (en *entry) record(op Op, input, rawLen int) {
+	en.steps = append(en.steps, StepRecord{Stage: op.Stage().ID, Input: input, RawLen: rawLen, Params: op.AppendParams(nil), op: op})
+}
+
+// appendHeader appends the tensor entry header.
+func (en *entry) appendHeader(hdr []byte) []byte {
+	t := en.t
+	var flags byte
+	if t.Tags.Lossless {
+		flags |= tflagLossless
+	}
+	if len(t.Tags.Extra) > 0 {
+		flags |= tflagTags
+	}
+	whole := t.IsWhole()
+	if !whole {
+		flags |= tflagChunk
+	}
+	if t.Version != 0 || t.Base != 0 {
+		flags |= tflagVersion
+	}
+	if len(en.steps) > 0 {
+		flags |= tflagCoded
+	}
+	hdr = append(hdr, flags)
+	hdr = appendString(hdr, t.Name)
+	hdr = append(hdr, byte(t.DType))
+	hdr = binary.AppendUvarint(hdr, uint64(len(t.Shape)))
+	for _, d := range t.Shape {
+		hdr = binary.AppendUvarint(hdr, uint64(d))
+	}
+	if flags&tflagTags != 0 {
+		hdr = binary.AppendUvarint(hdr, uint64(len(t.Tags.Extra)))
+		for _, tg := range t.Tags.Extra {
+			hdr = appendString(hdr, tg.Key)
+			hdr = appendString(hdr, tg.Value)
+		}
+	}
+	if !whole {
+		hdr = binary.AppendUvarint(hdr, uint64(t.Offset))
+		hdr = binary.AppendUvarint(hdr, uint64(len(t.Data)/t.DType.Size()))
+	}
+	if flags&tflagVersion != 0 {
+		hdr = binary.AppendUvarint(hdr, t.Version)
+		hdr = binary.AppendUvarint(hdr, t.Base)
+	}
+	return en.appendBody(hdr)
+}
+
+// appendBody appends the step list and stored-segment table (coded only).
+func (en *entry) appendBody(hdr []byte) []byte {
+	if len(en.steps) == 0 {
+		return hdr
+	}
+	hdr = binary.AppendUvarint(hdr, uint64(len(en.steps)))
+	for _, s := range en.steps {
+		hdr = binary.AppendUvarint(hdr, uint64(s.Stage))
+		hdr = binary.AppendUvarint(hdr, uint64(s.Input))
+		hdr = binary.AppendUvarint(hdr, uint64(s.RawLen))
+		hdr = binary.AppendUvarint(hdr, uint64(len(s.Params)))
+		hdr = append(hdr, s.Params...)
+	}
+	hdr = binary.AppendUvarint(hdr, uint64(len(en.leaves)))
+	for _, l := range en.leaves {
+		hdr = binary.AppendUvarint(hdr, uint64(len(l.Data)))
+	}
+	return hdr
+}

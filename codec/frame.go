@@ -1,0 +1,525 @@
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+)
+
+// Format version and frame layout. docs/FORMAT.md is the specification;
+// the constants below follow it.
+//
+//	frame  = lead hlen header hcrc payload [pcrc]
+//	lead   = 1 byte: bits 7-5 version, bit 4 payload CRC present,
+//	         bit 3 extensions present, bits 2-0 frame type
+//	hlen   = uvarint: length of header
+//	hcrc   = CRC-32C of lead, hlen and header (uint32 little-endian)
+//	pcrc   = CRC-32C of payload (uint32 little-endian)
+const (
+	// Version is the format version this package writes.
+	Version = 1
+
+	leadVersionShift = 5
+	leadPayloadCRC   = 1 << 4
+	leadExtensions   = 1 << 3
+	leadTypeMask     = 7
+)
+
+// FrameType is the kind of a frame (the low 3 bits of its lead byte).
+type FrameType uint8
+
+const (
+	FrameHello   FrameType = 0 // stream hello: session, peer, capabilities
+	FrameTensor  FrameType = 1 // one tensor or tensor chunk
+	FrameTensors FrameType = 2 // several tensors (batching small ones)
+	FrameBytes   FrameType = 3 // a chunk of an opaque byte stream
+	FrameControl FrameType = 4 // a control message (back channel)
+	FrameEnd     FrameType = 5 // end of stream
+)
+
+func (t FrameType) String() string {
+	switch t {
+	case FrameHello:
+		return "hello"
+	case FrameTensor:
+		return "tensor"
+	case FrameTensors:
+		return "tensors"
+	case FrameBytes:
+		return "bytes"
+	case FrameControl:
+		return "control"
+	case FrameEnd:
+		return "end"
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// Tensor entry flags (first byte of each tensor entry; bit 4 also in the
+// flags byte of a bytes frame).
+const (
+	tflagLossless = 1 << 0
+	tflagTags     = 1 << 1
+	tflagChunk    = 1 << 2
+	tflagVersion  = 1 << 3
+	tflagCoded    = 1 << 4
+	tflagKnown    = tflagLossless | tflagTags | tflagChunk | tflagVersion | tflagCoded
+	bflagKnown    = tflagCoded
+)
+
+// helloMagic opens every hello header.
+var helloMagic = [4]byte{'T', 'P', 'R', 'S'}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// Hello is the first frame of a stream: who is speaking and what it can
+// decode. Readers accept streams without one.
+type Hello struct {
+	MinVersion, MaxVersion uint8 // format versions the sender reads
+	Session                [16]byte
+	Peer                   string
+	Stages                 []StageID // stages the sender can decode
+	MaxFrame               uint64    // largest payload the sender accepts; 0: unstated
+}
+
+// End closes a stream. Frames and Bytes count the data frames and the
+// decoded data bytes the writer sent since its hello (or since the start).
+type End struct {
+	Frames uint64
+	Bytes  uint64
+}
+
+// Extension is one entry of a frame's extension area. Readers skip
+// entries they do not know unless the key is odd (critical), which they
+// refuse with ErrUnsupported. Format v1 defines no keys yet.
+type Extension struct {
+	Key   uint64
+	Value []byte
+}
+
+// Step records one applied stage in a frame: which stage with which
+// parameters, which segment it read and how long that segment was.
+type StepRecord struct {
+	Stage  StageID
+	Input  int // index in the segment list at the time the step ran
+	RawLen int // length of the input segment in bytes
+	Params []byte
+	op     Op
+	nout   int // number of outputs (from the plan)
+	in     SegInfo
+}
+
+// EntryHeader is the parsed, validated header of one tensor entry (or of
+// a bytes frame, with Tensor.DType == Byte and no name).
+type EntryHeader struct {
+	Tensor  Tensor // metadata; Data is nil
+	Count   int64  // elements (bytes, for a byte stream) carried
+	RawLen  int64  // decoded bytes
+	Coded   bool
+	Steps   []StepRecord
+	Stored  []SegInfo // final segments: name, elem, stored length
+	Payload int64     // sum of stored lengths
+}
+
+// FrameHeader is a parsed frame header. It holds no payload.
+type FrameHeader struct {
+	Type       FrameType
+	Version    int
+	PayloadCRC bool
+	HeaderLen  int // bytes before the payload: lead, hlen, header, hcrc
+	Payload    int64
+	Entries    []EntryHeader // tensor, tensors and bytes frames
+	Hello      *Hello
+	End        *End
+	Control    uint64 // control kind
+	Ext        []Extension
+}
+
+// FrameLen is the whole frame's length in bytes.
+func (h *FrameHeader) FrameLen() int64 {
+	n := int64(h.HeaderLen) + h.Payload
+	if h.PayloadCRC {
+		n += 4
+	}
+	return n
+}
+
+// headerReader decodes header fields with bounds checks. The first error
+// sticks; later reads return zero values.
+type headerReader struct {
+	b   []byte
+	pos int
+	err error
+	lim *Limits
+}
+
+func (r *headerReader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *headerReader) byte() byte {
+	if r.err != nil {
+		return 0
+	}
+	if r.pos >= len(r.b) {
+		r.fail(corruptf("header ends early at byte %d", r.pos))
+		return 0
+	}
+	c := r.b[r.pos]
+	r.pos++
+	return c
+}
+
+func (r *headerReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b[r.pos:])
+	if n <= 0 {
+		r.fail(corruptf("bad varint at header byte %d", r.pos))
+		return 0
+	}
+	r.pos += n
+	return v
+}
+
+// int reads a uvarint that must not exceed max; what names it in errors.
+func (r *headerReader) int(max int64, what string) int64 {
+	v := r.uvarint()
+	if r.err == nil && v > uint64(max) {
+		r.fail(limitf("%s %d exceeds %d", what, v, max))
+		return 0
+	}
+	return int64(v)
+}
+
+func (r *headerReader) bytes(n int64) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n > int64(len(r.b)-r.pos) {
+		r.fail(corruptf("field of %d bytes overruns header at byte %d", n, r.pos))
+		return nil
+	}
+	b := r.b[r.pos : r.pos+int(n)]
+	r.pos += int(n)
+	return b
+}
+
+func (r *headerReader) str(what string) string {
+	n := r.int(int64(r.lim.MaxNameLen), what+" length")
+	return string(r.bytes(n))
+}
+
+// ReadFrameHeader reads and checks the lead, header length, header and
+// header CRC of the next frame from br, and parses the header. buf is
+// reused for the header bytes when large enough. Nothing that depends on
+// the input is allocated before the CRC matches.
+func ReadFrameHeader(br io.ByteReader, rd io.Reader, lim Limits, buf []byte) (*FrameHeader, []byte, error) {
+	lim = lim.withDefaults()
+	lead, err := br.ReadByte()
+	if err != nil {
+		return nil, buf, err // io.EOF at a frame boundary is a clean end
+	}
+	var pre [1 + binary.MaxVarintLen64]byte
+	pre[0] = lead
+	if v := lead >> leadVersionShift; v != Version {
+		if v == 0 {
+			return nil, buf, fmt.Errorf("%w: lead byte %#02x is not a tensorpress frame", ErrCorrupt, lead)
+		}
+		return nil, buf, fmt.Errorf("%w: format version %d (this reader knows %d)", ErrUnsupported, v, Version)
+	}
+	hlen, err := binary.ReadUvarint(br)
+	if err != nil {
+		return nil, buf, unexpected(err)
+	}
+	if hlen > uint64(lim.MaxHeaderSize) {
+		return nil, buf, limitf("header of %d bytes exceeds %d", hlen, lim.MaxHeaderSize)
+	}
+	npre := 1 + binary.PutUvarint(pre[1:], hlen)
+	need := int(hlen) + 4
+	if cap(buf) < need {
+		buf = make([]byte, need, max(need, 512))
+	}
+	buf = buf[:need]
+	if _, err := io.ReadFull(rd, buf); err != nil {
+		return nil, buf, unexpected(err)
+	}
+	hdr := buf[:hlen]
+	sum := crc32.Update(crc(pre[:npre]), castagnoli, hdr)
+	if got := binary.LittleEndian.Uint32(buf[hlen:]); got != sum {
+		return nil, buf, fmt.Errorf("%w: header CRC %08x, computed %08x", ErrChecksum, got, sum)
+	}
+	h, err := parseHeader(lead, hdr, &lim)
+	if err != nil {
+		return nil, buf, err
+	}
+	h.HeaderLen = npre + need
+	return h, buf, nil
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// parseHeader parses a CRC-checked header.
+func parseHeader(lead byte, hdr []byte, lim *Limits) (*FrameHeader, error) {
+	h := &FrameHeader{
+		Type:       FrameType(lead & leadTypeMask),
+		Version:    int(lead >> leadVersionShift),
+		PayloadCRC: lead&leadPayloadCRC != 0,
+	}
+	r := &headerReader{b: hdr, lim: lim}
+	switch h.Type {
+	case FrameTensor:
+		h.Entries = []EntryHeader{{}}
+		r.tensorEntry(&h.Entries[0])
+	case FrameTensors:
+		n := r.int(int64(lim.MaxTensors), "tensor count")
+		if r.err == nil && n == 0 {
+			r.fail(corruptf("tensors frame with no tensors"))
+		}
+		// Each entry takes at least 5 header bytes: bound before allocating.
+		if r.err == nil && n > int64(len(hdr)) {
+			r.fail(corruptf("%d tensors in a %d-byte header", n, len(hdr)))
+		}
+		if r.err == nil {
+			h.Entries = make([]EntryHeader, n)
+		}
+		for i := range h.Entries {
+			r.tensorEntry(&h.Entries[i])
+		}
+	case FrameBytes:
+		h.Entries = []EntryHeader{{}}
+		r.bytesEntry(&h.Entries[0])
+	case FrameHello:
+		h.Hello = r.hello()
+	case FrameEnd:
+		h.End = &End{Frames: r.uvarint(), Bytes: r.uvarint()}
+	case FrameControl:
+		h.Control = r.uvarint()
+		h.Payload = r.int(lim.MaxFrameSize, "control payload")
+	default:
+		return nil, fmt.Errorf("%w: frame type %d", ErrUnsupported, h.Type)
+	}
+	if lead&leadExtensions != 0 {
+		h.Ext = r.extensions()
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if r.pos != len(hdr) {
+		return nil, corruptf("%d unparsed bytes at the end of a %v header", len(hdr)-r.pos, h.Type)
+	}
+	for _, e := range h.Entries {
+		h.Payload += e.Payload
+	}
+	if h.Payload > lim.MaxFrameSize {
+		return nil, limitf("payload of %d bytes exceeds %d", h.Payload, lim.MaxFrameSize)
+	}
+	if (h.Type == FrameHello || h.Type == FrameEnd) && h.PayloadCRC {
+		return nil, corruptf("%v frame with a payload CRC", h.Type)
+	}
+	return h, nil
+}
+
+func (r *headerReader) tensorEntry(e *EntryHeader) {
+	lim := r.lim
+	flags := r.byte()
+	if flags&^tflagKnown != 0 {
+		r.fail(fmt.Errorf("%w: tensor flags %#02x", ErrUnsupported, flags))
+	}
+	t := &e.Tensor
+	t.Name = r.str("name")
+	t.DType = DType(r.byte())
+	if r.err == nil && (!t.DType.Valid() || t.DType == Byte) {
+		r.fail(fmt.Errorf("%w: dtype %d in tensor %q", ErrUnsupported, t.DType, t.Name))
+	}
+	ndim := r.int(int64(lim.MaxDims), "rank")
+	if r.err == nil && ndim > int64(len(r.b)-r.pos) {
+		r.fail(corruptf("rank %d overruns header", ndim))
+	}
+	if r.err == nil {
+		t.Shape = make([]int64, ndim)
+	}
+	for i := range t.Shape {
+		t.Shape[i] = r.int(1<<62, "dimension")
+	}
+	t.Tags.Lossless = flags&tflagLossless != 0
+	if flags&tflagTags != 0 {
+		n := r.int(int64(lim.MaxTags), "tag count")
+		if r.err == nil && n > int64(len(r.b)-r.pos) {
+			r.fail(corruptf("%d tags overrun header", n))
+		}
+		for i := int64(0); i < n && r.err == nil; i++ {
+			k := r.str("tag key")
+			v := r.str("tag value")
+			t.Tags.Extra = append(t.Tags.Extra, Tag{Key: k, Value: v})
+		}
+	}
+	if r.err != nil {
+		return
+	}
+	total := t.NumElements()
+	if total < 0 || total > lim.MaxTensorSize/int64(t.DType.Size()) {
+		r.fail(limitf("tensor %q of shape %v exceeds %d bytes", t.Name, t.Shape, lim.MaxTensorSize))
+		return
+	}
+	e.Count = total
+	if flags&tflagChunk != 0 {
+		t.Offset = r.int(total, "chunk offset")
+		e.Count = r.int(total-t.Offset, "chunk length")
+	}
+	if flags&tflagVersion != 0 {
+		t.Version = r.uvarint()
+		t.Base = r.uvarint()
+	}
+	if r.err != nil {
+		return
+	}
+	if e.Count > lim.MaxDecodedSize/int64(t.DType.Size()) {
+		r.fail(limitf("tensor %q: %d elements of %v in one frame exceed %d bytes", t.Name, e.Count, t.DType, lim.MaxDecodedSize))
+		return
+	}
+	e.RawLen = e.Count * int64(t.DType.Size())
+	e.Coded = flags&tflagCoded != 0
+	r.body(e, SegInfo{Name: "data", Elem: t.DType, Len: int(e.RawLen)})
+}
+
+func (r *headerReader) bytesEntry(e *EntryHeader) {
+	flags := r.byte()
+	if flags&^bflagKnown != 0 {
+		r.fail(fmt.Errorf("%w: bytes frame flags %#02x", ErrUnsupported, flags))
+	}
+	e.Tensor.DType = Byte
+	e.Count = r.int(r.lim.MaxDecodedSize, "bytes frame length")
+	e.RawLen = e.Count
+	e.Tensor.Shape = []int64{e.Count}
+	e.Coded = flags&tflagCoded != 0
+	if r.err == nil {
+		r.body(e, SegInfo{Name: "data", Elem: Byte, Len: int(e.RawLen)})
+	}
+}
+
+// body parses the step list and the stored-segment table, and checks them
+// against each other by planning the steps forward from root.
+func (r *headerReader) body(e *EntryHeader, root SegInfo) {
+	lim := r.lim
+	if !e.Coded {
+		e.Stored = []SegInfo{root}
+		e.Payload = int64(root.Len)
+		return
+	}
+	nsteps := r.int(int64(lim.MaxSegments), "step count")
+	if r.err == nil && (nsteps == 0 || nsteps > int64(len(r.b)-r.pos)) {
+		r.fail(corruptf("coded entry with %d steps", nsteps))
+	}
+	if r.err != nil {
+		return
+	}
+	e.Steps = make([]StepRecord, nsteps)
+	segs := []SegInfo{root}
+	for i := range e.Steps {
+		s := &e.Steps[i]
+		s.Stage = StageID(r.int(1<<32-1, "stage ID"))
+		s.Input = int(r.int(int64(lim.MaxSegments), "segment index"))
+		s.RawLen = int(r.int(lim.MaxDecodedSize, "segment length"))
+		s.Params = r.bytes(r.int(int64(len(r.b)), "parameter length"))
+		if r.err != nil {
+			return
+		}
+		if s.Input >= len(segs) {
+			r.fail(corruptf("step %d reads segment %d of %d", i, s.Input, len(segs)))
+			return
+		}
+		in := segs[s.Input]
+		if in.Len >= 0 && in.Len != s.RawLen {
+			r.fail(corruptf("step %d: segment %q is %d bytes, step says %d", i, in.Name, in.Len, s.RawLen))
+			return
+		}
+		in.Len = s.RawLen
+		op, err := loadOp(s.Stage, s.Params)
+		if err != nil {
+			r.fail(err)
+			return
+		}
+		outs, err := op.Outputs(in)
+		if err != nil {
+			r.fail(fmt.Errorf("%w: step %d (%s): %v", ErrCorrupt, i, op, err))
+			return
+		}
+		if len(segs)-1+len(outs) > lim.MaxSegments {
+			r.fail(limitf("more than %d segments", lim.MaxSegments))
+			return
+		}
+		s.op, s.nout, s.in = op, len(outs), in
+		segs = append(segs[:s.Input], append(outs, segs[s.Input+1:]...)...)
+	}
+	n := r.int(int64(lim.MaxSegments), "stored segment count")
+	if r.err == nil && int(n) != len(segs) {
+		r.fail(corruptf("%d stored segments, the steps make %d", n, len(segs)))
+	}
+	if r.err != nil {
+		return
+	}
+	for i := range segs {
+		l := r.int(lim.MaxFrameSize, "stored segment length")
+		if r.err != nil {
+			return
+		}
+		if segs[i].Len >= 0 && int64(segs[i].Len) != l {
+			r.fail(corruptf("segment %q stored as %d bytes, expected %d", segs[i].Name, l, segs[i].Len))
+			return
+		}
+		segs[i].Len = int(l)
+		e.Payload += l
+	}
+	e.Stored = segs
+}
+
+func (r *headerReader) hello() *Hello {
+	h := &Hello{}
+	if m := r.bytes(4); r.err == nil && [4]byte(m) != helloMagic {
+		r.fail(corruptf("hello magic %q", m))
+	}
+	h.MinVersion, h.MaxVersion = r.byte(), r.byte()
+	copy(h.Session[:], r.bytes(16))
+	h.Peer = r.str("peer ID")
+	n := r.int(1<<16, "capability count")
+	if r.err == nil && n > int64(len(r.b)-r.pos) {
+		r.fail(corruptf("%d capabilities overrun header", n))
+	}
+	for i := int64(0); i < n && r.err == nil; i++ {
+		h.Stages = append(h.Stages, StageID(r.int(1<<32-1, "stage ID")))
+	}
+	h.MaxFrame = r.uvarint()
+	return h
+}
+
+func (r *headerReader) extensions() []Extension {
+	n := r.int(int64(len(r.b)-r.pos), "extension area length")
+	area := r.bytes(n)
+	if r.err != nil {
+		return nil
+	}
+	sub := &headerReader{b: area, lim: r.lim}
+	var out []Extension
+	for sub.pos < len(area) && sub.err == nil {
+		k := sub.uvarint()
+		v := sub.bytes(sub.int(int64(len(area)), "extension length"))
+		if sub.err == nil && k&1 == 1 {
+			sub.fail(fmt.Errorf("%w: critical extension %d", ErrUnsupported, k))
+		}
+		out = append(out, Extension{Key: k, Value: v})
+	}
+	r.fail(sub.err)
+	return out
+}

@@ -1,0 +1,76 @@
+package codec
+
+// Limits bound what a decoder accepts. Every field has a safe default (see
+// DefaultLimits); a zero field means "use the default". Limits are checked
+// against the header, before any allocation that depends on the input.
+type Limits struct {
+	// MaxHeaderSize bounds a frame header in bytes. Default 1 MiB.
+	MaxHeaderSize int
+	// MaxFrameSize bounds a frame's stored payload in bytes. Default 256 MiB.
+	MaxFrameSize int64
+	// MaxDecodedSize bounds the decoded bytes of one frame, and of every
+	// intermediate segment in it. Default 256 MiB.
+	MaxDecodedSize int64
+	// MaxTensorSize bounds a whole tensor assembled by Reader.ReadTensor
+	// (shape times element size). Default 4 GiB.
+	MaxTensorSize int64
+	// MaxDims bounds a tensor's rank. Default 32.
+	MaxDims int
+	// MaxSegments bounds the steps applied plus segments stored, per tensor.
+	// Default 1024.
+	MaxSegments int
+	// MaxTensors bounds the tensors in one frame. Default 4096.
+	MaxTensors int
+	// MaxNameLen bounds a tensor name, a tag key or value. Default 4096.
+	MaxNameLen int
+	// MaxTags bounds the tags of one tensor. Default 64.
+	MaxTags int
+}
+
+// DefaultLimits returns the limits a decoder uses when given none.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxHeaderSize:  1 << 20,
+		MaxFrameSize:   256 << 20,
+		MaxDecodedSize: 256 << 20,
+		MaxTensorSize:  4 << 30,
+		MaxDims:        32,
+		MaxSegments:    1024,
+		MaxTensors:     4096,
+		MaxNameLen:     4096,
+		MaxTags:        64,
+	}
+}
+
+// withDefaults fills zero fields from DefaultLimits.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxHeaderSize <= 0 {
+		l.MaxHeaderSize = d.MaxHeaderSize
+	}
+	if l.MaxFrameSize <= 0 {
+		l.MaxFrameSize = d.MaxFrameSize
+	}
+	if l.MaxDecodedSize <= 0 {
+		l.MaxDecodedSize = d.MaxDecodedSize
+	}
+	if l.MaxTensorSize <= 0 {
+		l.MaxTensorSize = d.MaxTensorSize
+	}
+	if l.MaxDims <= 0 {
+		l.MaxDims = d.MaxDims
+	}
+	if l.MaxSegments <= 0 {
+		l.MaxSegments = d.MaxSegments
+	}
+	if l.MaxTensors <= 0 {
+		l.MaxTensors = d.MaxTensors
+	}
+	if l.MaxNameLen <= 0 {
+		l.MaxNameLen = d.MaxNameLen
+	}
+	if l.MaxTags <= 0 {
+		l.MaxTags = d.MaxTags
+	}
+	return l
+}

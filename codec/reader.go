@@ -1,0 +1,233 @@
+package codec
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+)
+
+// Reader decodes a stream of frames from an io.Reader. It needs no
+// configuration: every frame says how to decode itself. Limits (WithLimits)
+// bound what it accepts.
+//
+// Next returns frames one at a time; ReadTensor returns whole tensors,
+// joining chunks; Read returns the content of bytes frames as a byte
+// stream. A Reader is not safe for concurrent use.
+type Reader struct {
+	br     *bufio.Reader
+	lim    Limits
+	hdrBuf []byte
+	payBuf []byte
+	off    int64 // stream offset of the next frame
+
+	hello   *Hello
+	frames  uint64
+	decoded uint64
+	ended   bool
+
+	queue []*Tensor // tensors of a tensors frame not yet returned
+	rest  []byte    // unread bytes of the current bytes frame
+}
+
+// ReaderOption configures a Reader.
+type ReaderOption func(*Reader)
+
+// WithLimits sets the decoding limits (zero fields keep their defaults).
+func WithLimits(l Limits) ReaderOption {
+	return func(r *Reader) { r.lim = l.withDefaults() }
+}
+
+// NewReader returns a Reader of the frames in src.
+func NewReader(src io.Reader, opts ...ReaderOption) *Reader {
+	r := &Reader{lim: DefaultLimits()}
+	if br, ok := src.(*bufio.Reader); ok && br.Size() >= 64<<10 {
+		r.br = br
+	} else {
+		r.br = bufio.NewReaderSize(src, 64<<10)
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// Hello returns the stream's hello, once one has been read.
+func (r *Reader) Hello() *Hello { return r.hello }
+
+// Next reads and decodes the next frame. It returns io.EOF at the end of
+// the input when the input ended at a frame boundary and no hello promised
+// an end frame; a stream that opened with a hello and stops before its end
+// frame gives io.ErrUnexpectedEOF. Errors carry the frame's stream offset.
+func (r *Reader) Next() (*Frame, error) {
+	return r.next(nil)
+}
+
+func (r *Reader) next(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
+	h, hb, err := ReadFrameHeader(r.br, r.br, r.lim, r.hdrBuf)
+	r.hdrBuf = hb
+	if err != nil {
+		if err == io.EOF {
+			if r.hello != nil && !r.ended {
+				return nil, r.wrap(io.ErrUnexpectedEOF, "stream ends without an end frame")
+			}
+			return nil, io.EOF
+		}
+		return nil, r.wrap(err, "frame header")
+	}
+	n := h.FrameLen() - int64(h.HeaderLen)
+	if int64(cap(r.payBuf)) < n {
+		r.payBuf = make([]byte, n)
+	}
+	raw := r.payBuf[:n]
+	if _, err := io.ReadFull(r.br, raw); err != nil {
+		return nil, r.wrap(unexpected(err), fmt.Sprintf("%v frame payload of %d bytes", h.Type, n))
+	}
+	var intoEntry func(int) []byte
+	if into != nil {
+		intoEntry = func(i int) []byte { return into(h, i) }
+	}
+	f, err := decodePayload(h, raw, &r.lim, intoEntry)
+	if err != nil {
+		return nil, r.wrap(err, fmt.Sprintf("%v frame", h.Type))
+	}
+	r.off += h.FrameLen()
+	switch h.Type {
+	case FrameHello:
+		r.hello, r.ended, r.frames, r.decoded = h.Hello, false, 0, 0
+	case FrameEnd:
+		if r.hello != nil && (h.End.Frames != r.frames || h.End.Bytes != r.decoded) {
+			return nil, r.wrap(ErrCorrupt, fmt.Sprintf("end frame counts %d frames and %d bytes, received %d and %d",
+				h.End.Frames, h.End.Bytes, r.frames, r.decoded))
+		}
+		r.ended = true
+	case FrameTensor, FrameTensors, FrameBytes:
+		r.frames++
+		for _, e := range h.Entries {
+			r.decoded += uint64(e.RawLen)
+		}
+	}
+	return f, nil
+}
+
+func (r *Reader) wrap(err error, what string) error {
+	return &CorruptError{Offset: r.off, What: what, Err: err}
+}
+
+// ReadTensor returns the next whole tensor, joining its chunks. Control
+// and hello frames are skipped; a bytes frame is an error. At the end of
+// the stream it returns io.EOF. The tensor's size is bounded by
+// Limits.MaxTensorSize, and its buffer grows with the chunks received, not
+// with what the first header claims.
+func (r *Reader) ReadTensor() (*Tensor, error) {
+	if len(r.queue) > 0 {
+		t := r.queue[0]
+		r.queue = r.queue[1:]
+		return t, nil
+	}
+	var acc *Tensor // tensor being assembled
+	for {
+		appended := false // the frame decoded straight into acc
+		f, err := r.next(func(h *FrameHeader, i int) []byte {
+			if acc == nil || h.Type != FrameTensor {
+				return nil
+			}
+			e := &h.Entries[0]
+			if !sameTensor(acc, &e.Tensor) || e.Tensor.Offset*int64(acc.DType.Size()) != int64(len(acc.Data)) {
+				return nil
+			}
+			acc.Data = grow(acc.Data, int(e.RawLen), acc.NumBytes())
+			appended = true
+			return acc.Data[len(acc.Data):]
+		})
+		if err != nil {
+			if err == io.EOF && acc != nil {
+				return nil, r.wrap(io.ErrUnexpectedEOF, fmt.Sprintf("tensor %q ends after %d of %d bytes", acc.Name, len(acc.Data), acc.NumBytes()))
+			}
+			return nil, err
+		}
+		switch f.Header.Type {
+		case FrameEnd:
+			if acc != nil {
+				return nil, r.wrap(ErrCorrupt, fmt.Sprintf("tensor %q ends after %d of %d bytes", acc.Name, len(acc.Data), acc.NumBytes()))
+			}
+			return nil, io.EOF
+		case FrameBytes:
+			return nil, r.wrap(ErrCorrupt, "bytes frame where a tensor was expected")
+		case FrameTensor, FrameTensors:
+		default:
+			continue
+		}
+		if acc == nil {
+			t := f.Tensors[0]
+			if t.IsWhole() {
+				r.queue = append(r.queue, f.Tensors[1:]...)
+				return t, nil
+			}
+			if f.Header.Type != FrameTensor || t.Offset != 0 {
+				return nil, r.wrap(ErrCorrupt, fmt.Sprintf("tensor %q starts at element %d", t.Name, t.Offset))
+			}
+			acc = t
+			continue
+		}
+		t := f.Tensors[0]
+		if !appended {
+			return nil, r.wrap(ErrCorrupt, fmt.Sprintf("tensor %q interrupted after %d of %d bytes by %q at element %d",
+				acc.Name, len(acc.Data), acc.NumBytes(), t.Name, t.Offset))
+		}
+		acc.Data = acc.Data[:len(acc.Data)+len(t.Data)]
+		if int64(len(acc.Data)) == acc.NumBytes() {
+			acc.Offset = 0
+			return acc, nil
+		}
+	}
+}
+
+// sameTensor reports whether chunk b continues tensor a.
+func sameTensor(a, b *Tensor) bool {
+	if a.Name != b.Name || a.DType != b.DType || len(a.Shape) != len(b.Shape) || a.Version != b.Version || a.Base != b.Base {
+		return false
+	}
+	for i := range a.Shape {
+		if a.Shape[i] != b.Shape[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// grow returns b with room for n more bytes, growing geometrically up to
+// total.
+func grow(b []byte, n int, total int64) []byte {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	c := int64(max(2*cap(b), len(b)+n))
+	c = min(c, total)
+	c = max(c, int64(len(b)+n))
+	nb := AlignedBytes(int(c))[:len(b)]
+	copy(nb, b)
+	return nb
+}
+
+// Read reads the content of bytes frames as one byte stream. It returns
+// io.EOF at the end frame or at the end of the input; a tensor frame in
+// the stream is an error.
+func (r *Reader) Read(p []byte) (int, error) {
+	for len(r.rest) == 0 {
+		f, err := r.Next()
+		if err != nil {
+			return 0, err
+		}
+		switch f.Header.Type {
+		case FrameBytes:
+			r.rest = f.Bytes
+		case FrameEnd:
+			return 0, io.EOF
+		case FrameTensor, FrameTensors:
+			return 0, r.wrap(ErrCorrupt, "tensor frame in a byte stream")
+		}
+	}
+	n := copy(p, r.rest)
+	r.rest = r.rest[n:]
+	return n, nil
+}

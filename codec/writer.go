@@ -1,0 +1,409 @@
+package codec
+
+import (
+	"crypto/rand"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// Writer encodes tensors and byte streams into frames on an io.Writer.
+//
+// Tensors are cut into chunks of the configured size and encoded by a
+// pipeline of WithConcurrency workers while earlier frames are written;
+// frames leave in order. WriteTensor returns once every chunk of the tensor
+// is encoded, so the caller may reuse the tensor's data then; the frames
+// themselves may still be in flight until Flush or Close. Write copies p.
+//
+// A Writer is not safe for concurrent use by several goroutines; Close must
+// be called to write the end-of-stream frame and stop the workers. After an
+// error, every later call returns the same error.
+type Writer struct {
+	cfg   config
+	dst   io.Writer
+	enc   *Encoder
+	jobs  chan *job
+	order chan *job
+	done  chan struct{} // closed when the output goroutine exits
+	wg    sync.WaitGroup
+
+	mu     sync.Mutex
+	err    error // first error (sticky)
+	frames uint64
+	bytes  uint64
+
+	seq     uint64
+	pending []byte // buffered byte-stream data, up to chunkSize
+	started bool
+	closed  bool
+	bufPool sync.Pool
+}
+
+type job struct {
+	info    FrameInfo
+	recipe  *Recipe
+	tensor  *Tensor // chunk view of the caller's tensor (tensor frames)
+	data    []byte  // owned chunk buffer (bytes frames)
+	out     []byte  // encoded frame
+	stats   []SegmentStat
+	encode  time.Duration
+	err     error
+	ready   chan struct{} // closed once encoded
+	encoded *sync.WaitGroup
+	flushed chan struct{} // barrier: closed when all earlier frames are written
+	data0   bool          // a data frame (counted in the end frame)
+}
+
+// NewWriter returns a Writer that writes frames to w.
+func NewWriter(w io.Writer, opts ...Option) (*Writer, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	wr := &Writer{
+		cfg:   cfg,
+		dst:   w,
+		enc:   &Encoder{cfg: cfg},
+		jobs:  make(chan *job, cfg.concurrency),
+		order: make(chan *job, cfg.concurrency),
+		done:  make(chan struct{}),
+	}
+	for range cfg.concurrency {
+		wr.wg.Add(1)
+		go wr.worker()
+	}
+	go wr.output()
+	return wr, nil
+}
+
+func (w *Writer) worker() {
+	defer w.wg.Done()
+	for j := range w.jobs {
+		t0 := time.Now()
+		out := w.getBuf()
+		if j.tensor != nil {
+			j.out, j.stats, j.err = w.enc.AppendTensor(out, j.tensor, j.recipe)
+		} else {
+			j.out, j.stats, j.err = w.enc.AppendBytes(out, j.data, j.recipe)
+		}
+		j.encode = time.Since(t0)
+		if j.data != nil {
+			w.putBuf(j.data)
+			j.data = nil
+		}
+		if j.encoded != nil {
+			j.encoded.Done()
+		}
+		close(j.ready)
+	}
+}
+
+func (w *Writer) output() {
+	defer close(w.done)
+	for j := range w.order {
+		<-j.ready
+		if j.flushed != nil {
+			close(j.flushed)
+			continue
+		}
+		if err := w.Err(); err != nil {
+			continue // drain: after an error nothing more is written
+		}
+		if j.err != nil {
+			w.setErr(j.err)
+			w.observe(j, 0)
+			continue
+		}
+		t0 := time.Now()
+		_, err := w.dst.Write(j.out)
+		blocked := time.Since(t0)
+		if err != nil {
+			w.setErr(fmt.Errorf("codec: write: %w", err))
+		} else if j.data0 {
+			w.mu.Lock()
+			w.frames++
+			w.bytes += uint64(j.info.Len)
+			w.mu.Unlock()
+		}
+		if j.err == nil && err != nil {
+			j.err = err
+		}
+		w.observe(j, blocked)
+		w.putBuf(j.out[:0])
+	}
+}
+
+func (w *Writer) observe(j *job, blocked time.Duration) {
+	if w.cfg.policy == nil || !j.data0 {
+		return
+	}
+	info := j.info
+	info.Data = nil
+	w.cfg.policy.Observe(FrameStats{
+		Info: info, Recipe: j.recipe, RawBytes: info.Len, FrameBytes: len(j.out),
+		Segments: j.stats, Encode: j.encode, Blocked: blocked, Err: j.err,
+	})
+}
+
+func (w *Writer) getBuf() []byte {
+	if b, ok := w.bufPool.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return nil
+}
+
+func (w *Writer) putBuf(b []byte) {
+	if cap(b) == 0 || cap(b) > 2*MaxChunkSize {
+		return
+	}
+	b = b[:0]
+	w.bufPool.Put(&b)
+}
+
+// Err returns the first error the Writer met, if any.
+func (w *Writer) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+func (w *Writer) setErr(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+}
+
+// enqueue hands a job to the workers (when it needs encoding) and to the
+// output goroutine, in order.
+func (w *Writer) enqueue(j *job, encode bool) {
+	if j.ready == nil {
+		j.ready = make(chan struct{})
+	}
+	w.order <- j
+	if encode {
+		w.jobs <- j
+	} else {
+		close(j.ready)
+	}
+}
+
+func (w *Writer) start() error {
+	if w.closed {
+		return ErrClosed
+	}
+	if err := w.Err(); err != nil {
+		return err
+	}
+	if !w.started {
+		w.started = true
+		if w.cfg.hello {
+			h := &Hello{Peer: w.cfg.peer, Stages: stageIDs()}
+			if _, err := rand.Read(h.Session[:]); err != nil {
+				return fmt.Errorf("codec: session ID: %w", err)
+			}
+			w.enqueue(&job{out: AppendHello(nil, h)}, false)
+		}
+	}
+	return nil
+}
+
+func stageIDs() []StageID {
+	ss := Stages()
+	ids := make([]StageID, len(ss))
+	for i, s := range ss {
+		ids[i] = s.ID
+	}
+	return ids
+}
+
+func (w *Writer) choose(info FrameInfo) *Recipe {
+	if w.cfg.policy != nil {
+		return w.cfg.policy.Choose(info)
+	}
+	return w.cfg.recipe
+}
+
+// WriteTensor writes t, cut into chunks. It returns when every chunk is
+// encoded (or failed), so t.Data may be reused afterwards. A lossy recipe
+// for a tensor tagged lossless is refused with ErrLossy before any frame
+// of the tensor is queued.
+func (w *Writer) WriteTensor(t *Tensor) error {
+	if err := w.start(); err != nil {
+		return err
+	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if !t.IsWhole() {
+		return fmt.Errorf("codec: WriteTensor: %q is a chunk; write whole tensors", t.Name)
+	}
+	if err := w.flushPending(); err != nil {
+		return err
+	}
+	esz := t.DType.Size()
+	nel := len(t.Data) / esz
+	chunkEl := max(1, w.cfg.chunkSize/esz)
+	var wg sync.WaitGroup
+	var jobs []*job
+	var cur *Recipe
+	for off := 0; off < nel || (off == 0 && nel == 0); {
+		n := min(chunkEl, nel-off)
+		info := FrameInfo{
+			Seq: w.seq, Type: FrameTensor, Name: t.Name, DType: t.DType, Shape: t.Shape, Tags: t.Tags,
+			Offset: int64(off), Len: n * esz, First: off == 0, Data: t.Data[off*esz : (off+n)*esz],
+		}
+		r := w.choose(info)
+		if off == 0 {
+			if t.Tags.Lossless && r.Lossy() {
+				return fmt.Errorf("%w: tensor %q, recipe %q", ErrLossy, t.Name, r)
+			}
+			cur = r
+			// Re-cut for the recipe's granularity.
+			switch g, blk := r.Granularity(); g {
+			case WholeTensor:
+				chunkEl = max(nel, 1)
+			case Block:
+				if blk > 0 {
+					chunkEl = max(blk, chunkEl/blk*blk)
+				}
+			}
+			n = min(chunkEl, nel-off)
+			info.Len, info.Data = n*esz, t.Data[off*esz:(off+n)*esz]
+		} else if cur.pinned() || r.pinned() || (t.Tags.Lossless && r.Lossy()) {
+			r = cur // lossy and non-elementwise recipes change only at tensor boundaries
+		} else {
+			cur = r
+		}
+		chunk := &Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Tags: t.Tags, Offset: int64(off),
+			Version: t.Version, Base: t.Base, Data: info.Data}
+		j := &job{info: info, recipe: r, tensor: chunk, encoded: &wg, data0: true}
+		wg.Add(1)
+		w.seq++
+		jobs = append(jobs, j)
+		w.enqueue(j, true)
+		off += n
+		if nel == 0 {
+			break
+		}
+	}
+	wg.Wait()
+	for _, j := range jobs {
+		if j.err != nil {
+			return j.err
+		}
+	}
+	return nil
+}
+
+// pinned reports whether a recipe must stay in force for a whole tensor.
+func (r *Recipe) pinned() bool {
+	g, _ := r.Granularity()
+	return r.Lossy() || g != Elementwise
+}
+
+// Write buffers p as part of a byte stream and emits a bytes frame for
+// every full chunk. It never retains p.
+func (w *Writer) Write(p []byte) (int, error) {
+	if err := w.start(); err != nil {
+		return 0, err
+	}
+	n := len(p)
+	for len(p) > 0 {
+		if w.pending == nil {
+			w.pending = w.getBuf()
+			if cap(w.pending) < w.cfg.chunkSize {
+				w.pending = make([]byte, 0, w.cfg.chunkSize)
+			}
+		}
+		k := min(len(p), w.cfg.chunkSize-len(w.pending))
+		w.pending = append(w.pending, p[:k]...)
+		p = p[k:]
+		if len(w.pending) == w.cfg.chunkSize {
+			if err := w.flushPending(); err != nil {
+				return n - len(p), err
+			}
+		}
+	}
+	return n, w.Err()
+}
+
+func (w *Writer) flushPending() error {
+	if len(w.pending) == 0 {
+		return nil
+	}
+	data := w.pending
+	w.pending = nil
+	info := FrameInfo{Seq: w.seq, Type: FrameBytes, DType: Byte, Len: len(data), First: true, Data: data}
+	r := w.choose(info)
+	if r.Lossy() {
+		w.putBuf(data)
+		return fmt.Errorf("%w: byte streams are always lossless (recipe %q)", ErrLossy, r)
+	}
+	w.seq++
+	w.enqueue(&job{info: info, recipe: r, data: data, data0: true}, true)
+	return nil
+}
+
+// WriteControl writes a control frame after everything written so far.
+func (w *Writer) WriteControl(kind uint64, payload []byte) error {
+	if err := w.start(); err != nil {
+		return err
+	}
+	if err := w.flushPending(); err != nil {
+		return err
+	}
+	w.enqueue(&job{out: AppendControl(nil, kind, payload)}, false)
+	return w.Err()
+}
+
+// Flush emits buffered byte-stream data and waits until every frame so far
+// has been written to the underlying writer.
+func (w *Writer) Flush() error {
+	if err := w.start(); err != nil {
+		return err
+	}
+	if err := w.flushPending(); err != nil {
+		return err
+	}
+	return w.barrier()
+}
+
+func (w *Writer) barrier() error {
+	j := &job{flushed: make(chan struct{})}
+	w.enqueue(j, false)
+	<-j.flushed
+	return w.Err()
+}
+
+// Close flushes, writes the end-of-stream frame, waits for everything to
+// be written and stops the pipeline. It does not close the underlying
+// writer. Close is idempotent.
+func (w *Writer) Close() error {
+	if w.closed {
+		return w.Err()
+	}
+	err := w.start()
+	if err == nil {
+		err = w.flushPending()
+	}
+	if err == nil {
+		if err = w.barrier(); err == nil {
+			w.mu.Lock()
+			end := End{Frames: w.frames, Bytes: w.bytes}
+			w.mu.Unlock()
+			w.enqueue(&job{out: AppendEnd(nil, end)}, false)
+		}
+	}
+	w.closed = true
+	close(w.jobs)
+	close(w.order)
+	w.wg.Wait()
+	<-w.done
+	if err != nil {
+		return err
+	}
+	return w.Err()
+}
