@@ -234,9 +234,9 @@ func ReadFrameHeader(br io.ByteReader, rd io.Reader, lim Limits, buf []byte) (*F
 		}
 		return nil, buf, fmt.Errorf("%w: format version %d (this reader knows %d)", ErrUnsupported, v, Version)
 	}
-	hlen, err := binary.ReadUvarint(br)
+	hlen, err := readUvarint(br)
 	if err != nil {
-		return nil, buf, unexpected(err)
+		return nil, buf, err
 	}
 	if hlen > uint64(lim.MaxHeaderSize) {
 		return nil, buf, limitf("header of %d bytes exceeds %d", hlen, lim.MaxHeaderSize)
@@ -261,6 +261,23 @@ func ReadFrameHeader(br io.ByteReader, rd io.Reader, lim Limits, buf []byte) (*F
 	}
 	h.HeaderLen = npre + need
 	return h, buf, nil
+}
+
+// readUvarint reads the header length: at most 4 bytes (headers are far
+// below 2^28 bytes), so a longer varint is corrupt.
+func readUvarint(br io.ByteReader) (uint64, error) {
+	var x uint64
+	for i := 0; i < 4; i++ {
+		c, err := br.ReadByte()
+		if err != nil {
+			return 0, unexpected(err)
+		}
+		x |= uint64(c&0x7f) << (7 * i)
+		if c < 0x80 {
+			return x, nil
+		}
+	}
+	return 0, corruptf("header length varint longer than 4 bytes")
 }
 
 func unexpected(err error) error {
@@ -427,6 +444,10 @@ func (r *headerReader) body(e *EntryHeader, root SegInfo) {
 	}
 	e.Steps = make([]StepRecord, nsteps)
 	segs := []SegInfo{root}
+	// Decoding work (bytes produced by all steps) is bounded by a multiple
+	// of what the entry decodes to, so that a small frame cannot make the
+	// decoder produce gigabytes of intermediate segments.
+	work, maxWork := int64(0), maxDecodeWork(int64(root.Len))
 	for i := range e.Steps {
 		s := &e.Steps[i]
 		s.Stage = StageID(r.int(1<<32-1, "stage ID"))
@@ -446,6 +467,10 @@ func (r *headerReader) body(e *EntryHeader, root SegInfo) {
 			return
 		}
 		in.Len = s.RawLen
+		if work += int64(s.RawLen); work > maxWork {
+			r.fail(limitf("steps decode %d bytes or more for a %d-byte entry", work, root.Len))
+			return
+		}
 		op, err := loadOp(s.Stage, s.Params)
 		if err != nil {
 			r.fail(err)
@@ -484,6 +509,11 @@ func (r *headerReader) body(e *EntryHeader, root SegInfo) {
 	}
 	e.Stored = segs
 }
+
+// maxDecodeWork is the most bytes the steps of an entry of n decoded bytes
+// may produce in all: 16 times n plus 1 MiB, far above what real recipes
+// need (a split and a coder per segment produce about 2n).
+func maxDecodeWork(n int64) int64 { return 16*n + 1<<20 }
 
 func (r *headerReader) hello() *Hello {
 	h := &Hello{}

@@ -247,6 +247,9 @@ func (p *recipeParser) step() (Step, error) {
 		if err != nil {
 			return st, err
 		}
+		if n := len(st.Ops); n > 0 && st.Ops[n-1].Stage().Kind == Coder {
+			return st, p.errf("%s is a coder and must end its step (%s follows it)", st.Ops[n-1], op)
+		}
 		st.Ops = append(st.Ops, op)
 		if !p.accept(',') {
 			return st, nil
