@@ -562,3 +562,21 @@ func TestDTypes(t *testing.T) {
 		t.Error("f128 accepted")
 	}
 }
+
+func TestWriterStopsGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for i := 0; i < 5; i++ {
+		w, _ := NewWriter(io.Discard, WithConcurrency(4))
+		w.WriteTensor(randTensor("x", U8, 1, 1000))
+		w.Close()
+		w2, _ := NewWriter(failWriter{}, WithConcurrency(2))
+		w2.WriteTensor(randTensor("x", U8, 1, 1000))
+		w2.Close()
+	}
+	for i := 0; i < 100 && runtime.NumGoroutine() > before; i++ {
+		runtime.Gosched()
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("%d goroutines before, %d after closing the writers", before, n)
+	}
+}

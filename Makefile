@@ -1,0 +1,55 @@
+# tensorpress: `make test` is what CI runs (.ci/run). It installs the Debian
+# packages the tests need when dpkg says they are missing, then vets and
+# tests with the race detector (cgo on: the DataDog zstd backend) and again
+# as a pure-Go build (CGO_ENABLED=0: the klauspost backend only).
+
+GO        ?= go
+APT_PKGS  := zstd xz-utils gcc
+FUZZTIME  ?= 30s
+BENCHTIME ?= 1s
+
+.PHONY: all test deps vet test-race test-purego fuzz bench benchmarks build clean
+
+all: build test
+
+deps:
+	@missing=""; \
+	for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "make: installing Debian packages:$$missing"; \
+		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing; \
+	fi
+
+vet:
+	$(GO) vet ./...
+	CGO_ENABLED=0 $(GO) vet ./...
+
+test-race:
+	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+
+test-purego:
+	CGO_ENABLED=0 $(GO) test -count=1 ./...
+
+test: deps vet test-race test-purego
+
+build:
+	$(GO) build ./...
+
+# fuzz runs every fuzz target for FUZZTIME each (seed corpora also run in
+# `make test`, as part of go test).
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$f"; \
+			$(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+# bench runs the Go micro-benchmarks and the end-to-end CLI benchmark.
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./...
+	$(GO) run ./cmd/codec-bench
+
+clean:
+	$(GO) clean -testcache -fuzzcache
