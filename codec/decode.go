@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"sync"
 )
 
 // Frame is a decoded frame.
@@ -18,7 +19,8 @@ type Frame struct {
 
 // Decoder decodes frames held in memory. It is safe for concurrent use.
 type Decoder struct {
-	lim Limits
+	lim    Limits
+	arenas sync.Pool // *Arena
 }
 
 // NewDecoder returns a decoder with the given limits (zero fields take
@@ -40,18 +42,24 @@ func (d *Decoder) DecodeFrame(src []byte) (*Frame, int, error) {
 	if end > int64(len(src)) {
 		return nil, 0, io.ErrUnexpectedEOF
 	}
-	f, err := decodePayload(h, src[h.HeaderLen:end], &d.lim, nil)
+	a, _ := d.arenas.Get().(*Arena)
+	if a == nil {
+		a = &Arena{}
+	}
+	f, err := decodePayload(h, src[h.HeaderLen:end], &d.lim, a, nil)
+	d.arenas.Put(a)
 	if err != nil {
 		return nil, 0, err
 	}
 	return f, int(end), nil
 }
 
-// decodePayload checks the payload CRC and decodes every entry. raw is
-// the payload followed by its CRC when the header says so. When into is
+// decodePayload checks the payload CRC and decodes every entry, with
+// scratch from arena (reset before it returns). raw is the payload
+// followed by its CRC when the header says so. When into is
 // not nil it returns, for entry i, the buffer to decode into (len 0, cap
 // at least the entry's RawLen), or nil to allocate one.
-func decodePayload(h *FrameHeader, raw []byte, lim *Limits, into func(i int) []byte) (*Frame, error) {
+func decodePayload(h *FrameHeader, raw []byte, lim *Limits, arena *Arena, into func(i int) []byte) (*Frame, error) {
 	payload := raw
 	if h.PayloadCRC {
 		payload = raw[:len(raw)-4]
@@ -68,7 +76,6 @@ func decodePayload(h *FrameHeader, raw []byte, lim *Limits, into func(i int) []b
 	case FrameHello, FrameEnd:
 		return f, nil
 	}
-	var arena Arena
 	for i := range h.Entries {
 		e := &h.Entries[i]
 		seg := payload[:e.Payload]
@@ -81,7 +88,7 @@ func decodePayload(h *FrameHeader, raw []byte, lim *Limits, into func(i int) []b
 			dst = AlignedBytes(int(e.RawLen))[:0]
 		}
 		t := e.Tensor
-		out, err := decodeEntry(&Ctx{Tensor: &t, Arena: &arena, Limits: lim}, e, seg, dst)
+		out, err := decodeEntry(&Ctx{Tensor: &t, Arena: arena, Limits: lim}, e, seg, dst)
 		arena.Reset()
 		if err != nil {
 			if e.Tensor.Name != "" {

@@ -336,8 +336,13 @@ func parseHeader(lead byte, hdr []byte, lim *Limits) (*FrameHeader, error) {
 	if r.pos != len(hdr) {
 		return nil, corruptf("%d unparsed bytes at the end of a %v header", len(hdr)-r.pos, h.Type)
 	}
+	var decoded int64
 	for _, e := range h.Entries {
 		h.Payload += e.Payload
+		decoded += e.RawLen
+	}
+	if decoded > lim.MaxDecodedSize {
+		return nil, limitf("frame decodes to %d bytes, more than %d", decoded, lim.MaxDecodedSize)
 	}
 	if h.Payload > lim.MaxFrameSize {
 		return nil, limitf("payload of %d bytes exceeds %d", h.Payload, lim.MaxFrameSize)

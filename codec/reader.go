@@ -18,6 +18,7 @@ type Reader struct {
 	lim    Limits
 	hdrBuf []byte
 	payBuf []byte
+	arena  Arena
 	off    int64 // stream offset of the next frame
 
 	hello   *Hello
@@ -86,7 +87,7 @@ func (r *Reader) next(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	if into != nil {
 		intoEntry = func(i int) []byte { return into(h, i) }
 	}
-	f, err := decodePayload(h, raw, &r.lim, intoEntry)
+	f, err := decodePayload(h, raw, &r.lim, &r.arena, intoEntry)
 	if err != nil {
 		return nil, r.wrap(err, fmt.Sprintf("%v frame", h.Type))
 	}

@@ -122,8 +122,8 @@ type Op interface {
 	Encode(ctx *Ctx, in Segment) ([]Segment, error)
 	// Decode inverts Encode: parts are Encode's outputs (already decoded,
 	// read-only), in describes the original input with its exact length.
-	// Decode appends exactly in.Len bytes to dst, whose capacity is at least
-	// in.Len, and returns the result. It reports bad input with ErrCorrupt
+	// Decode appends exactly in.Len bytes to dst, which has room for them
+	// (cap(dst)-len(dst) >= in.Len), and returns the result. It reports bad input with ErrCorrupt
 	// and never writes more than in.Len bytes.
 	Decode(ctx *Ctx, dst []byte, parts []Segment, in SegInfo) ([]byte, error)
 }
