@@ -580,3 +580,33 @@ func TestWriterStopsGoroutines(t *testing.T) {
 		t.Fatalf("%d goroutines before, %d after closing the writers", before, n)
 	}
 }
+
+func TestDecodeFrameInto(t *testing.T) {
+	enc, _ := NewEncoder()
+	xs := []*Tensor{randTensor("a", U8, 1, 13), randTensor("b", F64, 2, 9), randTensor("c", F32, 3, 5)}
+	frame, _, err := enc.AppendTensors(nil, xs, []*Recipe{MustParseRecipe("halve | *:zeros")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := AlignedBytes(256)
+	f, _, err := NewDecoder(Limits{}).DecodeFrameInto(buf, frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range f.Tensors {
+		if !bytes.Equal(x.Data, xs[i].Data) {
+			t.Fatalf("tensor %d differs", i)
+		}
+		if _, err := View[float64](x); x.DType == F64 && err != nil {
+			t.Fatal(err)
+		}
+	}
+	if &f.Tensors[0].Data[0] != &buf[0] || &f.Tensors[1].Data[0] != &buf[16] {
+		t.Fatal("tensors not decoded into buf at aligned offsets")
+	}
+	// Too small a buffer: decoded into fresh memory, still correct.
+	f, _, err = NewDecoder(Limits{}).DecodeFrameInto(make([]byte, 4), frame)
+	if err != nil || !bytes.Equal(f.Tensors[1].Data, xs[1].Data) {
+		t.Fatal(err)
+	}
+}

@@ -1,7 +1,6 @@
 package codec
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -29,13 +28,19 @@ func NewDecoder(lim Limits) *Decoder { return &Decoder{lim: lim.withDefaults()} 
 
 // DecodeFrame decodes the frame at the start of src and returns it with
 // the number of bytes it took. A frame cut short gives io.ErrUnexpectedEOF.
+// The decoded data is freshly allocated and owned by the caller.
 func (d *Decoder) DecodeFrame(src []byte) (*Frame, int, error) {
-	br := bytes.NewReader(src)
-	h, _, err := ReadFrameHeader(br, br, d.lim, nil)
+	return d.DecodeFrameInto(nil, src)
+}
+
+// DecodeFrameInto is DecodeFrame, decoding into buf's memory when buf has
+// the capacity for every entry (each entry's data starts 8-byte aligned
+// when buf does; AlignedBytes makes such a buffer). The returned tensors
+// and bytes then alias buf: reusing buf for the next frame saves the
+// allocation and page faults of a fresh buffer per frame.
+func (d *Decoder) DecodeFrameInto(buf []byte, src []byte) (*Frame, int, error) {
+	h, err := parseFrameHeader(src, &d.lim)
 	if err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
 		return nil, 0, err
 	}
 	end := h.FrameLen()
@@ -46,12 +51,31 @@ func (d *Decoder) DecodeFrame(src []byte) (*Frame, int, error) {
 	if a == nil {
 		a = &Arena{}
 	}
-	f, err := decodePayload(h, src[h.HeaderLen:end], &d.lim, a, nil)
+	var into func(int) []byte
+	if need := alignedTotal(h); buf != nil && int64(cap(buf)) >= need {
+		buf = buf[:0]
+		into = func(i int) []byte {
+			off := (len(buf) + 7) &^ 7
+			buf = buf[:off+int(h.Entries[i].RawLen)]
+			return buf[off:off:len(buf)]
+		}
+	}
+	f, err := decodePayload(h, src[h.HeaderLen:end], &d.lim, a, into)
 	d.arenas.Put(a)
 	if err != nil {
 		return nil, 0, err
 	}
 	return f, int(end), nil
+}
+
+// alignedTotal is the room DecodeFrameInto needs: every entry's decoded
+// length, each rounded up to 8 bytes.
+func alignedTotal(h *FrameHeader) int64 {
+	var n int64
+	for _, e := range h.Entries {
+		n += (e.RawLen + 7) &^ 7
+	}
+	return n
 }
 
 // decodePayload checks the payload CRC and decodes every entry, with

@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -226,13 +227,8 @@ func ReadFrameHeader(br io.ByteReader, rd io.Reader, lim Limits, buf []byte) (*F
 	if err != nil {
 		return nil, buf, err // io.EOF at a frame boundary is a clean end
 	}
-	var pre [1 + binary.MaxVarintLen64]byte
-	pre[0] = lead
-	if v := lead >> leadVersionShift; v != Version {
-		if v == 0 {
-			return nil, buf, fmt.Errorf("%w: lead byte %#02x is not a tensorpress frame", ErrCorrupt, lead)
-		}
-		return nil, buf, fmt.Errorf("%w: format version %d (this reader knows %d)", ErrUnsupported, v, Version)
+	if err := checkLead(lead); err != nil {
+		return nil, buf, err
 	}
 	hlen, err := readUvarint(br)
 	if err != nil {
@@ -241,7 +237,6 @@ func ReadFrameHeader(br io.ByteReader, rd io.Reader, lim Limits, buf []byte) (*F
 	if hlen > uint64(lim.MaxHeaderSize) {
 		return nil, buf, limitf("header of %d bytes exceeds %d", hlen, lim.MaxHeaderSize)
 	}
-	npre := 1 + binary.PutUvarint(pre[1:], hlen)
 	need := int(hlen) + 4
 	if cap(buf) < need {
 		buf = make([]byte, need, max(need, 512))
@@ -250,17 +245,69 @@ func ReadFrameHeader(br io.ByteReader, rd io.Reader, lim Limits, buf []byte) (*F
 	if _, err := io.ReadFull(rd, buf); err != nil {
 		return nil, buf, unexpected(err)
 	}
-	hdr := buf[:hlen]
-	sum := crc32.Update(crc(pre[:npre]), castagnoli, hdr)
-	if got := binary.LittleEndian.Uint32(buf[hlen:]); got != sum {
-		return nil, buf, fmt.Errorf("%w: header CRC %08x, computed %08x", ErrChecksum, got, sum)
+	var pre [5]byte
+	pre[0] = lead
+	npre := 1 + binary.PutUvarint(pre[1:], hlen)
+	h, err := checkHeader(pre[:npre], buf[:hlen], buf[hlen:], &lim)
+	return h, buf, err
+}
+
+// parseFrameHeader is ReadFrameHeader for a frame held in memory: the
+// header is checked and parsed in place. lim must have its defaults.
+func parseFrameHeader(src []byte, lim *Limits) (*FrameHeader, error) {
+	if len(src) == 0 {
+		return nil, io.ErrUnexpectedEOF
 	}
-	h, err := parseHeader(lead, hdr, &lim)
+	if err := checkLead(src[0]); err != nil {
+		return nil, err
+	}
+	hlen, err := readUvarint(bytes.NewReader(src[1:min(len(src), 5)]))
 	if err != nil {
-		return nil, buf, err
+		return nil, err
 	}
-	h.HeaderLen = npre + need
-	return h, buf, nil
+	if hlen > uint64(lim.MaxHeaderSize) {
+		return nil, limitf("header of %d bytes exceeds %d", hlen, lim.MaxHeaderSize)
+	}
+	npre := 1 + uvarintLen(hlen)
+	end := npre + int(hlen) + 4
+	if end > len(src) {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return checkHeader(src[:npre], src[npre:end-4], src[end-4:end], lim)
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+func checkLead(lead byte) error {
+	if v := lead >> leadVersionShift; v != Version {
+		if v == 0 {
+			return fmt.Errorf("%w: lead byte %#02x is not a tensorpress frame", ErrCorrupt, lead)
+		}
+		return fmt.Errorf("%w: format version %d (this reader knows %d)", ErrUnsupported, v, Version)
+	}
+	return nil
+}
+
+// checkHeader verifies the header CRC over prefix (lead and header length)
+// and hdr, then parses hdr.
+func checkHeader(prefix, hdr, hcrc []byte, lim *Limits) (*FrameHeader, error) {
+	sum := crc32.Update(crc(prefix), castagnoli, hdr)
+	if got := binary.LittleEndian.Uint32(hcrc); got != sum {
+		return nil, fmt.Errorf("%w: header CRC %08x, computed %08x", ErrChecksum, got, sum)
+	}
+	h, err := parseHeader(prefix[0], hdr, lim)
+	if err != nil {
+		return nil, err
+	}
+	h.HeaderLen = len(prefix) + len(hdr) + 4
+	return h, nil
 }
 
 // readUvarint reads the header length: at most 4 bytes (headers are far
