@@ -231,6 +231,19 @@ func (en *entry) encode(ctx *Ctx, root Segment, r *Recipe) error {
 			i += n
 		}
 	}
+	// Never worse than raw: when the steps and their table cost at least as
+	// much as the data they replace, store the data as it is. (Lossy steps
+	// are kept: what they dropped is gone, and their callers account for it.)
+	if len(en.steps) > 0 && !r.Lossy() {
+		cost := len(en.appendBody(ctx.Arena.Alloc(0)))
+		for _, l := range en.leaves {
+			cost += len(l.Data)
+		}
+		if cost >= root.Len {
+			en.steps = en.steps[:0]
+			en.leaves = append(en.leaves[:0], leaf{Segment: root, raw: root.Len})
+		}
+	}
 	return nil
 }
 
@@ -244,11 +257,11 @@ func (en *entry) apply(ctx *Ctx, i int, ops []Op) (int, error) {
 	in := en.leaves[i]
 	want, err := op.Outputs(in.SegInfo)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s on segment %q of %q: %v", ErrRecipe, op, in.Name, en.t.Name, err)
+		return 0, fmt.Errorf("%w: %s on segment %q of %s: %v", ErrRecipe, op, in.Name, en.what(), err)
 	}
 	outs, err := op.Encode(ctx, in.Segment)
 	if err != nil {
-		return 0, fmt.Errorf("codec: %s on segment %q of %q: %w", op, in.Name, en.t.Name, err)
+		return 0, fmt.Errorf("codec: %s on segment %q of %s: %w", op, in.Name, en.what(), err)
 	}
 	if len(outs) != len(want) {
 		return 0, fmt.Errorf("codec: stage %s made %d segments, declared %d", op, len(outs), len(want))
@@ -284,6 +297,14 @@ func (en *entry) apply(ctx *Ctx, i int, ops []Op) (int, error) {
 		total += n
 	}
 	return total, nil
+}
+
+// what names the entry in errors.
+func (en *entry) what() string {
+	if en.t.DType == Byte {
+		return "a byte stream"
+	}
+	return fmt.Sprintf("tensor %q", en.t.Name)
 }
 
 func (en *entry) record(op Op, input, rawLen int) {
