@@ -255,6 +255,13 @@ func (en *entry) apply(ctx *Ctx, i int, ops []Op) (int, error) {
 	}
 	op := ops[0]
 	in := en.leaves[i]
+	if b, ok := op.(Binder); ok {
+		bound, err := b.Bind(in.SegInfo)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %s on segment %q of %s: %v", ErrRecipe, op, in.Name, en.what(), err)
+		}
+		op = bound
+	}
 	want, err := op.Outputs(in.SegInfo)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s on segment %q of %s: %v", ErrRecipe, op, in.Name, en.what(), err)

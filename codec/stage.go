@@ -128,6 +128,14 @@ type Op interface {
 	Decode(ctx *Ctx, dst []byte, parts []Segment, in SegInfo) ([]byte, error)
 }
 
+// Binder is implemented by ops whose parameters depend on the segment they
+// meet (shuffle without a width takes the element size). The encoder calls
+// Bind before Outputs and records the bound op's parameters, so frames
+// always carry resolved parameters.
+type Binder interface {
+	Bind(in SegInfo) (Op, error)
+}
+
 // Arg is one recipe argument: a bare value ("3") or key=value ("level=3").
 type Arg struct {
 	Key, Value string

@@ -1,0 +1,117 @@
+//go:build amd64 && !noasm && gc
+
+package lossless
+
+// This file and shuffle_amd64.s hold the AVX2 shuffle kernels; without
+// AVX2 (or in noasm and gccgo builds: shuffle_noasm.go) the pure-Go
+// kernels of shuffle.go do all the work, with the same results. Each
+// *Asm function handles the largest multiple of 32 elements it can and
+// returns how many elements it did; the caller finishes the rest.
+
+// shuffleHasAVX2 reports whether the CPU and the OS support AVX2.
+var shuffleHasAVX2 = func() bool {
+	maxID, _, _, _ := shuffleCPUID(0, 0)
+	if maxID < 7 {
+		return false
+	}
+	_, _, ecx1, _ := shuffleCPUID(1, 0)
+	const osxsave, avx = 1 << 27, 1 << 28
+	if ecx1&osxsave == 0 || ecx1&avx == 0 {
+		return false
+	}
+	if xcr0, _ := shuffleXGETBV(); xcr0&6 != 6 { // XMM and YMM state enabled
+		return false
+	}
+	_, ebx7, _, _ := shuffleCPUID(7, 0)
+	return ebx7&(1<<5) != 0
+}()
+
+func shuffleCPUID(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+
+func shuffleXGETBV() (eax, edx uint32)
+
+//go:noescape
+func shuffle2AVX2(p0, p1, src *byte, n int)
+
+//go:noescape
+func unshuffle2AVX2(dst, p0, p1 *byte, n int)
+
+//go:noescape
+func shuffle4AVX2(p0, p1, p2, p3, src *byte, n int)
+
+//go:noescape
+func unshuffle4AVX2(dst, p0, p1, p2, p3 *byte, n int)
+
+//go:noescape
+func shuffle8AVX2(p0, p1, p2, p3, p4, p5, p6, p7, src *byte, n int)
+
+//go:noescape
+func unshuffle8AVX2(dst, p0, p1, p2, p3, p4, p5, p6, p7 *byte, n int)
+
+// The wrappers check every length before the kernels touch memory.
+
+func shuffle2Asm(p0, p1, src []byte) int {
+	n := len(p0) &^ 31
+	if !shuffleHasAVX2 || n == 0 {
+		return 0
+	}
+	_, _ = p1[n-1], src[2*n-1]
+	shuffle2AVX2(&p0[0], &p1[0], &src[0], n)
+	return n
+}
+
+func unshuffle2Asm(dst, p0, p1 []byte) int {
+	n := len(p0) &^ 31
+	if !shuffleHasAVX2 || n == 0 {
+		return 0
+	}
+	_, _ = p1[n-1], dst[2*n-1]
+	unshuffle2AVX2(&dst[0], &p0[0], &p1[0], n)
+	return n
+}
+
+func shuffle4Asm(p0, p1, p2, p3, src []byte) int {
+	n := len(p0) &^ 31
+	if !shuffleHasAVX2 || n == 0 {
+		return 0
+	}
+	_, _, _, _ = p1[n-1], p2[n-1], p3[n-1], src[4*n-1]
+	shuffle4AVX2(&p0[0], &p1[0], &p2[0], &p3[0], &src[0], n)
+	return n
+}
+
+func unshuffle4Asm(dst, p0, p1, p2, p3 []byte) int {
+	n := len(p0) &^ 31
+	if !shuffleHasAVX2 || n == 0 {
+		return 0
+	}
+	_, _, _, _ = p1[n-1], p2[n-1], p3[n-1], dst[4*n-1]
+	unshuffle4AVX2(&dst[0], &p0[0], &p1[0], &p2[0], &p3[0], n)
+	return n
+}
+
+func shuffle8Asm(p *[8][]byte, src []byte) int {
+	n := len(p[0]) &^ 31
+	if !shuffleHasAVX2 || n == 0 {
+		return 0
+	}
+	for k := range p {
+		_ = p[k][n-1]
+	}
+	_ = src[8*n-1]
+	shuffle8AVX2(&p[0][0], &p[1][0], &p[2][0], &p[3][0], &p[4][0], &p[5][0], &p[6][0], &p[7][0], &src[0], n)
+	return n
+}
+
+func unshuffle8Asm(dst []byte, p *[8][]byte) int {
+	n := len(p[0]) &^ 31
+	if !shuffleHasAVX2 || n == 0 {
+		return 0
+	}
+	for k := range p {
+		_ = p[k][n-1]
+	}
+	_ = dst[8*n-1]
+	unshuffle8AVX2(&dst[0], &p[0][0], &p[1][0], &p[2][0], &p[3][0], &p[4][0], &p[5][0], &p[6][0], &p[7][0], n)
+	return n
+}

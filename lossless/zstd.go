@@ -1,0 +1,297 @@
+package lossless
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/tensorpress/tensorpress/codec"
+)
+
+// The zstd stage codes a segment as a standard Zstandard frame.
+//
+// Wire parameters: 1 byte, the compression level, 1..22. The level is only
+// a hint to the encoder; decoding does not depend on it.
+//
+// Recipe text: "zstd" (level 3, zstd's own default), "zstd(N)" or
+// "zstd(level=N)". An op prints as "zstd(N)".
+//
+// Segment layout: one zstd frame (RFC 8878) with the frame content size
+// set and no content checksum (the frame's CRC-32C covers the payload).
+// `zstd -d` reads it. Decoders also accept what RFC 8878 allows beyond
+// that (several frames, skippable frames, frames without a content size)
+// as long as the output is exactly the expected length.
+//
+// Two backends make and read these frames: klauspost/compress/zstd (pure
+// Go, always built in) and DataDog/zstd (the C library, in cgo builds).
+// Each reads the other's frames; which one runs is a local choice (see
+// SetZstdBackend), never a property of the wire.
+const (
+	ZstdMinLevel     = 1
+	ZstdMaxLevel     = 22
+	ZstdDefaultLevel = 3
+)
+
+var zstdStage = &codec.Stage{
+	ID:     ZstdID,
+	Name:   "zstd",
+	Kind:   codec.Coder,
+	Reads:  "any byte segment",
+	Writes: "one zstd frame",
+	Doc:    "Zstandard, level 1..22 (default 3); klauspost or DataDog/zstd backend",
+	New: func(args []codec.Arg) (codec.Op, error) {
+		if err := codec.CheckArgs("zstd", args, 1, "level"); err != nil {
+			return nil, err
+		}
+		l, err := codec.IntArg("zstd", args, 0, "level", ZstdDefaultLevel, ZstdMinLevel, ZstdMaxLevel)
+		if err != nil {
+			return nil, err
+		}
+		return zstdOp{level: uint8(l)}, nil
+	},
+	Load: func(p []byte) (codec.Op, error) {
+		if len(p) != 1 || p[0] < ZstdMinLevel || p[0] > ZstdMaxLevel {
+			return nil, fmt.Errorf("%w: zstd params %x: want one byte, a level in [%d, %d]", codec.ErrCorrupt, p, ZstdMinLevel, ZstdMaxLevel)
+		}
+		return zstdOp{level: p[0]}, nil
+	},
+}
+
+func init() { codec.Register(zstdStage) }
+
+// zstdOp is the zstd stage at one level.
+type zstdOp struct{ level uint8 }
+
+var _ codec.Op = zstdOp{}
+
+func (zstdOp) Stage() *codec.Stage              { return zstdStage }
+func (o zstdOp) String() string                 { return "zstd(" + strconv.Itoa(int(o.level)) + ")" }
+func (o zstdOp) AppendParams(dst []byte) []byte { return append(dst, o.level) }
+func (zstdOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
+	return []codec.SegInfo{{Name: in.Name, Elem: codec.Byte, Len: -1}}, nil
+}
+
+// Encode compresses in into ctx.Arena with the current backend.
+func (o zstdOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, error) {
+	var a *codec.Arena
+	if ctx != nil {
+		a = ctx.Arena
+	}
+	dst := a.Alloc(zstdBound(len(in.Data)))[:0]
+	out, err := zstdCurrent.Load().be.encode(dst, in.Data, int(o.level))
+	if err != nil {
+		return nil, fmt.Errorf("zstd(%d): %w", o.level, err)
+	}
+	return []codec.Segment{{SegInfo: codec.SegInfo{Name: in.Name, Elem: codec.Byte, Len: len(out)}, Data: out}}, nil
+}
+
+// Decode appends exactly in.Len decoded bytes to dst with the current
+// backend.
+func (o zstdOp) Decode(_ *codec.Ctx, dst []byte, parts []codec.Segment, in codec.SegInfo) ([]byte, error) {
+	if len(parts) != 1 || in.Len < 0 {
+		return nil, fmt.Errorf("%w: zstd: want 1 segment and a length, got %d segments and length %d", codec.ErrCorrupt, len(parts), in.Len)
+	}
+	return zstdCurrent.Load().be.decode(dst, parts[0].Data, in.Len)
+}
+
+// zstdBound is ZSTD_COMPRESSBOUND: the largest frame either backend makes
+// from n bytes (klauspost stays below it too: raw blocks cost 3 bytes per
+// 64 KiB, the frame header at most 18).
+func zstdBound(n int) int {
+	b := n + n>>8
+	if n < 128<<10 {
+		b += (128<<10 - n) >> 11
+	}
+	return b
+}
+
+// zstdBackend is one implementation of the zstd wire codec.
+type zstdBackend interface {
+	// encode appends one zstd frame holding src, with its content size
+	// set, to dst. It does not allocate when cap(dst)-len(dst) is at least
+	// zstdBound(len(src)).
+	encode(dst, src []byte, level int) ([]byte, error)
+	// decode appends exactly n decoded bytes to dst. It never writes more
+	// than n bytes into dst's spare capacity, and reports any input that
+	// does not decode to exactly n bytes with codec.ErrCorrupt.
+	decode(dst, src []byte, n int) ([]byte, error)
+}
+
+// Backend names for SetZstdBackend.
+const (
+	ZstdKlauspost = "klauspost"
+	ZstdDataDog   = "datadog"
+)
+
+type zstdSelection struct {
+	name string
+	be   zstdBackend
+}
+
+// zstdCurrent is the selection Encode and Decode use. It starts at the
+// default of zstd_cgo.go or zstd_nocgo.go.
+var zstdCurrent atomic.Pointer[zstdSelection]
+
+func init() { zstdCurrent.Store(zstdDefault()) }
+
+// SetZstdBackend selects the implementation the zstd stage uses in this
+// process, for encoding and decoding: "klauspost" (pure Go, always
+// available) or "datadog" (the C library; an error in builds without
+// cgo). The empty string restores the default. The choice is local: both
+// make standard frames, and each decodes the other's.
+//
+// The default in cgo builds is DataDog/zstd for encoding and decoding (the
+// faster of the two at the levels tensorpress uses: see zstd_cgo.go); in
+// builds without cgo it is klauspost. SetZstdBackend is safe to call at
+// any time; ops already running finish with the backend they started with.
+func SetZstdBackend(name string) error {
+	switch name {
+	case "":
+		zstdCurrent.Store(zstdDefault())
+	case ZstdKlauspost:
+		zstdCurrent.Store(&zstdSelection{name: ZstdKlauspost, be: klauspostZstd{}})
+	case ZstdDataDog:
+		if datadogZstd == nil {
+			return fmt.Errorf("lossless: zstd backend %q needs a cgo build", name)
+		}
+		zstdCurrent.Store(&zstdSelection{name: ZstdDataDog, be: datadogZstd})
+	default:
+		return fmt.Errorf("lossless: unknown zstd backend %q (known: %s, %s)", name, ZstdKlauspost, ZstdDataDog)
+	}
+	return nil
+}
+
+// ZstdBackend names the zstd implementation in use: "klauspost" or
+// "datadog".
+func ZstdBackend() string { return zstdCurrent.Load().name }
+
+// zstdCheckHeader refuses src unless it starts with a zstd frame header
+// (or a skippable frame) and, when the frame states its content size,
+// that size is n. It runs before either backend touches untrusted input.
+func zstdCheckHeader(src []byte, n int) error {
+	var h zstd.Header
+	if err := h.Decode(src); err != nil {
+		return fmt.Errorf("%w: zstd frame header: %v", codec.ErrCorrupt, err)
+	}
+	if h.HasFCS && h.FrameContentSize != uint64(n) {
+		return fmt.Errorf("%w: zstd frame content size %d, want %d", codec.ErrCorrupt, h.FrameContentSize, n)
+	}
+	return nil
+}
+
+// klauspost backend.
+//
+// Encoders: one *zstd.Encoder per klauspost level (levels 1-2 fastest, 3-5
+// default, 6-9 better, 10-22 best: zstd.EncoderLevelFromZstd), made on
+// first use and shared; EncodeAll is safe for concurrent use. Options:
+//
+//   - WithAllLitEntropyCompression(true): without it the fastest and
+//     default levels store float payloads (no matches, skewed literals)
+//     uncompressed.
+//   - WithSingleSegment(true): every frame states its content size, also
+//     below 256 bytes (klauspost leaves it out there otherwise). A
+//     streaming decoder then needs a window of the content size: a chunk
+//     (at most 64 MiB) is within `zstd -d`'s default 128 MiB; a segment
+//     above 128 MiB needs its --memory option (our decoders need none).
+//   - WithWindowSize: matches reach back 2 MiB at levels 1-5 and 8 MiB
+//     above (libzstd's windows at levels 3 and 19); each encoder keeps a
+//     history of twice that. On float data the window makes no difference
+//     (1, 4 or 8 MiB: the same ratio to 4 digits on 4 MiB of floats).
+//   - WithEncoderCRC(false): no content checksum; the frame has CRC-32C.
+//     `zstd -d` accepts frames without one.
+//   - WithZeroFrames(true): an empty input gives a valid 9-byte frame.
+//   - WithEncoderConcurrency: min(GOMAXPROCS, 4) calls encode at once per
+//     level (2 at levels 10-22), each with its own match tables, made up
+//     front: 0.25 MiB at levels 1-2, 1.25 MiB at 3-5, 4 MiB at 6-9 and 34 MiB
+//     at 10-22.
+//
+// Decoder: one *zstd.Decoder for all levels with WithDecodeAllCapLimit, so
+// DecodeAll never produces more than cap(dst)-len(dst) bytes; decode hands
+// it dst capped at exactly n, and it never writes into dst beyond n. On a
+// damaged frame whose raw or RLE blocks hold more than n bytes, the block
+// that overflows is appended to a new buffer (about 1.25 (n + 128 KiB),
+// measured) before DecodeAll fails; compressed blocks stop at the cap. The
+// DataDog backend allocates nothing.
+// DecodeAll decodes into dst and allocates no window, so the limits below
+// are policy, not memory: declared windows above 128 MiB are refused (as
+// `zstd -d` does by default; no level of either encoder declares more),
+// where DataDog's single-pass decoder would accept them.
+const (
+	klauspostMaxWindow = 128 << 20 // libzstd's own default limit (windowLog 27)
+	klauspostMaxMemory = 1 << 30   // above codec's MaxDecodedSize default (256 MiB)
+)
+
+var klauspostEncoders = sync.OnceValue(func() int { return min(runtime.GOMAXPROCS(0), 4) })
+
+var klauspostEnc [zstd.SpeedBestCompression + 1]func() *zstd.Encoder
+
+func init() {
+	for l := zstd.SpeedFastest; l <= zstd.SpeedBestCompression; l++ {
+		klauspostEnc[l] = sync.OnceValue(func() *zstd.Encoder {
+			conc, window := klauspostEncoders(), 2<<20
+			if l >= zstd.SpeedBetterCompression {
+				window = 8 << 20
+			}
+			if l == zstd.SpeedBestCompression {
+				conc = min(conc, 2)
+			}
+			e, err := zstd.NewWriter(nil,
+				zstd.WithEncoderLevel(l),
+				zstd.WithWindowSize(window),
+				zstd.WithAllLitEntropyCompression(true),
+				zstd.WithSingleSegment(true),
+				zstd.WithEncoderCRC(false),
+				zstd.WithZeroFrames(true),
+				zstd.WithEncoderConcurrency(conc),
+			)
+			if err != nil {
+				panic("lossless: zstd encoder options: " + err.Error()) // constant options
+			}
+			return e
+		})
+	}
+}
+
+var klauspostDec = sync.OnceValue(func() *zstd.Decoder {
+	d, err := zstd.NewReader(nil,
+		zstd.WithDecoderConcurrency(0), // GOMAXPROCS concurrent DecodeAll calls
+		zstd.WithDecoderMaxWindow(klauspostMaxWindow),
+		zstd.WithDecoderMaxMemory(klauspostMaxMemory),
+		zstd.WithDecodeAllCapLimit(true),
+	)
+	if err != nil {
+		panic("lossless: zstd decoder options: " + err.Error()) // constant options
+	}
+	return d
+})
+
+type klauspostZstd struct{}
+
+func (klauspostZstd) encode(dst, src []byte, level int) ([]byte, error) {
+	return klauspostEnc[zstd.EncoderLevelFromZstd(level)]().EncodeAll(src, dst), nil
+}
+
+func (klauspostZstd) decode(dst, src []byte, n int) ([]byte, error) {
+	if err := zstdCheckHeader(src, n); err != nil {
+		return nil, err
+	}
+	dst = slices.Grow(dst, n)
+	start := len(dst)
+	out, err := klauspostDec().DecodeAll(src, dst[:start:start+n])
+	if err != nil {
+		if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+			return nil, fmt.Errorf("%w: zstd segment decodes to more than %d bytes", codec.ErrCorrupt, n)
+		}
+		return nil, fmt.Errorf("%w: zstd: %v", codec.ErrCorrupt, err)
+	}
+	if len(out) != start+n {
+		return nil, fmt.Errorf("%w: zstd segment decodes to %d bytes, want %d", codec.ErrCorrupt, len(out)-start, n)
+	}
+	return out, nil
+}
