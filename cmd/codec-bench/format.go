@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// row is one measurement: a chain (or an external tool) on one input.
+type row struct {
+	Tensor string `json:"tensor"`
+	DType  string `json:"dtype"`
+	// Chain is the printed form of the parsed recipe: encode --chain
+	// accepts it as it is. External rows give the equivalent spec.
+	Chain    string  `json:"chain"`
+	External string  `json:"external"` // "" for tensorpress, else the tool's command
+	BytesIn  int64   `json:"bytes_in"`
+	BytesOut int64   `json:"bytes_out"` // all frame bytes, headers included
+	Frames   int     `json:"frames"`    // 0 for external rows
+	Ratio    float64 `json:"ratio"`
+	// MB/s are input bytes per second / 1e6, from the median of the
+	// repetitions.
+	CompressMBps   float64 `json:"compress_mbps"`
+	DecompressMBps float64 `json:"decompress_mbps"`
+	// EntropyBound is the best ratio a per-byte-plane order-0 coder can
+	// reach on the whole input; 0 when the input is not a float tensor or
+	// the bound is unbounded (every plane constant).
+	EntropyBound float64   `json:"entropy_bound"`
+	PlaneBits    []float64 `json:"plane_bits,omitempty"` // bits per byte of plane 0 (least significant) up
+}
+
+// rowWriter prints rows in one of the output formats.
+type rowWriter interface {
+	write(r row) error
+	flush() error
+}
+
+func newRowWriter(format string, w io.Writer) (rowWriter, error) {
+	switch format {
+	case "table":
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "TENSOR\tDTYPE\tBYTES\tCHAIN\tOUT\tRATIO\tCOMP MB/s\tDECOMP MB/s\tBOUND\tPLANE BITS\tEXTERNAL")
+		return tableWriter{tw}, nil
+	case "json":
+		return jsonWriter{json.NewEncoder(w)}, nil
+	case "csv":
+		cw := csv.NewWriter(w)
+		err := cw.Write([]string{"tensor", "dtype", "chain", "external", "bytes_in", "bytes_out", "frames", "ratio",
+			"compress_mbps", "decompress_mbps", "entropy_bound", "plane_bits"})
+		return csvWriter{cw}, err
+	}
+	return nil, usagef("unknown --format %q (want table, json or csv)", format)
+}
+
+func planeBits(bits []float64) string {
+	s := make([]string, len(bits))
+	for i, b := range bits {
+		s[i] = strconv.FormatFloat(b, 'f', 2, 64)
+	}
+	return strings.Join(s, "/")
+}
+
+type tableWriter struct{ tw *tabwriter.Writer }
+
+func (t tableWriter) write(r row) error {
+	chain := r.Chain
+	if chain == "" {
+		chain = "(raw)"
+	}
+	bound, ext := "-", r.External
+	if r.EntropyBound > 0 {
+		bound = fmt.Sprintf("%.3fx", r.EntropyBound)
+	}
+	if ext == "" {
+		ext = "-"
+	}
+	pb := planeBits(r.PlaneBits)
+	if pb == "" {
+		pb = "-"
+	}
+	_, err := fmt.Fprintf(t.tw, "%s\t%s\t%d\t%s\t%d\t%.3fx\t%.1f\t%.1f\t%s\t%s\t%s\n",
+		r.Tensor, r.DType, r.BytesIn, chain, r.BytesOut, r.Ratio, r.CompressMBps, r.DecompressMBps, bound, pb, ext)
+	return err
+}
+
+func (t tableWriter) flush() error { return t.tw.Flush() }
+
+type jsonWriter struct{ enc *json.Encoder }
+
+func (j jsonWriter) write(r row) error { return j.enc.Encode(r) }
+func (j jsonWriter) flush() error      { return nil }
+
+type csvWriter struct{ w *csv.Writer }
+
+// write writes and flushes one row, so that rows stream as they come.
+func (c csvWriter) write(r row) error {
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
+	c.w.Write([]string{r.Tensor, r.DType, r.Chain, r.External,
+		strconv.FormatInt(r.BytesIn, 10), strconv.FormatInt(r.BytesOut, 10), strconv.Itoa(r.Frames),
+		f(r.Ratio), f(r.CompressMBps), f(r.DecompressMBps), f(r.EntropyBound), planeBits(r.PlaneBits)})
+	return c.flush()
+}
+
+func (c csvWriter) flush() error {
+	c.w.Flush()
+	return c.w.Error()
+}

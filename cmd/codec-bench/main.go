@@ -1,0 +1,171 @@
+// Command codec-bench measures tensorpress chains on tensors and encodes,
+// decodes and inspects frame files.
+//
+//	codec-bench                       measure the default chains on a built-in synthetic tensor set
+//	codec-bench run [flags]           the same, or on a raw file (--input, --dtype)
+//	codec-bench encode --chain SPEC IN OUT
+//	codec-bench decode IN OUT
+//	codec-bench inspect FILE
+//	codec-bench stages
+//
+// Run 'codec-bench COMMAND -h' for the flags of each command. Exit status: 0
+// on success, 1 when a command fails, 2 on a usage error.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	_ "github.com/tensorpress/tensorpress/lossless" // registers the lossless stages
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// command is one subcommand. do receives the arguments after its name.
+type command struct {
+	name, summary string
+	do            func(args []string, stdout, stderr io.Writer) error
+}
+
+var commands = []command{
+	{"run", "measure chains on tensors (default: a built-in synthetic set)", cmdRun},
+	{"encode", "encode a raw tensor or byte stream into frames", cmdEncode},
+	{"decode", "decode frames back to raw tensor data or bytes", cmdDecode},
+	{"inspect", "print the frames and segments of a frame file as JSON", cmdInspect},
+	{"stages", "list the registered stages", cmdStages},
+}
+
+// run is main without the process: it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	name := "run" // no command, or flags first: measure
+	if len(args) > 0 {
+		switch a := args[0]; {
+		case a == "-h" || a == "-help" || a == "--help":
+			usage(stderr)
+			return 0
+		case !strings.HasPrefix(a, "-"):
+			name, args = a, args[1:]
+		}
+	}
+	if name == "help" {
+		if len(args) == 0 {
+			usage(stderr)
+			return 0
+		}
+		name, args = args[0], []string{"-h"}
+	}
+	for _, c := range commands {
+		if c.name != name {
+			continue
+		}
+		err := c.do(args, stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, new(usageError)):
+			fmt.Fprintf(stderr, "codec-bench %s: %v\nRun 'codec-bench %s -h' for usage.\n", name, err, name)
+			return 2
+		}
+		fmt.Fprintf(stderr, "codec-bench %s: %v\n", name, err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "codec-bench: unknown command %q\n\n", name)
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `codec-bench measures tensorpress compression chains and encodes, decodes and
+inspects frame files.
+
+Usage:
+  codec-bench                          same as 'codec-bench run'
+  codec-bench COMMAND [flags] [args]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "  %-8s %s\n", "help", "show the help of a command")
+	fmt.Fprint(w, `
+Run 'codec-bench COMMAND -h' for the flags of a command.
+`)
+}
+
+// usageError is a bad command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// flags is a subcommand's FlagSet with its help text. Parse errors are
+// reported once, by run, with a pointer to -h; -h prints the help.
+type flags struct {
+	*flag.FlagSet
+	synopsis, text string
+	stderr         io.Writer
+}
+
+func newFlags(name, synopsis, text string, stderr io.Writer) *flags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flags{FlagSet: fs, synopsis: synopsis, text: text, stderr: stderr}
+}
+
+func (f *flags) help() {
+	fmt.Fprintf(f.stderr, "Usage: codec-bench %s\n\n%s\nFlags:\n", f.synopsis, f.text)
+	f.SetOutput(f.stderr)
+	f.PrintDefaults()
+	f.SetOutput(io.Discard)
+}
+
+// parse parses flags placed before, between or after the positional
+// arguments (flag.Parse alone stops at the first positional one) and
+// checks the number of positional arguments. Everything after "--" is
+// positional.
+func (f *flags) parse(args []string, minPos, maxPos int) ([]string, error) {
+	var pos []string
+	for {
+		if err := f.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				f.help()
+				return nil, err
+			}
+			return nil, usageError{err.Error()}
+		}
+		rest := f.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if len(pos) < minPos || len(pos) > maxPos {
+		want := fmt.Sprint(minPos)
+		if maxPos != minPos {
+			want = fmt.Sprintf("%d to %d", minPos, maxPos)
+		}
+		return nil, usagef("want %s argument(s), got %d %q", want, len(pos), pos)
+	}
+	return pos, nil
+}
+
+// isSet reports whether the flag called name was given.
+func (f *flags) isSet(name string) bool {
+	set := false
+	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}

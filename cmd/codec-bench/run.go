@@ -1,0 +1,290 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/entropy"
+)
+
+// defaultChains are measured when --chains is not given. Specs whose
+// stages are not registered in this build are skipped with a note; fits
+// leaves out chains that make no sense for a dtype.
+var defaultChains = []struct {
+	spec string
+	fits func(codec.DType) bool
+}{
+	{"", nil},
+	{"*:zstd(1)", nil},
+	{"*:zstd(3)", nil},
+	{"*:s2", nil},
+	{"shuffle | *:zstd(1)", multiByte},
+	{"shuffle | *:huff0", multiByte},
+	{"shuffle4 | plane3:huff0 | plane0..2:raw", func(d codec.DType) bool { return d == codec.F32 }},
+	{"shuffle | bytedelta | *:zstd(1)", multiByte},
+}
+
+func multiByte(d codec.DType) bool { return d.Size() > 1 }
+
+const runText = `Measures compression ratio and single-core encode and decode speed of
+tensorpress chains. Without --input it runs on a built-in set of synthetic
+tensors (weights, gradients, a 99%-sparse tensor, int8, bf16 and a few small
+tensors), generated from fixed seeds.
+
+Each tensor is cut into chunks of --chunk bytes; encoding is
+codec.Encoder.AppendTensor over the chunks into a reused buffer, decoding is
+codec.Decoder.DecodeFrameInto over the frames into a reused buffer, and every chain's output is
+checked to decode to the input (a mismatch fails the run). A timed loop runs
+the whole input until --min-time has passed (at least once); each chain is
+timed --reps times, the chains of a tensor interleaved, and the MEDIAN is
+reported. MB/s is input bytes / seconds / 1e6; OUT (bytes_out) counts all
+frame bytes, headers included. BOUND is the best ratio a coder of each byte
+plane on its own (order-0 entropy over the whole tensor) can reach on a
+float tensor; PLANE BITS lists the planes' bits per byte from the least
+significant byte up. Coders that model runs or context (zstd on sparse
+data) can beat it.
+
+Unless --no-external, the zstd command-line tool's in-memory benchmark runs
+on the same bytes in the same run: zstd -bL -eL -T1 -iS for levels 1 and 3,
+on the whole input (not chunked). Its rows are marked in the EXTERNAL column
+and their chain is the equivalent spec. S is --external-time: 0 makes one
+pass each way, quick but noisier than the loops above; each second more
+costs about 2 seconds per level and tensor.
+
+--chains takes specs separated by ';' (a spec contains '|' and ','), for
+example --chains '*:zstd(1); shuffle4 | plane3:huff0 | plane0..2:raw'.
+--format json writes JSON Lines: one object per line with the fields tensor,
+dtype, chain, external, bytes_in, bytes_out, frames, ratio, compress_mbps,
+decompress_mbps, entropy_bound (0 when not a float tensor) and plane_bits;
+chain is accepted as it is by 'codec-bench encode --chain'. --format csv
+writes the same columns after a header line.
+`
+
+func cmdRun(args []string, stdout, stderr io.Writer) error {
+	fl := newFlags("run", "run [--input PATH --dtype DTYPE] [flags]", runText, stderr)
+	input := fl.String("input", "", "raw little-endian `file` to measure, one tensor of shape [n] (default: the built-in set)")
+	dtype := fl.String("dtype", "", "element type of --input: f32, f16, bf16, f64, i8, u8, ... or bytes for an opaque byte stream")
+	chains := fl.String("chains", "", "`specs` to measure, separated by ';' (default: the built-in chain list)")
+	format := fl.String("format", "table", "output format: table, json (JSON Lines) or csv")
+	chunk := fl.Int("chunk", codec.DefaultChunkSize, "decoded `bytes` per frame")
+	minTime := fl.Duration("min-time", 100*time.Millisecond, "minimum `duration` of each timed loop")
+	reps := fl.Int("reps", 3, "timed repetitions per chain; the median is reported")
+	noExternal := fl.Bool("no-external", false, "do not run the zstd command-line tool")
+	extTime := fl.Int("external-time", 0, "zstd -i: minimum `seconds` of each zstd benchmark (0: one pass)")
+	elems := fl.Int("elems", defaultElems, "elements of each large built-in tensor (a multiple of 1024)")
+	if _, err := fl.parse(args, 0, 0); err != nil {
+		return err
+	}
+	enc, err := codec.NewEncoder(codec.WithChunkSize(*chunk))
+	if err != nil {
+		return usagef("--chunk: %v", err)
+	}
+	switch {
+	case *minTime < 0:
+		return usagef("--min-time %v is negative", *minTime)
+	case *reps < 1 || *reps > 1000:
+		return usagef("--reps %d outside [1, 1000]", *reps)
+	case *extTime < 0 || *extTime > 60:
+		return usagef("--external-time %d outside [0, 60]", *extTime)
+	case *elems < 1024 || *elems%1024 != 0 || *elems > 1<<28:
+		return usagef("--elems %d: want a multiple of 1024 up to %d", *elems, 1<<28)
+	case (*input == "") != (*dtype == ""):
+		return usagef("--input and --dtype go together")
+	}
+	rw, err := newRowWriter(*format, stdout)
+	if err != nil {
+		return err
+	}
+	cs, err := chainList(*chains, fl.isSet("chains"), stderr)
+	if err != nil {
+		return err
+	}
+	var samples []sample
+	if *input != "" {
+		s, err := readSample(*input, *dtype)
+		if err != nil {
+			return err
+		}
+		samples = []sample{s}
+	} else {
+		samples = defaultSamples(*elems)
+	}
+
+	var zstd string
+	if !*noExternal {
+		if zstd, err = exec.LookPath("zstd"); err != nil {
+			fmt.Fprintf(stderr, "note: zstd command not found (%v); no external rows\n", err)
+		}
+	}
+	exts := zstdExternals(*extTime)
+	if zstd == "" {
+		exts = nil
+	}
+
+	p := newProgress(stdout, stderr)
+	for i := range samples {
+		for _, c := range cs {
+			if c.fits == nil || c.fits(samples[i].dtype) {
+				p.total += *reps
+			}
+		}
+		p.total += len(exts)
+	}
+
+	// One core, as the zstd tool gets with -T1: the encoder runs on this
+	// goroutine, and the garbage collector shares its core.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	b := &bench{enc: enc, dec: codec.NewDecoder(codec.Limits{}), chunk: *chunk, minTime: *minTime, reps: *reps}
+	measured := 0
+	for i := range samples {
+		s := &samples[i]
+		var n int
+		if n, err = b.runSample(s, cs, rw, p); err != nil {
+			break
+		}
+		measured += n
+		if len(exts) > 0 {
+			if xerr := runExternal(zstd, exts, s, rw.write, func(what string) { p.step(s.name, what) }); xerr != nil {
+				p.clear()
+				fmt.Fprintf(stderr, "note: %s: external tool failed: %v\n", s.name, xerr)
+			}
+		}
+	}
+	p.clear()
+	if ferr := rw.flush(); err == nil {
+		err = ferr
+	}
+	if err == nil && measured == 0 {
+		err = errors.New("no chain could be measured")
+	}
+	return err
+}
+
+// runSample measures every chain that fits s and writes a row per chain.
+// A chain that does not apply to the data (codec.ErrRecipe) is skipped
+// with a note; any other failure, a mismatch above all, ends the run.
+func (b *bench) runSample(s *sample, cs []*chain, rw rowWriter, p *progress) (int, error) {
+	var bits []float64
+	var bound float64
+	if s.dtype.IsFloat() {
+		bits, bound = entropy.PlaneBound(s.data, s.dtype.Size())
+		if math.IsInf(bound, 0) {
+			bound = 0
+		}
+	}
+	runtime.GC()
+	var trials []*trial
+	for _, c := range cs {
+		if c.fits != nil && !c.fits(s.dtype) {
+			continue
+		}
+		tr, err := b.newTrial(s, c)
+		if errors.Is(err, codec.ErrRecipe) {
+			p.clear()
+			fmt.Fprintf(p.stderr, "note: %s (%v): skipping chain %q: %v\n", s.name, s.dtype, c.text, err)
+			p.done += b.reps
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%s, chain %q: %w", s.name, c.text, err)
+		}
+		trials = append(trials, tr)
+	}
+	for rep := range b.reps {
+		for _, tr := range trials {
+			p.step(s.name, displayChain(tr.c.text)+repNote(rep, b.reps))
+			if err := b.measure(tr); err != nil {
+				return 0, fmt.Errorf("%s, chain %q: %w", s.name, tr.c.text, err)
+			}
+		}
+	}
+	for _, tr := range trials {
+		r := tr.row()
+		r.EntropyBound, r.PlaneBits = bound, bits
+		if err := rw.write(r); err != nil {
+			return len(trials), err
+		}
+	}
+	return len(trials), nil
+}
+
+func displayChain(text string) string {
+	if text == "" {
+		return "(raw)"
+	}
+	return text
+}
+
+func repNote(rep, reps int) string {
+	if reps == 1 {
+		return ""
+	}
+	return fmt.Sprintf("  (rep %d/%d)", rep+1, reps)
+}
+
+// chainList parses --chains, or the default list when it was not given.
+func chainList(specs string, given bool, stderr io.Writer) ([]*chain, error) {
+	var cs []*chain
+	if given {
+		for spec := range strings.SplitSeq(specs, ";") {
+			if strings.TrimSpace(spec) == "" {
+				continue
+			}
+			r, err := codec.ParseRecipe(spec)
+			if err != nil {
+				return nil, usagef("--chains: %v", err)
+			}
+			cs = append(cs, &chain{recipe: r, text: r.String()})
+		}
+		if len(cs) == 0 {
+			return nil, usagef("--chains %q has no spec (to store raw, write raw)", specs)
+		}
+		return cs, nil
+	}
+	for _, d := range defaultChains {
+		r, err := codec.ParseRecipe(d.spec)
+		if err != nil {
+			fmt.Fprintf(stderr, "note: skipping default chain %q: %v\n", d.spec, err)
+			continue
+		}
+		cs = append(cs, &chain{recipe: r, text: r.String(), fits: d.fits})
+	}
+	return cs, nil
+}
+
+// readSample reads a raw little-endian file as one tensor of shape [n] of
+// the given dtype, or as a byte stream for dtype bytes.
+func readSample(path, dtype string) (sample, error) {
+	dt, err := codec.ParseDType(dtype)
+	if err != nil {
+		return sample{}, usagef("--dtype: %v", err)
+	}
+	f, closeF, err := openInput(path)
+	if err != nil {
+		return sample{}, err
+	}
+	defer closeF()
+	data, err := readAll(f)
+	if err != nil {
+		return sample{}, err
+	}
+	if len(data) == 0 {
+		return sample{}, fmt.Errorf("%s is empty", path)
+	}
+	if len(data)%dt.Size() != 0 {
+		return sample{}, fmt.Errorf("%s: %d bytes is not a whole number of %d-byte %v elements", path, len(data), dt.Size(), dt)
+	}
+	name := filepath.Base(path)
+	if path == "-" {
+		name = "stdin"
+	}
+	return sample{name: name, dtype: dt, shape: []int64{int64(len(data) / dt.Size())}, data: data}, nil
+}

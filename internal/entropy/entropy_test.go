@@ -1,0 +1,98 @@
+package entropy
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+)
+
+func TestOrder0(t *testing.T) {
+	all := make([]byte, 256*4)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want float64
+	}{
+		{"empty", nil, 0},
+		{"constant", []byte("aaaaaaaa"), 0},
+		{"two symbols", []byte("abababab"), 1},
+		{"1:3", []byte("abbb"), 2 - 0.75*math.Log2(3)},
+		{"uniform", all, 8},
+	} {
+		if got := Order0(tc.in); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("%s: Order0 = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestPlaneBound(t *testing.T) {
+	// Plane 0 uniform over 256 values, plane 1 constant, plane 2 two values.
+	data := make([]byte, 0, 3*512)
+	for i := range 512 {
+		data = append(data, byte(i), 7, byte(i&1))
+	}
+	data = append(data, 1, 2) // a partial element is ignored
+	bits, ratio := PlaneBound(data, 3)
+	want := []float64{8, 0, 1}
+	for i := range want {
+		if math.Abs(bits[i]-want[i]) > 1e-12 {
+			t.Fatalf("plane bits %v, want %v", bits, want)
+		}
+	}
+	if math.Abs(ratio-24.0/9) > 1e-12 {
+		t.Fatalf("ratio %v, want %v", ratio, 24.0/9)
+	}
+	if b, r := PlaneBound(nil, 4); len(b) != 4 || r != 1 {
+		t.Fatalf("empty: %v %v", b, r)
+	}
+	if _, r := PlaneBound(make([]byte, 64), 4); !math.IsInf(r, 1) {
+		t.Fatalf("zeros: ratio %v, want +Inf", r)
+	}
+	// Width 1 is Order0.
+	if _, r := PlaneBound([]byte("abababab"), 1); r != 8 {
+		t.Fatalf("width 1: ratio %v, want 8", r)
+	}
+}
+
+// N(0, 0.02) float32 weights: the design notes quote 8.00/8.00/7.97/2.68
+// bits and a bound of about 1.20x.
+func TestPlaneBoundWeights(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	data := make([]byte, 4<<18)
+	for i := 0; i < len(data); i += 4 {
+		binary.LittleEndian.PutUint32(data[i:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
+	}
+	bits, ratio := PlaneBound(data, 4)
+	if bits[0] < 7.99 || bits[1] < 7.99 || math.Abs(bits[3]-2.68) > 0.05 || math.Abs(ratio-1.20) > 0.01 {
+		t.Fatalf("plane bits %.3f, ratio %.4f", bits, ratio)
+	}
+}
+
+func BenchmarkPlaneBound(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	data := make([]byte, 1<<20)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	b.Run("order0", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		b.ReportAllocs()
+		for b.Loop() {
+			Order0(data)
+		}
+	})
+	for _, w := range []int{1, 2, 4} {
+		b.Run("width="+strconv.Itoa(w), func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				PlaneBound(data, w)
+			}
+		})
+	}
+}
