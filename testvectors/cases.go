@@ -1,0 +1,121 @@
+package testvectors
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+
+	"github.com/tensorpress/tensorpress/codec"
+)
+
+// Case is one golden frame: a deterministic input and the recipe that
+// coded it.
+type Case struct {
+	Name   string
+	Recipe string
+	// Exact is true when the encoding must match the golden bytes exactly;
+	// false for recipes with zstd or xz segments.
+	Exact bool
+	// Tensor or Bytes is the input.
+	Tensor *codec.Tensor
+	Bytes  []byte
+}
+
+// Cases returns the golden cases. Inputs are generated from fixed seeds and
+// never change.
+func Cases() []Case {
+	w := Normal("w", 256, 0.02, 1)
+	grad := Normal("grad", 300, 0.001, 2) // 300 elements: tails on odd widths
+	f16 := Ints("h", codec.F16, 128, 3)
+	bf16 := Ints("b", codec.BF16, 100, 4)
+	f64 := Ints("d", codec.F64, 64, 5)
+	i64 := Ramp("steps", codec.I64, 200)
+	i8 := Ints("q", codec.I8, 333, 6)
+	boolean := Ints("mask", codec.Bool, 50, 7)
+	tagged := Normal("layer0.weight", 64, 0.02, 8)
+	tagged.Tags = codec.Tags{Lossless: true, Extra: []codec.Tag{{Key: "role", Value: "weight"}}}
+	tagged.Version, tagged.Base = 12, 11
+	tagged.Shape = []int64{8, 8}
+	chunk := Normal("big", 1000, 0.02, 9)
+	chunk.Shape = []int64{10, 1000} // elements 0..999 of a 10x1000 tensor
+	text := []byte("tensorpress golden vector: the quick brown fox jumps over the lazy dog. ")
+	for len(text) < 3000 {
+		text = append(text, text[:min(len(text), 97)]...)
+	}
+	return []Case{
+		{Name: "raw-f32", Recipe: "", Exact: true, Tensor: w},
+		{Name: "raw-tagged", Recipe: "", Exact: true, Tensor: tagged},
+		{Name: "raw-chunk", Recipe: "", Exact: true, Tensor: chunk},
+		{Name: "shuffle4-f32", Recipe: "shuffle4", Exact: true, Tensor: w},
+		{Name: "shuffle4-tail", Recipe: "shuffle4", Exact: true, Bytes: text[:1001]},
+		{Name: "shuffle2-f16", Recipe: "shuffle2", Exact: true, Tensor: f16},
+		{Name: "shuffle-bf16", Recipe: "shuffle", Exact: true, Tensor: bf16},
+		{Name: "shuffle8-f64", Recipe: "shuffle8", Exact: true, Tensor: f64},
+		{Name: "bytedelta-i64", Recipe: "shuffle8 | bytedelta", Exact: true, Tensor: i64},
+		{Name: "huff0-planes", Recipe: "shuffle4 | plane3:huff0 | plane0..2:raw", Exact: true, Tensor: w},
+		{Name: "huff0-all", Recipe: "shuffle | *:huff0", Exact: true, Tensor: grad},
+		{Name: "huff0-bytes", Recipe: "*:huff0", Exact: true, Bytes: text},
+		{Name: "s2-text", Recipe: "*:s2", Exact: true, Bytes: text},
+		{Name: "s2-better-i64", Recipe: "shuffle8 | *:s2(better)", Exact: true, Tensor: i64},
+		{Name: "zstd1-f32", Recipe: "shuffle4 | *:zstd(1)", Exact: false, Tensor: w},
+		{Name: "zstd3-text", Recipe: "*:zstd(3)", Exact: false, Bytes: text},
+		{Name: "zstd19-i8", Recipe: "*:zstd(19)", Exact: false, Tensor: i8},
+		{Name: "xz-text", Recipe: "*:xz", Exact: false, Bytes: text},
+		{Name: "mixed-chunk", Recipe: "shuffle4 | plane3:huff0 | plane2:zstd(3) | *:s2", Exact: false, Tensor: chunk},
+		{Name: "bool-zstd", Recipe: "*:zstd(1)", Exact: false, Tensor: boolean},
+	}
+}
+
+// Normal returns a float32 tensor of n values drawn from N(0, sd²) with a
+// fixed seed.
+func Normal(name string, n int, sd float64, seed uint64) *codec.Tensor {
+	t := codec.NewTensor(name, codec.F32, int64(n))
+	rng := rand.New(rand.NewPCG(seed, 0x7e5))
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint32(t.Data[4*i:], math.Float32bits(float32(rng.NormFloat64()*sd)))
+	}
+	return t
+}
+
+// Ints returns a tensor of n random elements of dt (random bit patterns,
+// bools as 0/1, small signed values for i8).
+func Ints(name string, dt codec.DType, n int, seed uint64) *codec.Tensor {
+	t := codec.NewTensor(name, dt, int64(n))
+	rng := rand.New(rand.NewPCG(seed, 0x1a7))
+	for i := range t.Data {
+		switch dt {
+		case codec.Bool:
+			t.Data[i] = byte(rng.IntN(2))
+		case codec.I8:
+			t.Data[i] = byte(int8(rng.NormFloat64() * 20))
+		default:
+			t.Data[i] = byte(rng.Uint32())
+		}
+	}
+	if dt == codec.F16 || dt == codec.BF16 {
+		// Realistic halves: sign and exponent near 1.0, random mantissa.
+		for i := 0; i < n; i++ {
+			v := uint16(rng.Uint32()) & 0x83ff
+			if dt == codec.BF16 {
+				v = 0x3c00 | uint16(rng.Uint32())&0x807f
+			} else {
+				v |= 0x3800
+			}
+			binary.LittleEndian.PutUint16(t.Data[2*i:], v)
+		}
+	}
+	return t
+}
+
+// Ramp returns an integer tensor 0, 3, 6, ... (delta-friendly data).
+func Ramp(name string, dt codec.DType, n int) *codec.Tensor {
+	t := codec.NewTensor(name, dt, int64(n))
+	sz := dt.Size()
+	for i := 0; i < n; i++ {
+		v := uint64(3 * i)
+		for k := 0; k < sz; k++ {
+			t.Data[i*sz+k] = byte(v >> (8 * k))
+		}
+	}
+	return t
+}
