@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -80,6 +81,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	noExternal := fl.Bool("no-external", false, "do not run the zstd command-line tool")
 	extTime := fl.Int("external-time", 0, "zstd -i: minimum `seconds` of each zstd benchmark (0: one pass)")
 	elems := fl.Int("elems", defaultElems, "elements of each large built-in tensor (a multiple of 1024)")
+	tensors := fl.String("tensors", "*", "measure only the tensors whose name matches this `glob` (path.Match syntax)")
 	if _, err := fl.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -116,6 +118,18 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 		samples = []sample{s}
 	} else {
 		samples = defaultSamples(*elems)
+	}
+	if _, err := path.Match(*tensors, ""); err != nil {
+		return usagef("--tensors %q: %v", *tensors, err)
+	}
+	kept := samples[:0]
+	for _, s := range samples {
+		if ok, _ := path.Match(*tensors, s.name); ok {
+			kept = append(kept, s)
+		}
+	}
+	if samples = kept; len(samples) == 0 {
+		return usagef("--tensors %q matches no tensor", *tensors)
 	}
 
 	var zstd string
