@@ -1,0 +1,120 @@
+package codec_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/tensorpress/tensorpress/codec"
+	_ "github.com/tensorpress/tensorpress/lossless"
+)
+
+// cycling switches between real lossless recipes from frame to frame.
+type cycling struct {
+	recipes []*codec.Recipe
+	mu      sync.Mutex
+	seen    map[string]int
+}
+
+func (p *cycling) Choose(fi codec.FrameInfo) *codec.Recipe {
+	return p.recipes[int(fi.Seq)%len(p.recipes)]
+}
+
+func (p *cycling) Observe(s codec.FrameStats) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seen == nil {
+		p.seen = map[string]int{}
+	}
+	for _, seg := range s.Segments {
+		p.seen[seg.Coder]++
+	}
+}
+
+// Tensors and byte chunks cross a net.Pipe with the recipe changing every
+// frame (zstd, s2, huff0, xz, shuffle, bytedelta); a Reader with no
+// configuration gets everything back.
+func TestStreamRealStagesOverPipe(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	w := codec.NewTensor("w", codec.F32, 300, 257)
+	for i := 0; i < len(w.Data)/4; i++ {
+		binary.LittleEndian.PutUint32(w.Data[4*i:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
+	}
+	w.Tags.Lossless = true
+	steps := codec.NewTensor("steps", codec.I64, 5000)
+	for i := 0; i < 5000; i++ {
+		binary.LittleEndian.PutUint64(steps.Data[8*i:], uint64(i*i))
+	}
+	text := bytes.Repeat([]byte("opaque protobuf-ish payload 0123456789 "), 2000)
+	pol := &cycling{recipes: []*codec.Recipe{
+		codec.MustParseRecipe("shuffle4 | plane3:huff0 | plane0..2:raw"),
+		codec.MustParseRecipe("*:zstd(1)"),
+		codec.MustParseRecipe("shuffle | bytedelta | *:zstd(3)"),
+		codec.MustParseRecipe("*:s2"),
+		codec.MustParseRecipe("shuffle | *:s2(better)"),
+		codec.MustParseRecipe("*:xz"),
+	}}
+	a, b := net.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		defer a.Close()
+		wr, err := codec.NewWriter(a, codec.WithChunkSize(64<<10), codec.WithConcurrency(2), codec.WithPolicy(pol))
+		if err != nil {
+			errc <- err
+			return
+		}
+		for _, step := range []func() error{
+			func() error { return wr.WriteTensor(w) },
+			func() error { _, err := wr.Write(text); return err },
+			func() error { return wr.WriteTensor(steps) },
+		} {
+			if err := step(); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- wr.Close()
+	}()
+	r := codec.NewReader(b)
+	got, err := r.ReadTensor()
+	if err != nil || !bytes.Equal(got.Data, w.Data) || !got.Tags.Lossless {
+		t.Fatalf("weights: %v", err)
+	}
+	// The byte stream comes next: read it frame by frame.
+	var stream []byte
+	for len(stream) < len(text) {
+		f, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Header.Type != codec.FrameBytes {
+			t.Fatalf("got a %v frame inside the byte stream", f.Header.Type)
+		}
+		stream = append(stream, f.Bytes...)
+	}
+	if !bytes.Equal(stream, text) {
+		t.Fatal("byte stream differs")
+	}
+	got, err = r.ReadTensor()
+	if err != nil || !bytes.Equal(got.Data, steps.Data) {
+		t.Fatalf("steps: %v", err)
+	}
+	if _, err := r.ReadTensor(); err != io.EOF {
+		t.Fatalf("end of stream: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	pol.mu.Lock()
+	defer pol.mu.Unlock()
+	for _, coder := range []string{"huff0", "zstd", "s2", "xz"} {
+		if pol.seen[coder] == 0 {
+			t.Errorf("no segment coded by %s (coders seen: %v)", coder, pol.seen)
+		}
+	}
+}
