@@ -40,15 +40,22 @@ func (a *Arena) Alloc(n int) []byte {
 	return a.slabs[a.cur][:n:n]
 }
 
+// maxKeep is the most memory an arena keeps across Reset.
+const maxKeep = 16 << 20
+
 // Reset makes all memory handed out reusable. When the arena had to grow,
 // its slabs are merged into one large enough for the whole frame, so the
-// next frame of the same size is carved from a single slab.
+// next frame of the same size is carved from a single slab; an arena never
+// keeps more than 16 MiB across Reset.
 func (a *Arena) Reset() {
-	if len(a.slabs) > 1 {
-		total := 0
-		for _, s := range a.slabs {
-			total += len(s)
-		}
+	total := 0
+	for _, s := range a.slabs {
+		total += len(s)
+	}
+	switch {
+	case total > maxKeep:
+		a.slabs = nil
+	case len(a.slabs) > 1:
 		a.slabs = [][]byte{view.Bytes(total)}
 	}
 	a.cur, a.off = 0, 0

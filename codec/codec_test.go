@@ -67,7 +67,7 @@ func TestRecipeRoundTrip(t *testing.T) {
 
 func TestRecipeErrors(t *testing.T) {
 	for _, s := range []string{"nosuch", "raw(1)", "|", "x:", "plane2..1:raw", "raw,", "xor(300)", "xor(key=1,nope=2)",
-		"halve(1)", ":raw", "xor(", "xor(1", "*:", "a..b:raw", "zeros,xor"} {
+		"halve(1)", ":raw", "xor(", "xor(1", "*:", "a..b:raw", "zeros,xor", "xor(1,key=2)", "xor(key=1,key=2)"} {
 		if _, err := ParseRecipe(s); !errors.Is(err, ErrRecipe) {
 			t.Errorf("ParseRecipe(%q) = %v, want ErrRecipe", s, err)
 		}
@@ -76,7 +76,7 @@ func TestRecipeErrors(t *testing.T) {
 
 func TestSelectorRanges(t *testing.T) {
 	sel := MustParseRecipe("plane1..2+val:raw").Steps[0].Sel
-	for name, want := range map[string]bool{"plane0": false, "plane1": true, "plane2": true, "plane3": false, "plane01": false,
+	for name, want := range map[string]bool{"plane0": false, "plane1": true, "plane2": true, "plane3": false, "plane01": false, "plane+1": false,
 		"val": true, "val.plane1": false, "plane": false} {
 		if sel.Matches(name) != want {
 			t.Errorf("Matches(%q) = %v", name, !want)
@@ -450,7 +450,7 @@ func TestMalformedFrames(t *testing.T) {
 		{"trailing header bytes", frameWith(FrameTensor, []byte{0, 0, byte(U8), 1, 1, 9}, []byte{0}, true), ErrCorrupt},
 		{"rank over limit", frameWith(FrameTensor, []byte{0, 0, byte(U8), 100}, nil, false), ErrLimit},
 		{"name over limit", frameWith(FrameTensor, []byte{0, 0xff, 0xff, 0x7f}, nil, false), ErrLimit},
-		{"chunk past end", frameWith(FrameTensor, []byte{tflagChunk, 0, byte(U8), 1, 4, 3, 2}, []byte{0, 0}, true), ErrLimit},
+		{"chunk past end", frameWith(FrameTensor, []byte{tflagChunk, 0, byte(U8), 1, 4, 3, 2}, []byte{0, 0}, true), ErrCorrupt},
 		{"segment count mismatch", frameWith(FrameTensor, []byte{tflagCoded, 0, byte(U8), 1, 4, 1, byte(halveID), 0, 4, 0, 1, 4}, []byte{1, 2, 3, 4}, true), ErrCorrupt},
 		{"stored length mismatch", frameWith(FrameTensor, []byte{tflagCoded, 0, byte(U8), 1, 4, 1, byte(xorID), 0, 4, 1, 7, 1, 3}, []byte{1, 2, 3}, true), ErrCorrupt},
 		{"raw length mismatch", frameWith(FrameTensor, []byte{tflagCoded, 0, byte(U8), 1, 4, 1, byte(xorID), 0, 5, 1, 7, 1, 5}, []byte{1, 2, 3, 4, 5}, true), ErrCorrupt},
@@ -608,5 +608,151 @@ func TestDecodeFrameInto(t *testing.T) {
 	f, _, err = NewDecoder(Limits{}).DecodeFrameInto(make([]byte, 4), frame)
 	if err != nil || !bytes.Equal(f.Tensors[1].Data, xs[1].Data) {
 		t.Fatal(err)
+	}
+}
+
+// Regression tests from the review of the core.
+
+func TestDecodeWorkBounded(t *testing.T) {
+	const n = 1 << 20
+	hdr := append([]byte{tflagCoded, 0, byte(U8), 1}, binary.AppendUvarint(nil, n)...)
+	hdr = append(hdr, 6)
+	for i := 0; i < 6; i++ {
+		hdr = append(hdr, byte(xorID), 0)
+		hdr = binary.AppendUvarint(hdr, n)
+		hdr = append(hdr, 1, 7)
+	}
+	hdr = append(append(hdr, 1), binary.AppendUvarint(nil, n)...)
+	if _, _, err := NewDecoder(Limits{}).DecodeFrame(frameWith(FrameTensor, hdr, nil, false)); !errors.Is(err, ErrLimit) {
+		t.Fatalf("six full-size filters: %v", err)
+	}
+	// The encoder refuses to write such a frame in the first place.
+	x := NewTensor("z", U8, n)
+	r := MustParseRecipe("xor(0),xor(0),xor(0),xor(0),xor(0) | *:zeros")
+	if _, _, err := mustEncoder().AppendTensor(nil, x, r); !errors.Is(err, ErrRecipe) {
+		t.Fatalf("encoder: %v", err)
+	}
+}
+
+func mustEncoder() *Encoder {
+	e, err := NewEncoder()
+	if err != nil {
+		panic(err)
+	}
+	return e
+}
+
+func TestWriterEncodeErrorIsSticky(t *testing.T) {
+	pol := &recordingPolicy{recipes: []*Recipe{MustParseRecipe("fail"), nil}}
+	var buf bytes.Buffer
+	w, _ := NewWriter(&buf, WithPolicy(pol))
+	if err := w.WriteTensor(randTensor("bad", U8, 1, 10)); err == nil {
+		t.Fatal("failing stage: no error")
+	}
+	if err := w.WriteTensor(randTensor("good", U8, 1, 10)); err == nil {
+		t.Fatal("error not sticky: a later tensor would be dropped silently")
+	}
+	if err := w.Close(); err == nil {
+		t.Fatal("Close hides the error")
+	}
+}
+
+func TestLossyChoiceOnBytesStoredRaw(t *testing.T) {
+	var buf bytes.Buffer
+	w, _ := NewWriter(&buf, WithChunkSize(64), WithPolicy(&recordingPolicy{recipes: []*Recipe{MustParseRecipe("lossy"), nil}}))
+	in := bytes.Repeat([]byte("ABC"), 50)
+	if n, err := w.Write(in); n != len(in) || err != nil {
+		t.Fatalf("Write: %d %v", n, err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(NewReader(&buf))
+	if err != nil || !bytes.Equal(out, in) {
+		t.Fatalf("read back %d bytes, %v", len(out), err)
+	}
+}
+
+func TestReadTensorRefusesChunkInTensorsFrame(t *testing.T) {
+	a := randTensor("a", U8, 1, 4)
+	b := randTensor("b", F32, 2, 10)
+	b.Data, b.Offset = b.Data[20:40], 5
+	frame, _, err := mustEncoder().AppendTensors(nil, []*Tensor{a, b}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(bytes.NewReader(frame))
+	if _, err := r.ReadTensor(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := r.ReadTensor(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("reader error not sticky: %v", err)
+	}
+}
+
+func TestNonMinimalHeaderLength(t *testing.T) {
+	in := []byte{0x25, 0x82, 0x00, 0x07, 0xa2, 0x85, 0xa7, 0x29}
+	if _, _, err := NewDecoder(Limits{}).DecodeFrame(in); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("DecodeFrame: %v", err)
+	}
+	if _, err := NewReader(bytes.NewReader(in)).Next(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Reader: %v", err)
+	}
+}
+
+func TestConsecutiveStreams(t *testing.T) {
+	enc := mustEncoder()
+	s := AppendHello(nil, &Hello{})
+	s, _, _ = enc.AppendBytes(s, []byte("abc"), nil)
+	s = AppendEnd(s, End{Frames: 1, Bytes: 3})
+	s, _, _ = enc.AppendBytes(s, []byte("de"), nil)
+	s = AppendEnd(s, End{Frames: 1, Bytes: 2})
+	r := NewReader(bytes.NewReader(s))
+	for {
+		_, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A hello in the middle of a chunked tensor is corruption.
+	x := randTensor("x", U8, 1, 10)
+	first := &Tensor{Name: "x", DType: U8, Shape: x.Shape, Data: x.Data[:5]}
+	s, _, _ = enc.AppendTensor(nil, first, nil)
+	s = AppendHello(s, &Hello{})
+	second := &Tensor{Name: "x", DType: U8, Shape: x.Shape, Offset: 5, Data: x.Data[5:]}
+	s, _, _ = enc.AppendTensor(s, second, nil)
+	if _, err := NewReader(bytes.NewReader(s)).ReadTensor(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("hello inside a tensor: %v", err)
+	}
+}
+
+func TestErrorOffsets(t *testing.T) {
+	enc := mustEncoder()
+	s, _, _ := enc.AppendBytes(nil, []byte("abc"), nil)
+	at := len(s)
+	s = AppendEnd(s, End{Frames: 5})
+	r := NewReader(bytes.NewReader(append(AppendHello(nil, &Hello{}), s...)))
+	var err error
+	for err == nil {
+		_, err = r.Next()
+	}
+	var ce *CorruptError
+	hello := len(AppendHello(nil, &Hello{}))
+	if !errors.As(err, &ce) || ce.Offset != int64(hello+at) {
+		t.Fatalf("end frame at %d reported as %v", hello+at, err)
+	}
+}
+
+func TestEncoderRefusesWhatReadersRefuse(t *testing.T) {
+	x := randTensor(string(make([]byte, 5000)), U8, 1, 4)
+	if _, _, err := mustEncoder().AppendTensor(nil, x, nil); !errors.Is(err, ErrLimit) {
+		t.Fatalf("long name: %v", err)
+	}
+	y := NewTensor("deep", U8, make([]int64, 40)...)
+	if _, _, err := mustEncoder().AppendTensor(nil, y, nil); !errors.Is(err, ErrLimit) {
+		t.Fatalf("rank 40: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 	"sync"
 )
 
@@ -161,7 +162,7 @@ func decodeEntry(ctx *Ctx, e *EntryHeader, payload []byte, dst []byte) ([]byte, 
 		if k == 0 {
 			return out, nil
 		}
-		segs = append(segs[:s.Input], append([]Segment{seg}, segs[s.Input+s.nout:]...)...)
+		segs = slices.Replace(segs, s.Input, s.Input+s.nout, seg)
 	}
 	return nil, fmt.Errorf("%w: no steps", ErrCorrupt) // unreachable: Coded entries have steps
 }

@@ -59,6 +59,9 @@ func (e *Encoder) AppendTensors(dst []byte, ts []*Tensor, rs []*Recipe) ([]byte,
 	if len(ts) == 0 {
 		return dst, nil, fmt.Errorf("codec: AppendTensors: no tensors")
 	}
+	if limit := DefaultLimits().MaxTensors; len(ts) > limit {
+		return dst, nil, fmt.Errorf("%w: %d tensors in one frame (readers accept %d by default)", ErrLimit, len(ts), limit)
+	}
 	a := e.getArena()
 	defer e.putArena(a)
 	ents := make([]entry, len(ts))
@@ -196,8 +199,33 @@ type leaf struct {
 	raw    int
 }
 
+// encodable refuses tensors that a reader with default Limits would refuse,
+// so that the encoder never writes a frame nobody can read by default.
+func encodable(t *Tensor) error {
+	lim := DefaultLimits()
+	switch {
+	case len(t.Name) > lim.MaxNameLen:
+		return fmt.Errorf("%w: tensor name of %d bytes (readers accept %d by default)", ErrLimit, len(t.Name), lim.MaxNameLen)
+	case len(t.Shape) > lim.MaxDims:
+		return fmt.Errorf("%w: tensor %q has rank %d (readers accept %d by default)", ErrLimit, t.Name, len(t.Shape), lim.MaxDims)
+	case len(t.Tags.Extra) > lim.MaxTags:
+		return fmt.Errorf("%w: tensor %q has %d tags (readers accept %d by default)", ErrLimit, t.Name, len(t.Tags.Extra), lim.MaxTags)
+	case t.NumBytes() > lim.MaxTensorSize:
+		return fmt.Errorf("%w: tensor %q of %d bytes (readers accept %d by default)", ErrLimit, t.Name, t.NumBytes(), lim.MaxTensorSize)
+	}
+	for _, tg := range t.Tags.Extra {
+		if len(tg.Key) > lim.MaxNameLen || len(tg.Value) > lim.MaxNameLen {
+			return fmt.Errorf("%w: tensor %q: tag of more than %d bytes", ErrLimit, t.Name, lim.MaxNameLen)
+		}
+	}
+	return nil
+}
+
 func (en *entry) encodeTensor(a *Arena, t *Tensor, r *Recipe) error {
 	if err := t.Validate(); err != nil {
+		return err
+	}
+	if err := encodable(t); err != nil {
 		return err
 	}
 	if t.Tags.Lossless && r.Lossy() {
@@ -234,7 +262,7 @@ func (en *entry) encode(ctx *Ctx, root Segment, r *Recipe) error {
 	// Never worse than raw: when the steps and their table cost at least as
 	// much as the data they replace, store the data as it is. (Lossy steps
 	// are kept: what they dropped is gone, and their callers account for it.)
-	if len(en.steps) > 0 && !r.Lossy() {
+	if len(en.steps) > 0 && (root.Len == 0 || !r.Lossy()) {
 		cost := len(en.appendBody(ctx.Arena.Alloc(0)))
 		for _, l := range en.leaves {
 			cost += len(l.Data)
@@ -242,6 +270,18 @@ func (en *entry) encode(ctx *Ctx, root Segment, r *Recipe) error {
 		if cost >= root.Len {
 			en.steps = en.steps[:0]
 			en.leaves = append(en.leaves[:0], leaf{Segment: root, raw: root.Len})
+		}
+	}
+	// Refuse what a reader with default limits would refuse.
+	if len(en.steps) > 0 {
+		lim := DefaultLimits()
+		work := int64(0)
+		for _, st := range en.steps {
+			work += int64(st.RawLen)
+		}
+		if work > maxDecodeWork(int64(root.Len)) || len(en.steps)+len(en.leaves) > lim.MaxSegments {
+			return fmt.Errorf("%w: recipe %q makes %d steps and %d segments decoding %d bytes for %d: more than readers accept",
+				ErrRecipe, r, len(en.steps), len(en.leaves), work, root.Len)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 )
 
 // Format version and frame layout. docs/FORMAT.md is the specification;
@@ -151,10 +152,11 @@ func (h *FrameHeader) FrameLen() int64 {
 // headerReader decodes header fields with bounds checks. The first error
 // sticks; later reads return zero values.
 type headerReader struct {
-	b   []byte
-	pos int
-	err error
-	lim *Limits
+	b     []byte
+	pos   int
+	err   error
+	lim   *Limits
+	steps int // steps parsed so far in the frame
 }
 
 func (r *headerReader) fail(err error) {
@@ -321,6 +323,9 @@ func readUvarint(br io.ByteReader) (uint64, error) {
 		}
 		x |= uint64(c&0x7f) << (7 * i)
 		if c < 0x80 {
+			if c == 0 && i > 0 {
+				return 0, corruptf("header length varint is not in its shortest form")
+			}
 			return x, nil
 		}
 	}
@@ -444,8 +449,12 @@ func (r *headerReader) tensorEntry(e *EntryHeader) {
 	}
 	e.Count = total
 	if flags&tflagChunk != 0 {
-		t.Offset = r.int(total, "chunk offset")
-		e.Count = r.int(total-t.Offset, "chunk length")
+		off, n := r.uvarint(), r.uvarint()
+		if r.err == nil && (off > uint64(total) || n > uint64(total)-off) {
+			r.fail(corruptf("tensor %q: chunk [%d, +%d) outside its %d elements", t.Name, off, n, total))
+			return
+		}
+		t.Offset, e.Count = int64(off), int64(n)
 	}
 	if flags&tflagVersion != 0 {
 		t.Version = r.uvarint()
@@ -491,11 +500,18 @@ func (r *headerReader) body(e *EntryHeader, root SegInfo) {
 	if r.err == nil && (nsteps == 0 || nsteps > int64(len(r.b)-r.pos)) {
 		r.fail(corruptf("coded entry with %d steps", nsteps))
 	}
+	if r.err == nil && root.Len == 0 {
+		r.fail(corruptf("coded entry with no data")) // writers store empty data raw
+	}
+	if r.steps += int(nsteps); r.err == nil && r.steps > frameSteps(lim) {
+		r.fail(limitf("more than %d steps in one frame", frameSteps(lim)))
+	}
 	if r.err != nil {
 		return
 	}
 	e.Steps = make([]StepRecord, nsteps)
-	segs := []SegInfo{root}
+	segs := make([]SegInfo, 1, min(int(nsteps)+1, lim.MaxSegments))
+	segs[0] = root
 	// Decoding work (bytes produced by all steps) is bounded by a multiple
 	// of what the entry decodes to, so that a small frame cannot make the
 	// decoder produce gigabytes of intermediate segments.
@@ -533,12 +549,12 @@ func (r *headerReader) body(e *EntryHeader, root SegInfo) {
 			r.fail(fmt.Errorf("%w: step %d (%s): %v", ErrCorrupt, i, op, err))
 			return
 		}
-		if len(segs)-1+len(outs) > lim.MaxSegments {
-			r.fail(limitf("more than %d segments", lim.MaxSegments))
+		if int(nsteps)+len(segs)-1+len(outs) > lim.MaxSegments {
+			r.fail(limitf("more than %d steps and stored segments", lim.MaxSegments))
 			return
 		}
 		s.op, s.nout, s.in = op, len(outs), in
-		segs = append(segs[:s.Input], append(outs, segs[s.Input+1:]...)...)
+		segs = slices.Replace(segs, s.Input, s.Input+1, outs...)
 	}
 	n := r.int(int64(lim.MaxSegments), "stored segment count")
 	if r.err == nil && int(n) != len(segs) {
@@ -563,9 +579,13 @@ func (r *headerReader) body(e *EntryHeader, root SegInfo) {
 }
 
 // maxDecodeWork is the most bytes the steps of an entry of n decoded bytes
-// may produce in all: 16 times n plus 1 MiB, far above what real recipes
-// need (a split and a coder per segment produce about 2n).
-func maxDecodeWork(n int64) int64 { return 16*n + 1<<20 }
+// may produce in all: 4 times n plus 64 KiB. Real recipes stay far below
+// (a split, a filter and a coder per segment produce about 3n), and the
+// decoder's scratch for the entry stays under this bound.
+func maxDecodeWork(n int64) int64 { return 4*n + 64<<10 }
+
+// frameSteps is the most steps a frame may record over all its entries.
+func frameSteps(lim *Limits) int { return 16 * lim.MaxSegments }
 
 func (r *headerReader) hello() *Hello {
 	h := &Hello{}

@@ -16,8 +16,9 @@ type Limits struct {
 	MaxTensorSize int64
 	// MaxDims bounds a tensor's rank. Default 32.
 	MaxDims int
-	// MaxSegments bounds the steps applied plus segments stored, per tensor.
-	// Default 1024.
+	// MaxSegments bounds the steps applied plus segments stored, per tensor
+	// entry; a frame records at most 16 times as many steps over all its
+	// entries. Default 1024.
 	MaxSegments int
 	// MaxTensors bounds the tensors in one frame. Default 4096.
 	MaxTensors int

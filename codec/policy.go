@@ -14,7 +14,7 @@ type FrameInfo struct {
 	Offset int64     // first element of the chunk
 	Len    int       // decoded bytes in the frame
 	First  bool      // the frame starts its tensor (lossy recipes change only here)
-	Data   []byte    // the chunk's bytes (read-only; a sample for profilers)
+	Data   []byte    // the chunk's bytes: read-only, valid only during Choose
 }
 
 // FrameStats reports what happened to a frame once it was written.

@@ -21,10 +21,13 @@ type Reader struct {
 	arena  Arena
 	off    int64 // stream offset of the next frame
 
-	hello   *Hello
-	frames  uint64
-	decoded uint64
-	ended   bool
+	last int64 // stream offset of the frame returned last
+	err  error // sticky: after an error every call returns it
+
+	hello     *Hello
+	frames    uint64 // data frames since the hello or the last end frame
+	decoded   uint64 // their decoded bytes
+	expectEnd bool   // a hello was read and its end frame was not
 
 	queue []*Tensor // tensors of a tensors frame not yet returned
 	rest  []byte    // unread bytes of the current bytes frame
@@ -64,24 +67,32 @@ func (r *Reader) Next() (*Frame, error) {
 }
 
 func (r *Reader) next(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	f, err := r.read(into)
+	if err != nil && err != io.EOF {
+		r.err = err
+	}
+	return f, err
+}
+
+func (r *Reader) read(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
+	start := r.off
 	h, hb, err := ReadFrameHeader(r.br, r.br, r.lim, r.hdrBuf)
 	r.hdrBuf = hb
 	if err != nil {
 		if err == io.EOF {
-			if r.hello != nil && !r.ended {
-				return nil, r.wrap(io.ErrUnexpectedEOF, "stream ends without an end frame")
+			if r.expectEnd {
+				return nil, r.wrapAt(start, io.ErrUnexpectedEOF, "stream ends without an end frame")
 			}
 			return nil, io.EOF
 		}
-		return nil, r.wrap(err, "frame header")
+		return nil, r.wrapAt(start, err, "frame header")
 	}
-	n := h.FrameLen() - int64(h.HeaderLen)
-	if int64(cap(r.payBuf)) < n {
-		r.payBuf = make([]byte, n)
-	}
-	raw := r.payBuf[:n]
-	if _, err := io.ReadFull(r.br, raw); err != nil {
-		return nil, r.wrap(unexpected(err), fmt.Sprintf("%v frame payload of %d bytes", h.Type, n))
+	raw, err := r.readPayload(h.FrameLen() - int64(h.HeaderLen))
+	if err != nil {
+		return nil, r.wrapAt(start, unexpected(err), fmt.Sprintf("%v frame payload of %d bytes", h.Type, h.FrameLen()-int64(h.HeaderLen)))
 	}
 	var intoEntry func(int) []byte
 	if into != nil {
@@ -89,29 +100,57 @@ func (r *Reader) next(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	}
 	f, err := decodePayload(h, raw, &r.lim, &r.arena, intoEntry)
 	if err != nil {
-		return nil, r.wrap(err, fmt.Sprintf("%v frame", h.Type))
+		return nil, r.wrapAt(start, err, fmt.Sprintf("%v frame", h.Type))
 	}
-	r.off += h.FrameLen()
 	switch h.Type {
 	case FrameHello:
-		r.hello, r.ended, r.frames, r.decoded = h.Hello, false, 0, 0
+		r.hello, r.expectEnd, r.frames, r.decoded = h.Hello, true, 0, 0
 	case FrameEnd:
 		if r.hello != nil && (h.End.Frames != r.frames || h.End.Bytes != r.decoded) {
-			return nil, r.wrap(ErrCorrupt, fmt.Sprintf("end frame counts %d frames and %d bytes, received %d and %d",
+			return nil, r.wrapAt(start, ErrCorrupt, fmt.Sprintf("end frame counts %d frames and %d bytes, received %d and %d",
 				h.End.Frames, h.End.Bytes, r.frames, r.decoded))
 		}
-		r.ended = true
+		r.expectEnd, r.frames, r.decoded = false, 0, 0
 	case FrameTensor, FrameTensors, FrameBytes:
 		r.frames++
 		for _, e := range h.Entries {
 			r.decoded += uint64(e.RawLen)
 		}
 	}
+	r.last, r.off = start, start+h.FrameLen()
 	return f, nil
 }
 
-func (r *Reader) wrap(err error, what string) error {
-	return &CorruptError{Offset: r.off, What: what, Err: err}
+// readPayload reads n bytes into the reused payload buffer, growing it as
+// the bytes arrive rather than to what the header claims.
+func (r *Reader) readPayload(n int64) ([]byte, error) {
+	buf := r.payBuf[:0]
+	for int64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			c := int(min(n, int64(max(2*cap(buf), 64<<10))))
+			nb := make([]byte, len(buf), c)
+			copy(nb, buf)
+			buf = nb
+		}
+		k := int(min(n-int64(len(buf)), int64(cap(buf)-len(buf))))
+		if _, err := io.ReadFull(r.br, buf[len(buf):len(buf)+k]); err != nil {
+			return nil, err
+		}
+		buf = buf[:len(buf)+k]
+	}
+	r.payBuf = buf
+	return buf, nil
+}
+
+// wrapAt locates err at the frame starting at stream offset off.
+func (r *Reader) wrapAt(off int64, err error, what string) error {
+	return &CorruptError{Offset: off, What: what, Err: err}
+}
+
+// fail records a sticky error about the frame returned last.
+func (r *Reader) fail(err error, what string) error {
+	r.err = r.wrapAt(r.last, err, what)
+	return r.err
 }
 
 // ReadTensor returns the next whole tensor, joining its chunks. Control
@@ -142,21 +181,33 @@ func (r *Reader) ReadTensor() (*Tensor, error) {
 		})
 		if err != nil {
 			if err == io.EOF && acc != nil {
-				return nil, r.wrap(io.ErrUnexpectedEOF, fmt.Sprintf("tensor %q ends after %d of %d bytes", acc.Name, len(acc.Data), acc.NumBytes()))
+				return nil, r.fail(io.ErrUnexpectedEOF, fmt.Sprintf("tensor %q ends after %d of %d bytes", acc.Name, len(acc.Data), acc.NumBytes()))
 			}
 			return nil, err
 		}
 		switch f.Header.Type {
 		case FrameEnd:
 			if acc != nil {
-				return nil, r.wrap(ErrCorrupt, fmt.Sprintf("tensor %q ends after %d of %d bytes", acc.Name, len(acc.Data), acc.NumBytes()))
+				return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q ends after %d of %d bytes", acc.Name, len(acc.Data), acc.NumBytes()))
 			}
 			return nil, io.EOF
 		case FrameBytes:
-			return nil, r.wrap(ErrCorrupt, "bytes frame where a tensor was expected")
+			return nil, r.fail(ErrCorrupt, "bytes frame where a tensor was expected")
+		case FrameHello:
+			if acc != nil {
+				return nil, r.fail(ErrCorrupt, fmt.Sprintf("new stream inside tensor %q", acc.Name))
+			}
+			continue
 		case FrameTensor, FrameTensors:
 		default:
 			continue
+		}
+		if f.Header.Type == FrameTensors {
+			for _, t := range f.Tensors {
+				if !t.IsWhole() {
+					return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensors frame carries a chunk of %q", t.Name))
+				}
+			}
 		}
 		if acc == nil {
 			t := f.Tensors[0]
@@ -164,15 +215,15 @@ func (r *Reader) ReadTensor() (*Tensor, error) {
 				r.queue = append(r.queue, f.Tensors[1:]...)
 				return t, nil
 			}
-			if f.Header.Type != FrameTensor || t.Offset != 0 {
-				return nil, r.wrap(ErrCorrupt, fmt.Sprintf("tensor %q starts at element %d", t.Name, t.Offset))
+			if t.Offset != 0 {
+				return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q starts at element %d", t.Name, t.Offset))
 			}
 			acc = t
 			continue
 		}
 		t := f.Tensors[0]
 		if !appended {
-			return nil, r.wrap(ErrCorrupt, fmt.Sprintf("tensor %q interrupted after %d of %d bytes by %q at element %d",
+			return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q interrupted after %d of %d bytes by %q at element %d",
 				acc.Name, len(acc.Data), acc.NumBytes(), t.Name, t.Offset))
 		}
 		acc.Data = acc.Data[:len(acc.Data)+len(t.Data)]
@@ -185,7 +236,8 @@ func (r *Reader) ReadTensor() (*Tensor, error) {
 
 // sameTensor reports whether chunk b continues tensor a.
 func sameTensor(a, b *Tensor) bool {
-	if a.Name != b.Name || a.DType != b.DType || len(a.Shape) != len(b.Shape) || a.Version != b.Version || a.Base != b.Base {
+	if a.Name != b.Name || a.DType != b.DType || len(a.Shape) != len(b.Shape) || a.Version != b.Version || a.Base != b.Base ||
+		a.Tags.Lossless != b.Tags.Lossless {
 		return false
 	}
 	for i := range a.Shape {
@@ -225,7 +277,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 		case FrameEnd:
 			return 0, io.EOF
 		case FrameTensor, FrameTensors:
-			return 0, r.wrap(ErrCorrupt, "tensor frame in a byte stream")
+			return 0, r.fail(ErrCorrupt, "tensor frame in a byte stream")
 		}
 	}
 	n := copy(p, r.rest)

@@ -71,7 +71,7 @@ func (s Selector) Matches(name string) bool {
 			continue
 		}
 		rest, ok := strings.CutPrefix(name, sl.Name)
-		if !ok || rest == "" || (len(rest) > 1 && rest[0] == '0') {
+		if !ok || rest == "" || (len(rest) > 1 && rest[0] == '0') || strings.Trim(rest, "0123456789") != "" {
 			continue
 		}
 		if i, err := strconv.Atoi(rest); err == nil && i >= sl.Lo && i <= sl.Hi {

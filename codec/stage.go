@@ -151,17 +151,23 @@ func (a Arg) String() string {
 // IntArg finds the argument named key, or the positional argument at pos
 // (pos < 0: none), and parses it as an integer in [lo, hi]. It returns def
 // when the argument is absent.
+// Giving the argument twice (by position and by name, or by name twice) is
+// an error.
 func IntArg(stage string, args []Arg, pos int, key string, def, lo, hi int) (int, error) {
+	v, found := def, false
 	for i, a := range args {
 		if a.Key == key || (a.Key == "" && i == pos) {
-			v, err := strconv.Atoi(a.Value)
-			if err != nil || v < lo || v > hi {
+			if found {
+				return 0, fmt.Errorf("%w: %s: %s given twice", ErrRecipe, stage, key)
+			}
+			n, err := strconv.Atoi(a.Value)
+			if err != nil || n < lo || n > hi {
 				return 0, fmt.Errorf("%w: %s: %s=%q: want an integer in [%d, %d]", ErrRecipe, stage, key, a.Value, lo, hi)
 			}
-			return v, nil
+			v, found = n, true
 		}
 	}
-	return def, nil
+	return v, nil
 }
 
 // CheckArgs rejects arguments other than the positional ones (at most

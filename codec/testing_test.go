@@ -14,6 +14,7 @@ const (
 	shrinkID StageID = 202
 	lossyID  StageID = 203
 	blockID  StageID = 204
+	failID   StageID = 205
 )
 
 func init() {
@@ -40,6 +41,9 @@ func init() {
 	Register(&Stage{ID: lossyID, Name: "lossy", Kind: Filter, Lossy: true,
 		New:  func(args []Arg) (Op, error) { return lossyOp{}, nil },
 		Load: func(p []byte) (Op, error) { return lossyOp{}, nil }})
+	Register(&Stage{ID: failID, Name: "fail", Kind: Filter,
+		New:  func(args []Arg) (Op, error) { return failOp{}, nil },
+		Load: func(p []byte) (Op, error) { return failOp{}, nil }})
 	Register(&Stage{ID: blockID, Name: "blocky", Kind: Filter, Granularity: Block, Block: 3,
 		New:  func(args []Arg) (Op, error) { return blockyOp{}, nil },
 		Load: func(p []byte) (Op, error) { return blockyOp{}, nil }})
@@ -130,3 +134,12 @@ type blockyOp struct{ lossyOp }
 
 func (blockyOp) Stage() *Stage  { s, _ := Lookup(blockID); return s }
 func (blockyOp) String() string { return "blocky" }
+
+// failOp fails to encode.
+type failOp struct{ lossyOp }
+
+func (failOp) Stage() *Stage  { s, _ := Lookup(failID); return s }
+func (failOp) String() string { return "fail" }
+func (failOp) Encode(ctx *Ctx, in Segment) ([]Segment, error) {
+	return nil, fmt.Errorf("fail stage: refusing %d bytes", len(in.Data))
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 )
@@ -112,29 +113,30 @@ func (w *Writer) output() {
 		}
 		if j.err != nil {
 			w.setErr(j.err)
-			w.observe(j, 0)
+			w.observe(j, 0, j.err)
 			continue
 		}
 		t0 := time.Now()
-		_, err := w.dst.Write(j.out)
+		n, err := w.dst.Write(j.out)
 		blocked := time.Since(t0)
+		if err == nil && n != len(j.out) {
+			err = io.ErrShortWrite
+		}
 		if err != nil {
-			w.setErr(fmt.Errorf("codec: write: %w", err))
+			err = fmt.Errorf("codec: write: %w", err)
+			w.setErr(err)
 		} else if j.data0 {
 			w.mu.Lock()
 			w.frames++
 			w.bytes += uint64(j.info.Len)
 			w.mu.Unlock()
 		}
-		if j.err == nil && err != nil {
-			j.err = err
-		}
-		w.observe(j, blocked)
+		w.observe(j, blocked, err)
 		w.putBuf(j.out[:0])
 	}
 }
 
-func (w *Writer) observe(j *job, blocked time.Duration) {
+func (w *Writer) observe(j *job, blocked time.Duration, err error) {
 	if w.cfg.policy == nil || !j.data0 {
 		return
 	}
@@ -142,7 +144,7 @@ func (w *Writer) observe(j *job, blocked time.Duration) {
 	info.Data = nil
 	w.cfg.policy.Observe(FrameStats{
 		Info: info, Recipe: j.recipe, RawBytes: info.Len, FrameBytes: len(j.out),
-		Segments: j.stats, Encode: j.encode, Blocked: blocked, Err: j.err,
+		Segments: j.stats, Encode: j.encode, Blocked: blocked, Err: err,
 	})
 }
 
@@ -240,6 +242,13 @@ func (w *Writer) WriteTensor(t *Tensor) error {
 	if !t.IsWhole() {
 		return fmt.Errorf("codec: WriteTensor: %q is a chunk; write whole tensors", t.Name)
 	}
+	if err := encodable(t); err != nil {
+		return err
+	}
+	// The policy and the pipeline see copies of the caller's metadata: the
+	// caller may reuse t as soon as WriteTensor returns.
+	shape := slices.Clone(t.Shape)
+	tags := Tags{Lossless: t.Tags.Lossless, Extra: slices.Clone(t.Tags.Extra)}
 	if err := w.flushPending(); err != nil {
 		return err
 	}
@@ -252,7 +261,7 @@ func (w *Writer) WriteTensor(t *Tensor) error {
 	for off := 0; off < nel || (off == 0 && nel == 0); {
 		n := min(chunkEl, nel-off)
 		info := FrameInfo{
-			Seq: w.seq, Type: FrameTensor, Name: t.Name, DType: t.DType, Shape: t.Shape, Tags: t.Tags,
+			Seq: w.seq, Type: FrameTensor, Name: t.Name, DType: t.DType, Shape: shape, Tags: tags,
 			Offset: int64(off), Len: n * esz, First: off == 0, Data: t.Data[off*esz : (off+n)*esz],
 		}
 		r := w.choose(info)
@@ -264,6 +273,10 @@ func (w *Writer) WriteTensor(t *Tensor) error {
 			// Re-cut for the recipe's granularity.
 			switch g, blk := r.Granularity(); g {
 			case WholeTensor:
+				if limit := DefaultLimits().MaxDecodedSize; int64(len(t.Data)) > limit {
+					return fmt.Errorf("%w: recipe %q codes tensor %q whole, and its %d bytes exceed the %d a default reader accepts in one frame",
+						ErrRecipe, r, t.Name, len(t.Data), limit)
+				}
 				chunkEl = max(nel, 1)
 			case Block:
 				if blk > 0 {
@@ -277,7 +290,7 @@ func (w *Writer) WriteTensor(t *Tensor) error {
 		} else {
 			cur = r
 		}
-		chunk := &Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Tags: t.Tags, Offset: int64(off),
+		chunk := &Tensor{Name: t.Name, DType: t.DType, Shape: shape, Tags: tags, Offset: int64(off),
 			Version: t.Version, Base: t.Base, Data: info.Data}
 		j := &job{info: info, recipe: r, tensor: chunk, encoded: &wg, data0: true}
 		wg.Add(1)
@@ -292,6 +305,7 @@ func (w *Writer) WriteTensor(t *Tensor) error {
 	wg.Wait()
 	for _, j := range jobs {
 		if j.err != nil {
+			w.setErr(j.err)
 			return j.err
 		}
 	}
@@ -339,8 +353,7 @@ func (w *Writer) flushPending() error {
 	info := FrameInfo{Seq: w.seq, Type: FrameBytes, DType: Byte, Len: len(data), First: true, Data: data}
 	r := w.choose(info)
 	if r.Lossy() {
-		w.putBuf(data)
-		return fmt.Errorf("%w: byte streams are always lossless (recipe %q)", ErrLossy, r)
+		r = nil // byte streams are always lossless: a lossy choice is stored raw
 	}
 	w.seq++
 	w.enqueue(&job{info: info, recipe: r, data: data, data0: true}, true)
