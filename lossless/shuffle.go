@@ -88,9 +88,8 @@ func (o shuffleOp) String() string {
 
 func (o shuffleOp) AppendParams(dst []byte) []byte { return append(dst, o.width) }
 
-// Bind returns the op with its width resolved for a segment like in: what
-// a frame should record for "shuffle" so that its parameters state the
-// width. codec does not call it yet (Op.AppendParams sees no segment).
+// Bind returns the op with its width resolved for a segment like in, so
+// that a frame records "shuffle" with the width it used (codec.Binder).
 func (o shuffleOp) Bind(in codec.SegInfo) (codec.Op, error) {
 	w, err := o.resolve(in)
 	if err != nil {

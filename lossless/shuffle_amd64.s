@@ -116,6 +116,39 @@ udone2:
 	VZEROUPPER
 	RET
 
+// func unshuffle2AVX2NT: unshuffle2AVX2 with non-temporal stores, for outputs too big
+// to stay in cache (see shuffleNTMin); every store address must be a
+// multiple of 32.
+TEXT ·unshuffle2AVX2NT(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ p0+8(FP), AX
+	MOVQ p1+16(FP), BX
+	MOVQ n+24(FP), DX
+	VMOVDQU interleave<>(SB), Y15
+	XORQ R9, R9
+
+uloop2nt:
+	CMPQ R9, DX
+	JAE  udone2nt
+	VMOVDQU     (AX)(R9*1), Y0
+	VMOVDQU     (BX)(R9*1), Y1
+	VPUNPCKLQDQ Y1, Y0, Y2
+	VPUNPCKHQDQ Y1, Y0, Y3
+	VPSHUFB     Y15, Y2, Y2
+	VPSHUFB     Y15, Y3, Y3
+	VPERM2I128  $0x20, Y3, Y2, Y4
+	VPERM2I128  $0x31, Y3, Y2, Y5
+	VMOVNTDQ    Y4, (DI)
+	VMOVNTDQ    Y5, 32(DI)
+	ADDQ        $64, DI
+	ADDQ        $32, R9
+	JMP         uloop2nt
+
+udone2nt:
+	SFENCE
+	VZEROUPPER
+	RET
+
 // func shuffle4AVX2(p0, p1, p2, p3, src *byte, n int)
 //
 // Per 32 elements (128 bytes): Yi gets elements 4i..4i+3 in its low lane
@@ -214,6 +247,55 @@ uloop4:
 	JMP         uloop4
 
 udone4:
+	VZEROUPPER
+	RET
+
+// func unshuffle4AVX2NT: unshuffle4AVX2 with non-temporal stores, for outputs too big
+// to stay in cache (see shuffleNTMin); every store address must be a
+// multiple of 32.
+TEXT ·unshuffle4AVX2NT(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ p0+8(FP), AX
+	MOVQ p1+16(FP), BX
+	MOVQ p2+24(FP), CX
+	MOVQ p3+32(FP), DX
+	MOVQ n+40(FP), R8
+	VMOVDQU transpose4<>(SB), Y15
+	XORQ R9, R9
+
+uloop4nt:
+	CMPQ R9, R8
+	JAE  udone4nt
+	VMOVDQU     (AX)(R9*1), Y0
+	VMOVDQU     (BX)(R9*1), Y1
+	VMOVDQU     (CX)(R9*1), Y2
+	VMOVDQU     (DX)(R9*1), Y3
+	VPUNPCKLDQ  Y1, Y0, Y4
+	VPUNPCKHDQ  Y1, Y0, Y5
+	VPUNPCKLDQ  Y3, Y2, Y6
+	VPUNPCKHDQ  Y3, Y2, Y7
+	VPUNPCKLQDQ Y6, Y4, Y0
+	VPUNPCKHQDQ Y6, Y4, Y1
+	VPUNPCKLQDQ Y7, Y5, Y2
+	VPUNPCKHQDQ Y7, Y5, Y3
+	VPSHUFB     Y15, Y0, Y0
+	VPSHUFB     Y15, Y1, Y1
+	VPSHUFB     Y15, Y2, Y2
+	VPSHUFB     Y15, Y3, Y3
+	VPERM2I128  $0x20, Y1, Y0, Y4
+	VPERM2I128  $0x20, Y3, Y2, Y5
+	VPERM2I128  $0x31, Y1, Y0, Y6
+	VPERM2I128  $0x31, Y3, Y2, Y7
+	VMOVNTDQ    Y4, (DI)
+	VMOVNTDQ    Y5, 32(DI)
+	VMOVNTDQ    Y6, 64(DI)
+	VMOVNTDQ    Y7, 96(DI)
+	ADDQ        $128, DI
+	ADDQ        $32, R9
+	JMP         uloop4nt
+
+udone4nt:
+	SFENCE
 	VZEROUPPER
 	RET
 
@@ -369,5 +451,67 @@ uloop8:
 	JMP        uloop8
 
 udone8:
+	VZEROUPPER
+	RET
+
+// func unshuffle8AVX2NT: unshuffle8AVX2 with non-temporal stores, for outputs too big
+// to stay in cache (see shuffleNTMin); every store address must be a
+// multiple of 32.
+TEXT ·unshuffle8AVX2NT(SB), NOSPLIT, $0-80
+	MOVQ dst+0(FP), DI
+	MOVQ p0+8(FP), AX
+	MOVQ p1+16(FP), BX
+	MOVQ p2+24(FP), CX
+	MOVQ p3+32(FP), DX
+	MOVQ p4+40(FP), R10
+	MOVQ p5+48(FP), R11
+	MOVQ p6+56(FP), R12
+	MOVQ p7+64(FP), R13
+	MOVQ n+72(FP), R8
+	VMOVDQU evenodd<>(SB), Y15
+	XORQ R9, R9
+
+uloop8nt:
+	CMPQ R9, R8
+	JAE  udone8nt
+	VMOVDQU (AX)(R9*1), Y0
+	VMOVDQU (BX)(R9*1), Y1
+	VMOVDQU (CX)(R9*1), Y2
+	VMOVDQU (DX)(R9*1), Y3
+	VMOVDQU (R10)(R9*1), Y4
+	VMOVDQU (R11)(R9*1), Y5
+	VMOVDQU (R12)(R9*1), Y6
+	VMOVDQU (R13)(R9*1), Y7
+	TRANSPOSE8
+	VPSHUFB    Y15, Y9, Y9
+	VPSHUFB    Y15, Y10, Y10
+	VPSHUFB    Y15, Y11, Y11
+	VPSHUFB    Y15, Y12, Y12
+	VPSHUFB    Y15, Y13, Y13
+	VPSHUFB    Y15, Y14, Y14
+	VPSHUFB    Y15, Y0, Y0
+	VPSHUFB    Y15, Y1, Y1
+	VPERM2I128 $0x20, Y10, Y9, Y2
+	VPERM2I128 $0x31, Y10, Y9, Y3
+	VPERM2I128 $0x20, Y12, Y11, Y4
+	VPERM2I128 $0x31, Y12, Y11, Y5
+	VPERM2I128 $0x20, Y14, Y13, Y6
+	VPERM2I128 $0x31, Y14, Y13, Y7
+	VPERM2I128 $0x20, Y1, Y0, Y8
+	VPERM2I128 $0x31, Y1, Y0, Y9
+	VMOVNTDQ   Y2, (DI)
+	VMOVNTDQ   Y4, 32(DI)
+	VMOVNTDQ   Y6, 64(DI)
+	VMOVNTDQ   Y8, 96(DI)
+	VMOVNTDQ   Y3, 128(DI)
+	VMOVNTDQ   Y5, 160(DI)
+	VMOVNTDQ   Y7, 192(DI)
+	VMOVNTDQ   Y9, 224(DI)
+	ADDQ       $256, DI
+	ADDQ       $32, R9
+	JMP        uloop8nt
+
+udone8nt:
+	SFENCE
 	VZEROUPPER
 	RET

@@ -13,3 +13,6 @@ func shuffle4Asm(p0, p1, p2, p3, src []byte) int   { return 0 }
 func unshuffle4Asm(dst, p0, p1, p2, p3 []byte) int { return 0 }
 func shuffle8Asm(p *[8][]byte, src []byte) int     { return 0 }
 func unshuffle8Asm(dst []byte, p *[8][]byte) int   { return 0 }
+
+// shuffleNTMin is unused here: there are no non-temporal kernels.
+var shuffleNTMin = 8 << 20

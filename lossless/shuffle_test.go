@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/tensorpress/tensorpress/codec"
 )
@@ -397,6 +398,17 @@ func shuffleBench(b *testing.B, w int, f func(dst []byte, planes [][]byte, src [
 			for k := range w {
 				planes = append(planes, dst[k*sz.n/w:(k+1)*sz.n/w])
 			}
+			copy(dst, src) // fault the pages in before the clock starts
+			if w > 0 {
+				// The planes must hold data, as the frame payload that Decode
+				// reads does: a fresh buffer that is only read is mapped page
+				// by page to the kernel's one zero page, and on AMD Zen the L1
+				// cache (tagged by virtual address) then misses on every
+				// access to the same line through another plane's address,
+				// which halved Unshuffle4/64KiB in the runs whose buffer came
+				// fresh from the OS (see BenchmarkShufflePlaced).
+				shuffleRef(planes, src)
+			}
 			b.SetBytes(int64(sz.n))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -439,3 +451,95 @@ func BenchmarkShuffle4Generic(b *testing.B)   { shuffleBenchW(b, 4, false, shuff
 func BenchmarkUnshuffle4Generic(b *testing.B) { shuffleBenchW(b, 4, true, nil, unshuffleGeneric) }
 func BenchmarkShuffle4Ref(b *testing.B)       { shuffleBenchW(b, 4, false, shuffleRef, nil) }
 func BenchmarkUnshuffle4Ref(b *testing.B)     { shuffleBenchW(b, 4, true, nil, unshuffleRef) }
+
+// shuffleBenchPlaced times shuffle or unshuffle of n bytes at width w with
+// the placement fixed: the planes lie back to back from a 4096-aligned
+// address and the interleaved buffer starts off bytes past another
+// 4096-aligned address, so that off is its offset modulo 4096 relative to
+// every plane (the offset that the allocator otherwise picks per run).
+func shuffleBenchPlaced(b *testing.B, w, n, off int, un bool) {
+	const page = 4096
+	aligned := func(size, off int) []byte {
+		buf := make([]byte, size+2*page)
+		a := int(uintptr(unsafe.Pointer(&buf[0])) % page)
+		s := (page-a)%page + off
+		return buf[s : s+size : s+size]
+	}
+	inter := aligned(n, off)
+	copy(inter, fastTestFloats(n/4, 1))
+	pbuf := aligned(n, 0)
+	planes := make([][]byte, w)
+	for k := range planes {
+		planes[k] = pbuf[k*(n/w) : (k+1)*(n/w)]
+	}
+	shuffle(planes, inter)
+	b.SetBytes(int64(n))
+	for b.Loop() {
+		if un {
+			unshuffle(inter, planes)
+		} else {
+			shuffle(planes, inter)
+		}
+	}
+}
+
+// BenchmarkShufflePlaced runs every fast width, both ways, at 64 KiB and
+// 1 MiB with the interleaved buffer at several offsets (mod 4096) from the
+// planes: a kernel whose speed depends on its buffers' placement shows
+// here as a spread across offsets, where the plain benchmarks give
+// bimodal results from run to run.
+func BenchmarkShufflePlaced(b *testing.B) {
+	for _, dir := range []string{"Shuffle", "Unshuffle"} {
+		for _, w := range []int{2, 4, 8} {
+			for _, sz := range shuffleBenchSizes[:2] {
+				for _, off := range []int{0, 1, 16, 32, 64, 128, 256, 512, 1024, 2048, 3072, 4032} {
+					name := fmt.Sprintf("%s%d/%s/off=%d", dir, w, sz.name, off)
+					b.Run(name, func(b *testing.B) { shuffleBenchPlaced(b, w, sz.n, off, dir == "Unshuffle") })
+				}
+			}
+		}
+	}
+}
+
+// TestShuffleKernelsNT runs the non-temporal kernels (which normally take
+// only outputs of shuffleNTMin bytes or more) on small outputs, 32-byte
+// aligned and not, against the reference loops, with guard bytes.
+func TestShuffleKernelsNT(t *testing.T) {
+	defer func(v int) { shuffleNTMin = v }(shuffleNTMin)
+	shuffleNTMin = 0
+	const guard = 0x5a
+	// at returns a length-n slice of a guarded buffer, starting off bytes
+	// past a multiple of 32.
+	at := func(n, off int) (s, buf []byte) {
+		buf = bytes.Repeat([]byte{guard}, n+96)
+		a := int(uintptr(unsafe.Pointer(&buf[0])) % 32)
+		s0 := (32-a)%32 + off
+		return buf[s0 : s0+n : s0+n], buf[s0+n:]
+	}
+	for _, w := range []int{2, 4, 8} {
+		for _, m := range []int{32, 33, 64, 100, 1024, 4097} {
+			for _, off := range []int{0, 8, 1} {
+				src := fastTestRandom(m*w, uint64(m*w))
+				want := make([][]byte, w)
+				got := make([][]byte, w)
+				after := make([][]byte, w)
+				for k := range w {
+					want[k] = make([]byte, m)
+					got[k], after[k] = at(m, off)
+				}
+				shuffleRef(want, src)
+				shuffle(got, src)
+				for k := range w {
+					if !bytes.Equal(got[k], want[k]) || bytes.Count(after[k], []byte{guard}) != len(after[k]) {
+						t.Fatalf("shuffle w=%d m=%d off=%d: plane %d differs or overran", w, m, off, k)
+					}
+				}
+				dst, rest := at(m*w, off)
+				unshuffle(dst, want)
+				if !bytes.Equal(dst, src) || bytes.Count(rest, []byte{guard}) != len(rest) {
+					t.Fatalf("unshuffle w=%d m=%d off=%d differs or overran", w, m, off)
+				}
+			}
+		}
+	}
+}
