@@ -3,6 +3,7 @@ package codec_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -115,6 +116,46 @@ func TestStreamRealStagesOverPipe(t *testing.T) {
 	for _, coder := range []string{"huff0", "zstd", "s2", "xz"} {
 		if pol.seen[coder] == 0 {
 			t.Errorf("no segment coded by %s (coders seen: %v)", coder, pol.seen)
+		}
+	}
+}
+
+// BenchmarkWriterMemory: writing a 64 MiB tensor with a real recipe, the
+// bytes allocated per run stay proportional to chunk size times pipeline
+// depth, not to the tensor (buffers and arenas are pooled).
+func BenchmarkWriterMemory(b *testing.B) {
+	x := codec.NewTensor("big", codec.F32, 16<<20)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < len(x.Data)/4; i++ {
+		binary.LittleEndian.PutUint32(x.Data[4*i:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
+	}
+	r := codec.MustParseRecipe("shuffle4 | plane3:huff0 | plane0..2:raw")
+	for _, c := range []int{1, 4} {
+		for _, chunk := range []int{256 << 10, 1 << 20, 4 << 20} {
+			// A new Writer per tensor: pools start empty every time.
+			b.Run(fmt.Sprintf("new/concurrency=%d/chunk=%dKiB", c, chunk>>10), func(b *testing.B) {
+				b.SetBytes(int64(len(x.Data)))
+				b.ReportAllocs()
+				for b.Loop() {
+					w, _ := codec.NewWriter(io.Discard, codec.WithConcurrency(c), codec.WithChunkSize(chunk), codec.WithRecipe(r))
+					if err := w.WriteTensor(x); err != nil {
+						b.Fatal(err)
+					}
+					w.Close()
+				}
+			})
+			// One stream carrying tensor after tensor: the steady state.
+			b.Run(fmt.Sprintf("stream/concurrency=%d/chunk=%dKiB", c, chunk>>10), func(b *testing.B) {
+				w, _ := codec.NewWriter(io.Discard, codec.WithConcurrency(c), codec.WithChunkSize(chunk), codec.WithRecipe(r))
+				b.SetBytes(int64(len(x.Data)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := w.WriteTensor(x); err != nil {
+						b.Fatal(err)
+					}
+				}
+				w.Close()
+			})
 		}
 	}
 }

@@ -83,6 +83,9 @@ func (w *Writer) worker() {
 	for j := range w.jobs {
 		t0 := time.Now()
 		out := w.getBuf()
+		if need := j.info.Len + 4096; cap(out) < need {
+			out = make([]byte, 0, need) // a frame is never much larger than its chunk
+		}
 		if j.tensor != nil {
 			j.out, j.stats, j.err = w.enc.AppendTensor(out, j.tensor, j.recipe)
 		} else {
