@@ -10,6 +10,7 @@ import (
 	"github.com/klauspost/compress/huff0"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/entropy"
 )
 
 // The huff0 stage codes a segment with order-0 Huffman codes
@@ -259,7 +260,7 @@ const (
 // correction, as a small sample understates the entropy of nearly uniform
 // data) times len(src), plus about half a byte of table per symbol seen.
 func huff0Estimate(src []byte) int {
-	var hist [256]uint32
+	var hist [256]int
 	total := 0
 	if len(src) <= huff0SampleAll {
 		for _, b := range src {
@@ -275,15 +276,13 @@ func huff0Estimate(src []byte) int {
 		}
 		total = huff0SampleWindows * huff0SampleWindow
 	}
-	bits, seen := 0.0, 0
-	t := float64(total)
+	seen := 0
 	for _, c := range hist {
 		if c != 0 {
-			p := float64(c) / t
-			bits -= p * math.Log2(p)
 			seen++
 		}
 	}
-	bits += float64(seen-1) / (2 * t * math.Ln2)
+	bits := entropy.FromCounts(&hist, total)
+	bits += float64(seen-1) / (2 * float64(total) * math.Ln2)
 	return int(bits*float64(len(src))/8) + seen/2
 }

@@ -13,10 +13,12 @@ func Order0(b []byte) float64 {
 	for _, c := range b {
 		counts[c]++
 	}
-	return bits(&counts, len(b))
+	return FromCounts(&counts, len(b))
 }
 
-func bits(counts *[256]int, n int) float64 {
+// FromCounts returns the order-0 entropy, in bits per byte, of n bytes
+// whose byte values occurred counts[v] times.
+func FromCounts(counts *[256]int, n int) float64 {
 	if n == 0 {
 		return 0
 	}
@@ -54,7 +56,7 @@ func PlaneBound(data []byte, width int) (planeBits []float64, ratio float64) {
 		for i := p; i < n*width; i += width {
 			counts[data[i]]++
 		}
-		planeBits[p] = bits(&counts, n)
+		planeBits[p] = FromCounts(&counts, n)
 		sum += planeBits[p]
 	}
 	if sum == 0 {
