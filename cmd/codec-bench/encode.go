@@ -103,10 +103,7 @@ no data. The limit flags bound what a frame may claim (0: the default).
 
 func cmdDecode(args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("decode", "decode [flags] IN OUT", decodeText, stderr)
-	var lim codec.Limits
-	fl.Int64Var(&lim.MaxFrameSize, "max-frame", 0, "largest stored payload of a frame in `bytes`")
-	fl.Int64Var(&lim.MaxDecodedSize, "max-decoded", 0, "largest decoded size of a frame in `bytes`")
-	fl.Int64Var(&lim.MaxTensorSize, "max-tensor", 0, "largest tensor in `bytes`")
+	lim := limitFlags(fl)
 	pos, err := fl.parse(args, 2, 2)
 	if err != nil {
 		return err
@@ -120,7 +117,7 @@ func cmdDecode(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return commit(decodeStream(in, out, lim))
+	return commit(decodeStream(in, out, *lim))
 }
 
 func decodeStream(in io.Reader, out io.Writer, lim codec.Limits) error {
@@ -210,4 +207,13 @@ func readAll(f *os.File) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", f.Name(), err)
 	}
 	return b, nil
+}
+
+// limitFlags adds the decoder limit flags shared by decode and inspect.
+func limitFlags(fl *flags) *codec.Limits {
+	lim := new(codec.Limits)
+	fl.Int64Var(&lim.MaxFrameSize, "max-frame", 0, "largest stored payload of a frame in `bytes` (0: the default)")
+	fl.Int64Var(&lim.MaxDecodedSize, "max-decoded", 0, "largest decoded size of a frame in `bytes` (0: the default)")
+	fl.Int64Var(&lim.MaxTensorSize, "max-tensor", 0, "largest tensor in `bytes` (0: the default)")
+	return lim
 }

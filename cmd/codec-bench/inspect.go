@@ -101,9 +101,7 @@ type extDoc struct {
 
 func cmdInspect(args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("inspect", "inspect [flags] FILE", inspectText, stderr)
-	var lim codec.Limits
-	fl.Int64Var(&lim.MaxFrameSize, "max-frame", 0, "largest stored payload of a frame in `bytes` (0: the default)")
-	fl.Int64Var(&lim.MaxDecodedSize, "max-decoded", 0, "largest decoded size of a frame in `bytes` (0: the default)")
+	lim := limitFlags(fl)
 	pos, err := fl.parse(args, 1, 1)
 	if err != nil {
 		return err
@@ -113,7 +111,7 @@ func cmdInspect(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeIn()
-	doc, err := inspect(in, lim)
+	doc, err := inspect(in, *lim)
 	doc.File = pos[0]
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
