@@ -1,7 +1,6 @@
 package codec
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -263,7 +262,7 @@ func parseFrameHeader(src []byte, lim *Limits) (*FrameHeader, error) {
 	if err := checkLead(src[0]); err != nil {
 		return nil, err
 	}
-	hlen, err := readUvarint(bytes.NewReader(src[1:min(len(src), 5)]))
+	hlen, err := readUvarint(&sliceReader{b: src[1:min(len(src), 5)]})
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +275,20 @@ func parseFrameHeader(src []byte, lim *Limits) (*FrameHeader, error) {
 		return nil, io.ErrUnexpectedEOF
 	}
 	return checkHeader(src[:npre], src[npre:end-4], src[end-4:end], lim)
+}
+
+// sliceReader is an io.ByteReader over a slice that does not escape.
+type sliceReader struct {
+	b []byte
+	i int
+}
+
+func (r *sliceReader) ReadByte() (byte, error) {
+	if r.i >= len(r.b) {
+		return 0, io.EOF
+	}
+	r.i++
+	return r.b[r.i-1], nil
 }
 
 func uvarintLen(x uint64) int {
