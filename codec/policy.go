@@ -34,7 +34,9 @@ type FrameStats struct {
 // Writer; Observe is called in frame order from the Writer's output
 // goroutine, so the two may run concurrently. Whatever Choose returns, the
 // Writer refuses lossy recipes on tensors tagged lossless (ErrLossy), and
-// keeps a non-elementwise recipe for all chunks of a tensor.
+// keeps a non-elementwise recipe for all chunks of a tensor; a nil recipe
+// stores the data raw. Neither method may panic or block for long: Observe
+// runs on the Writer's output goroutine, between two writes.
 type Policy interface {
 	Choose(FrameInfo) *Recipe
 	Observe(FrameStats)

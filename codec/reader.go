@@ -12,7 +12,10 @@ import (
 //
 // Next returns frames one at a time; ReadTensor returns whole tensors,
 // joining chunks; Read returns the content of bytes frames as a byte
-// stream. A Reader is not safe for concurrent use.
+// stream. Each keeps its own read-ahead (the rest of a bytes frame, the
+// tensors of a tensors frame), so use one of them per stretch of the
+// stream. After an error other than io.EOF every call returns that error.
+// A Reader is not safe for concurrent use.
 type Reader struct {
 	br     *bufio.Reader
 	lim    Limits
