@@ -6,9 +6,9 @@
 // All ops are immutable and safe for concurrent use; encoder and decoder
 // state (zstd encoders per level, huff0 scratch) is pooled internally.
 // Every decoder takes the exact expected output length from the frame and
-// never writes more than that. Two library limits remain: klauspost's zstd
+// never writes more than that. One library limit remains: klauspost's zstd
 // decoder may allocate about 1.25 times (length + 128 KiB) of scratch
-// before it rejects a damaged frame, and xz decoding needs a dictionary of
-// up to max(8 MiB, the length rounded up to a power of two), which the
-// decoder checks in the stream headers before it starts.
+// before it rejects a damaged frame. xz segments are decoded block by block
+// with dictionaries no larger than their blocks, within 2 times the length
+// plus 1 MiB in all, whatever the stream headers declare.
 package lossless

@@ -145,29 +145,42 @@ func (o xzOp) Decode(_ *codec.Ctx, dst []byte, parts []codec.Segment, in codec.S
 	return xzDecode(dst, parts[0].Data, in.Len)
 }
 
+// xzDecode decodes the .xz streams in src, which must hold exactly n
+// bytes. It does not hand the container to the library: xzBlocks walks and
+// checks the streams itself, and each block's LZMA2 data is decoded on its
+// own with a dictionary no larger than the block (a block cannot refer
+// further back than its own start), within a budget of 2n + 1 MiB over all
+// blocks. So a hostile header cannot make the decoder allocate more than
+// that, however large a dictionary it declares and however many blocks it
+// has. Block integrity checks (CRC64, SHA-256) are not verified: the frame's
+// CRC-32C covers the segment.
 func xzDecode(dst, src []byte, n int) ([]byte, error) {
-	if err := xzCheck(src, n); err != nil {
-		return nil, err
-	}
-	// DictCap is the smallest allowed: the dictionary is then what the
-	// (checked) block headers declare, not the library's 8 MiB default.
-	r, err := xz.ReaderConfig{DictCap: lzma.MinDictCap}.NewReader(bytes.NewReader(src))
+	blocks, err := xzBlocks(src, n)
 	if err != nil {
-		return nil, fmt.Errorf("%w: xz: %v", codec.ErrCorrupt, err)
+		return nil, err
 	}
 	dst = slices.Grow(dst, n)
 	start := len(dst)
-	if k, err := io.ReadFull(r, dst[start:start+n]); err != nil {
-		return nil, fmt.Errorf("%w: xz: %d of %d bytes decoded: %v", codec.ErrCorrupt, k, n, err)
-	}
-	// One more read must find the end of the data, after the library has
-	// checked the index and footer.
-	var one [1]byte
-	if k, err := io.ReadFull(r, one[:]); err != io.EOF {
-		if k > 0 {
-			return nil, fmt.Errorf("%w: xz stream holds more than %d bytes", codec.ErrCorrupt, n)
+	out := dst[start : start+n]
+	budget := 2*int64(n) + 1<<20
+	for i, b := range blocks {
+		dict := max(int64(lzma.MinDictCap), min(b.dict, int64(b.size)))
+		if budget -= dict; budget < 0 {
+			return nil, fmt.Errorf("%w: xz: blocks need more dictionary memory than %d bytes of data allow", codec.ErrCorrupt, n)
 		}
-		return nil, fmt.Errorf("%w: xz: after %d bytes: %v", codec.ErrCorrupt, n, err)
+		br := bytes.NewReader(b.data)
+		r, err := lzma.Reader2Config{DictCap: int(dict)}.NewReader2(br)
+		if err != nil {
+			return nil, fmt.Errorf("%w: xz: block %d: %v", codec.ErrCorrupt, i, err)
+		}
+		if k, err := io.ReadFull(r, out[:b.size]); err != nil {
+			return nil, fmt.Errorf("%w: xz: block %d: %d of %d bytes decoded: %v", codec.ErrCorrupt, i, k, b.size, err)
+		}
+		var one [1]byte
+		if k, err := r.Read(one[:]); k != 0 || err != io.EOF || br.Len() != 0 {
+			return nil, fmt.Errorf("%w: xz: block %d holds more than its %d bytes", codec.ErrCorrupt, i, b.size)
+		}
+		out = out[b.size:]
 	}
 	return dst[:start+n], nil
 }
@@ -179,16 +192,26 @@ const (
 	xzLZMA2       = 0x21 // filter ID
 )
 
-// xzCheck walks the .xz streams in src from the end and fails unless
-// they are well formed as far as sizes go, their index records add up to
-// exactly n decoded bytes, and every LZMA2 filter declares a dictionary of
-// at most xzMaxDict(n). It reads only src; the library checks the rest
-// (CRCs of blocks and index, the data itself) while decoding.
-func xzCheck(src []byte, n int) error {
+// xzBlock is one block of an .xz stream: its LZMA2 data, the bytes it
+// decodes to (from the index) and the dictionary its header declares.
+type xzBlock struct {
+	data []byte
+	size int
+	dict int64
+}
+
+// xzBlocks walks the .xz streams in src from the end and returns their
+// blocks in stream order. It fails unless the streams are well formed
+// (magic, flags, CRC-32 of footers, block headers and indexes), every
+// block holds at least one byte (unless n is 0) and has exactly one filter, LZMA2, with a
+// dictionary of at most xzMaxDict(n), and the blocks add up to exactly n
+// decoded bytes.
+func xzBlocks(src []byte, n int) ([]xzBlock, error) {
 	corrupt := func(format string, args ...any) error {
 		return fmt.Errorf("%w: xz: "+format, append([]any{codec.ErrCorrupt}, args...)...)
 	}
 	var total uint64
+	var blocks []xzBlock
 	streams := 0
 	pos := len(src)
 	for pos > 0 {
@@ -200,32 +223,33 @@ func xzCheck(src []byte, n int) error {
 			break
 		}
 		if pos < 24 {
-			return corrupt("%d bytes before offset %d are not a stream", pos, pos)
+			return nil, corrupt("%d bytes before offset %d are not a stream", pos, pos)
 		}
 		// Stream footer: CRC32, backward size, flags, "YZ".
 		foot := src[pos-12 : pos]
 		if string(foot[10:]) != xzFooterMagic || crc32.ChecksumIEEE(foot[4:10]) != binary.LittleEndian.Uint32(foot) {
-			return corrupt("no stream footer before offset %d", pos)
+			return nil, corrupt("no stream footer before offset %d", pos)
 		}
 		checkSize, ok := xzCheckSize(foot[8:10])
 		if !ok {
-			return corrupt("bad stream flags %x", foot[8:10])
+			return nil, corrupt("bad stream flags %x", foot[8:10])
 		}
 		indexLen := (int64(binary.LittleEndian.Uint32(foot[4:])) + 1) * 4
 		if indexLen > int64(pos-24) {
-			return corrupt("index of %d bytes does not fit", indexLen)
+			return nil, corrupt("index of %d bytes does not fit", indexLen)
 		}
 		indexStart := pos - 12 - int(indexLen)
 		idx := src[indexStart : pos-12]
 		// Index: 0x00, record count, records (unpadded size, uncompressed
 		// size), padding, CRC32. The library checks the CRC and padding.
-		if idx[0] != 0 {
-			return corrupt("no index at offset %d", indexStart)
+		if idx[0] != 0 || crc32.ChecksumIEEE(idx[:len(idx)-4]) != binary.LittleEndian.Uint32(idx[len(idx)-4:]) {
+			return nil, corrupt("no index at offset %d", indexStart)
 		}
 		p := 1
 		count, ok := xzVLI(idx, &p)
-		if !ok || count > uint64(len(idx)/2) {
-			return corrupt("bad index record count")
+		// Every block takes at least 16 bytes before the index.
+		if !ok || count > uint64(len(idx)/2) || count > uint64(indexStart/16) {
+			return nil, corrupt("bad index record count")
 		}
 		type record struct{ unpadded, size uint64 }
 		recs := make([]record, count)
@@ -234,46 +258,54 @@ func xzCheck(src []byte, n int) error {
 			u, ok1 := xzVLI(idx, &p)
 			s, ok2 := xzVLI(idx, &p)
 			if !ok1 || !ok2 || u < 5 || u > uint64(indexStart) {
-				return corrupt("bad index record %d", i)
+				return nil, corrupt("bad index record %d", i)
 			}
 			if s > uint64(n)-total {
-				return corrupt("index claims more than %d bytes", n)
+				return nil, corrupt("index claims more than %d bytes", n)
+			}
+			if s == 0 && n > 0 {
+				return nil, corrupt("empty block %d", i) // only an empty stream has one
 			}
 			total += s
 			recs[i] = record{u, s}
 			if blocksLen += (u + 3) &^ 3; blocksLen > uint64(indexStart) {
-				return corrupt("blocks do not fit before offset %d", indexStart)
+				return nil, corrupt("blocks do not fit before offset %d", indexStart)
 			}
 		}
 		if p > len(idx)-4 {
-			return corrupt("index records overrun the index")
+			return nil, corrupt("index records overrun the index")
 		}
 		if blocksLen > uint64(indexStart-12) {
-			return corrupt("blocks of %d bytes do not fit before offset %d", blocksLen, indexStart)
+			return nil, corrupt("blocks of %d bytes do not fit before offset %d", blocksLen, indexStart)
 		}
 		start := indexStart - int(blocksLen) - 12
 		// Stream header: magic, the footer's flags, CRC32.
 		head := src[start : start+12]
 		if string(head[:6]) != xzHeaderMagic || string(head[6:8]) != string(foot[8:10]) {
-			return corrupt("no stream header at offset %d", start)
+			return nil, corrupt("no stream header at offset %d", start)
 		}
 		off := start + 12
+		stream := make([]xzBlock, 0, len(recs))
 		for i, rec := range recs {
-			if err := xzCheckBlock(src[off:off+int(rec.unpadded)], checkSize, xzMaxDict(n)); err != nil {
-				return corrupt("block %d at offset %d: %v", i, off, err)
+			b := src[off : off+int(rec.unpadded)]
+			hlen, dict, err := xzCheckBlock(b, checkSize, xzMaxDict(n))
+			if err != nil {
+				return nil, corrupt("block %d at offset %d: %v", i, off, err)
 			}
+			stream = append(stream, xzBlock{data: b[hlen : len(b)-checkSize], size: int(rec.size), dict: dict})
 			off += int((rec.unpadded + 3) &^ 3)
 		}
+		blocks = append(stream, blocks...)
 		streams++
 		pos = start
 	}
 	if streams == 0 {
-		return corrupt("no stream")
+		return nil, corrupt("no stream")
 	}
 	if total != uint64(n) {
-		return corrupt("streams hold %d bytes, want %d", total, n)
+		return nil, corrupt("streams hold %d bytes, want %d", total, n)
 	}
-	return nil
+	return blocks, nil
 }
 
 // xzCheckSize returns the size of a block's integrity check for the
@@ -289,44 +321,50 @@ func xzCheckSize(f []byte) (int, bool) {
 }
 
 // xzCheckBlock checks the header of block b (header, data and check,
-// without padding) and the dictionary of its LZMA2 filter.
-func xzCheckBlock(b []byte, checkSize int, maxDict int64) error {
+// without padding): its CRC-32, its flags, and that its one filter is LZMA2
+// with a dictionary of at most maxDict. It returns the header length and
+// the dictionary size.
+func xzCheckBlock(b []byte, checkSize int, maxDict int64) (int, int64, error) {
 	hlen := (int(b[0]) + 1) * 4
 	if b[0] == 0 || hlen+checkSize > len(b) {
-		return fmt.Errorf("header of %d bytes does not fit", hlen)
+		return 0, 0, fmt.Errorf("header of %d bytes does not fit", hlen)
 	}
 	h := b[:hlen-4] // without its CRC32
+	if crc32.ChecksumIEEE(h) != binary.LittleEndian.Uint32(b[hlen-4:]) {
+		return 0, 0, fmt.Errorf("block header CRC mismatch")
+	}
 	flags := h[1]
 	if flags&0x3c != 0 {
-		return fmt.Errorf("reserved flags %#x", flags)
+		return 0, 0, fmt.Errorf("reserved flags %#x", flags)
+	}
+	if flags&3 != 0 {
+		return 0, 0, fmt.Errorf("%d filters: only a lone LZMA2 filter is supported", flags&3+1)
 	}
 	p := 2
 	for _, bit := range []byte{0x40, 0x80} { // compressed, uncompressed size
 		if flags&bit != 0 {
 			if _, ok := xzVLI(h, &p); !ok {
-				return fmt.Errorf("bad size field")
+				return 0, 0, fmt.Errorf("bad size field")
 			}
 		}
 	}
-	for range int(flags&3) + 1 {
-		id, ok1 := xzVLI(h, &p)
-		size, ok2 := xzVLI(h, &p)
-		if !ok1 || !ok2 || size > uint64(len(h)-p) {
-			return fmt.Errorf("bad filter flags")
-		}
-		props := h[p : p+int(size)]
-		p += int(size)
-		if id != xzLZMA2 {
-			continue // the library refuses other filters
-		}
-		if len(props) != 1 || props[0] > 40 {
-			return fmt.Errorf("bad LZMA2 properties %x", props)
-		}
-		if d := xzDictSize(props[0]); d > maxDict {
-			return fmt.Errorf("LZMA2 dictionary of %d bytes, at most %d allowed for this segment", d, maxDict)
-		}
+	id, ok1 := xzVLI(h, &p)
+	size, ok2 := xzVLI(h, &p)
+	if !ok1 || !ok2 || size > uint64(len(h)-p) {
+		return 0, 0, fmt.Errorf("bad filter flags")
 	}
-	return nil
+	if id != xzLZMA2 {
+		return 0, 0, fmt.Errorf("filter %#x: only LZMA2 is supported", id)
+	}
+	props := h[p : p+int(size)]
+	if len(props) != 1 || props[0] > 40 {
+		return 0, 0, fmt.Errorf("bad LZMA2 properties %x", props)
+	}
+	d := xzDictSize(props[0])
+	if d > maxDict {
+		return 0, 0, fmt.Errorf("LZMA2 dictionary of %d bytes, at most %d allowed for this segment", d, maxDict)
+	}
+	return hlen, d, nil
 }
 
 // xzDictSize decodes an LZMA2 dictionary-size property (0..40).
