@@ -108,6 +108,9 @@ func cmdDecode(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := checkLimits(lim); err != nil {
+		return err
+	}
 	in, closeIn, err := openInput(pos[0])
 	if err != nil {
 		return err
@@ -165,7 +168,9 @@ func createOutput(path string, in *os.File, stdout io.Writer) (io.Writer, func(e
 			return nil, nil, fmt.Errorf("%s is also the input", path)
 		}
 	}
-	f, err := os.Create(path)
+	// Write to a temporary file beside the output and rename it on success,
+	// so a failed run leaves an existing output file as it was.
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -173,8 +178,11 @@ func createOutput(path string, in *os.File, stdout io.Writer) (io.Writer, func(e
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
+		if err == nil {
+			err = os.Rename(f.Name(), path)
+		}
 		if err != nil {
-			err = errors.Join(err, removeErr(os.Remove(path)))
+			err = errors.Join(err, removeErr(os.Remove(f.Name())))
 		}
 		return err
 	}, nil
@@ -216,4 +224,11 @@ func limitFlags(fl *flags) *codec.Limits {
 	fl.Int64Var(&lim.MaxDecodedSize, "max-decoded", 0, "largest decoded size of a frame in `bytes` (0: the default)")
 	fl.Int64Var(&lim.MaxTensorSize, "max-tensor", 0, "largest tensor in `bytes` (0: the default)")
 	return lim
+}
+
+func checkLimits(lim *codec.Limits) error {
+	if lim.MaxFrameSize < 0 || lim.MaxDecodedSize < 0 || lim.MaxTensorSize < 0 {
+		return usagef("limits must not be negative (0 means the default)")
+	}
+	return nil
 }

@@ -106,6 +106,9 @@ func cmdInspect(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := checkLimits(lim); err != nil {
+		return err
+	}
 	in, closeIn, err := openInput(pos[0])
 	if err != nil {
 		return err

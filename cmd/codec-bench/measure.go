@@ -103,8 +103,8 @@ func (tr *trial) encode(enc *codec.Encoder, dst []byte) ([]byte, error) {
 func (b *bench) decode(tr *trial, check func(i int, f *codec.Frame) error) (int, error) {
 	src, i := tr.frames, 0
 	for ; len(src) > 0; i++ {
-		if cap(b.out) < b.chunk+8 {
-			b.out = codec.AlignedBytes(b.chunk + 8)
+		if need := tr.largestChunk() + 8; cap(b.out) < need {
+			b.out = codec.AlignedBytes(need)
 		}
 		f, n, err := b.dec.DecodeFrameInto(b.out, src)
 		if err != nil {
@@ -239,4 +239,17 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// largestChunk is the most bytes one frame of the trial decodes to (block
+// and whole-tensor recipes make frames larger than the chunk size).
+func (tr *trial) largestChunk() int {
+	n := 0
+	for i := range tr.tensors {
+		n = max(n, len(tr.tensors[i].Data))
+	}
+	for _, p := range tr.parts {
+		n = max(n, len(p))
+	}
+	return n
 }

@@ -64,7 +64,8 @@ costs about 2 seconds per level and tensor.
 example --chains '*:zstd(1); shuffle4 | plane3:huff0 | plane0..2:raw'.
 --format json writes JSON Lines: one object per line with the fields tensor,
 dtype, chain, external, bytes_in, bytes_out, frames, ratio, compress_mbps,
-decompress_mbps, entropy_bound (0 when not a float tensor) and plane_bits;
+decompress_mbps, entropy_bound (0 when not a float tensor) and plane_bits
+(left out when not a float tensor);
 chain is accepted as it is by 'codec-bench encode --chain'. --format csv
 writes the same columns after a header line.
 `
@@ -160,13 +161,18 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	measured := 0
 	for i := range samples {
 		s := &samples[i]
+		bits, bound := planeStats(s)
+		emit := func(r row) error {
+			r.EntropyBound, r.PlaneBits = bound, bits
+			return rw.write(r)
+		}
 		var n int
-		if n, err = b.runSample(s, cs, rw, p); err != nil {
+		if n, err = b.runSample(s, cs, emit, p); err != nil {
 			break
 		}
 		measured += n
 		if len(exts) > 0 {
-			if xerr := runExternal(zstd, exts, s, rw.write, func(what string) { p.step(s.name, what) }); xerr != nil {
+			if xerr := runExternal(zstd, exts, s, emit, func(what string) { p.step(s.name, what) }); xerr != nil {
 				p.clear()
 				fmt.Fprintf(stderr, "note: %s: external tool failed: %v\n", s.name, xerr)
 			}
@@ -185,15 +191,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 // runSample measures every chain that fits s and writes a row per chain.
 // A chain that does not apply to the data (codec.ErrRecipe) is skipped
 // with a note; any other failure, a mismatch above all, ends the run.
-func (b *bench) runSample(s *sample, cs []*chain, rw rowWriter, p *progress) (int, error) {
-	var bits []float64
-	var bound float64
-	if s.dtype.IsFloat() {
-		bits, bound = entropy.PlaneBound(s.data, s.dtype.Size())
-		if math.IsInf(bound, 0) {
-			bound = 0
-		}
-	}
+func (b *bench) runSample(s *sample, cs []*chain, emit func(row) error, p *progress) (int, error) {
 	runtime.GC()
 	var trials []*trial
 	for _, c := range cs {
@@ -221,13 +219,24 @@ func (b *bench) runSample(s *sample, cs []*chain, rw rowWriter, p *progress) (in
 		}
 	}
 	for _, tr := range trials {
-		r := tr.row()
-		r.EntropyBound, r.PlaneBits = bound, bits
-		if err := rw.write(r); err != nil {
+		if err := emit(tr.row()); err != nil {
 			return len(trials), err
 		}
 	}
 	return len(trials), nil
+}
+
+// planeStats returns the per-byte-plane entropy and bound of a float
+// tensor (nil and 0 for other types, and a bound of 0 when it is infinite).
+func planeStats(s *sample) ([]float64, float64) {
+	if !s.dtype.IsFloat() {
+		return nil, 0
+	}
+	bits, bound := entropy.PlaneBound(s.data, s.dtype.Size())
+	if math.IsInf(bound, 0) {
+		bound = 0
+	}
+	return bits, bound
 }
 
 func displayChain(text string) string {
