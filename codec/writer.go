@@ -274,18 +274,13 @@ func (w *Writer) WriteTensor(t *Tensor) error {
 			}
 			cur = r
 			// Re-cut for the recipe's granularity.
-			switch g, blk := r.Granularity(); g {
-			case WholeTensor:
+			if g, _ := r.Granularity(); g == WholeTensor {
 				if limit := DefaultLimits().MaxDecodedSize; int64(len(t.Data)) > limit {
 					return fmt.Errorf("%w: recipe %q codes tensor %q whole, and its %d bytes exceed the %d a default reader accepts in one frame",
 						ErrRecipe, r, t.Name, len(t.Data), limit)
 				}
-				chunkEl = max(nel, 1)
-			case Block:
-				if blk > 0 {
-					chunkEl = max(blk, chunkEl/blk*blk)
-				}
 			}
+			chunkEl = r.ChunkElements(esz, nel, w.cfg.chunkSize)
 			n = min(chunkEl, nel-off)
 			info.Len, info.Data = n*esz, t.Data[off*esz:(off+n)*esz]
 		} else if cur.pinned() || r.pinned() || (t.Tags.Lossless && r.Lossy()) {
@@ -313,6 +308,23 @@ func (w *Writer) WriteTensor(t *Tensor) error {
 		}
 	}
 	return nil
+}
+
+// ChunkElements is how many elements of esz bytes go into each frame when
+// a tensor of nel elements is cut into chunks of about chunkSize bytes for
+// this recipe: whole-tensor recipes take all of them, block recipes a
+// multiple of their block. Writers and benchmarks cut the same way.
+func (r *Recipe) ChunkElements(esz, nel, chunkSize int) int {
+	n := max(1, chunkSize/esz)
+	switch g, blk := r.Granularity(); g {
+	case WholeTensor:
+		n = max(nel, 1)
+	case Block:
+		if blk > 0 {
+			n = max(blk, n/blk*blk)
+		}
+	}
+	return n
 }
 
 // pinned reports whether a recipe must stay in force for a whole tensor.

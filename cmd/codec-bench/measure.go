@@ -57,15 +57,7 @@ func (b *bench) newTrial(s *sample, c *chain) (*trial, error) {
 	} else {
 		esz := s.dtype.Size()
 		nel := len(s.data) / esz
-		chunkEl := max(1, b.chunk/esz)
-		switch g, blk := c.recipe.Granularity(); g {
-		case codec.WholeTensor:
-			chunkEl = max(nel, 1)
-		case codec.Block:
-			if blk > 0 {
-				chunkEl = max(blk, chunkEl/blk*blk)
-			}
-		}
+		chunkEl := c.recipe.ChunkElements(esz, nel, b.chunk)
 		for off := 0; off < nel || off == 0; off += chunkEl {
 			n := min(chunkEl, nel-off)
 			tr.tensors = append(tr.tensors, codec.Tensor{Name: s.name, DType: s.dtype, Shape: s.shape,
