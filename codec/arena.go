@@ -30,10 +30,13 @@ func (a *Arena) Alloc(n int) []byte {
 		a.cur++
 		a.off = 0
 	}
-	size := max(minSlab, n8)
-	if len(a.slabs) > 0 {
-		size = max(size, 2*len(a.slabs[len(a.slabs)-1]))
+	// Grow by half of what the arena holds (at least the request): Reset
+	// merges the slabs, so the next frame of this size needs one slab.
+	total := 0
+	for _, s := range a.slabs {
+		total += len(s)
 	}
+	size := max(minSlab, n8, total/2)
 	a.slabs = append(a.slabs, view.Bytes(size))
 	a.cur = len(a.slabs) - 1
 	a.off = n8
