@@ -58,16 +58,9 @@ func cmdEncode(args []string, stdout, stderr io.Writer) error {
 		return usagef("--name needs --dtype (byte streams have no name)")
 	}
 
-	in, closeIn, err := openInput(pos[0])
-	if err != nil {
-		return err
-	}
-	defer closeIn()
-	out, commit, err := createOutput(pos[1], in, stdout)
-	if err != nil {
-		return err
-	}
-	return commit(encodeStream(in, out, t, r, *chunk))
+	return transform(pos[0], pos[1], stdout, func(in *os.File, out io.Writer) error {
+		return encodeStream(in, out, t, r, *chunk)
+	})
 }
 
 // encodeStream writes in to out as frames: one tensor t (its Data read
@@ -111,16 +104,9 @@ func cmdDecode(args []string, stdout, stderr io.Writer) error {
 	if err := checkLimits(lim); err != nil {
 		return err
 	}
-	in, closeIn, err := openInput(pos[0])
-	if err != nil {
-		return err
-	}
-	defer closeIn()
-	out, commit, err := createOutput(pos[1], in, stdout)
-	if err != nil {
-		return err
-	}
-	return commit(decodeStream(in, out, *lim))
+	return transform(pos[0], pos[1], stdout, func(in *os.File, out io.Writer) error {
+		return decodeStream(in, out, *lim)
+	})
 }
 
 func decodeStream(in io.Reader, out io.Writer, lim codec.Limits) error {
@@ -159,6 +145,21 @@ func openInput(path string) (*os.File, func(), error) {
 // createOutput creates path (stdout for "-"). commit closes it and, when
 // the command failed, removes the partial file; it returns the first error.
 // It refuses to overwrite the input.
+// transform runs fn from the input file (or stdin) to the output file (or
+// stdout); the output file appears only when fn succeeds.
+func transform(inPath, outPath string, stdout io.Writer, fn func(*os.File, io.Writer) error) error {
+	in, closeIn, err := openInput(inPath)
+	if err != nil {
+		return err
+	}
+	defer closeIn()
+	out, commit, err := createOutput(outPath, in, stdout)
+	if err != nil {
+		return err
+	}
+	return commit(fn(in, out))
+}
+
 func createOutput(path string, in *os.File, stdout io.Writer) (io.Writer, func(error) error, error) {
 	if path == "-" {
 		return stdout, func(err error) error { return err }, nil
