@@ -137,7 +137,8 @@ func (r *Recipe) Lossy() bool {
 }
 
 // Granularity is the most restrictive granularity of the recipe's ops, and
-// the block size (in elements) when it is Block.
+// the block size (in elements) when it is Block: the largest block of its
+// block ops (an op's BlockElems when it has one, else its Stage.Block).
 func (r *Recipe) Granularity() (Granularity, int) {
 	g, blk := Elementwise, 0
 	if r == nil {
@@ -149,8 +150,12 @@ func (r *Recipe) Granularity() (Granularity, int) {
 			if s.Granularity > g {
 				g = s.Granularity
 			}
-			if s.Granularity == Block && s.Block > blk {
-				blk = s.Block
+			if s.Granularity == Block {
+				b := s.Block
+				if be, ok := op.(BlockSizer); ok {
+					b = be.BlockElems()
+				}
+				blk = max(blk, b)
 			}
 		}
 	}

@@ -136,6 +136,13 @@ type Binder interface {
 	Bind(in SegInfo) (Op, error)
 }
 
+// BlockSizer is implemented by block-granular ops whose block size is a
+// parameter (int8(64), nf4(4096)): BlockElems is the block in elements,
+// and it overrides Stage.Block for chunking.
+type BlockSizer interface {
+	BlockElems() int
+}
+
 // Arg is one recipe argument: a bare value ("3") or key=value ("level=3").
 type Arg struct {
 	Key, Value string
