@@ -16,6 +16,9 @@ type Case struct {
 	// Exact is true when the encoding must match the golden bytes exactly;
 	// false for recipes with zstd or xz segments.
 	Exact bool
+	// Lossy cases decode to an approximation of the input: the golden
+	// frame and today's encoding must decode to the same bytes.
+	Lossy bool
 	// Tensor or Bytes is the input.
 	Tensor *codec.Tensor
 	Bytes  []byte
@@ -38,6 +41,13 @@ func Cases() []Case {
 	tagged.Shape = []int64{8, 8}
 	chunk := Normal("big", 1000, 0.02, 9)
 	chunk.Shape = []int64{10, 1000} // elements 0..999 of a 10x1000 tensor
+	sp := Sparse("sparse", 2000, 0.02, 10)
+	clumps := Sparse("clumps", 1500, 0.02, 11)
+	for i := range clumps.Data {
+		if i/4%100 >= 30 {
+			clumps.Data[i] = 0 // runs of 30 non-zeros (at most) every 100 elements
+		}
+	}
 	text := []byte("tensorpress golden vector: the quick brown fox jumps over the lazy dog. ")
 	for len(text) < 3000 {
 		text = append(text, text[:min(len(text), 97)]...)
@@ -63,7 +73,29 @@ func Cases() []Case {
 		{Name: "xz-text", Recipe: "*:xz", Exact: false, Bytes: text},
 		{Name: "mixed-chunk", Recipe: "shuffle4 | plane3:huff0 | plane2:zstd(3) | *:s2", Exact: false, Tensor: chunk},
 		{Name: "bool-zstd", Recipe: "*:zstd(1)", Exact: false, Tensor: boolean},
+		{Name: "sparse-auto", Recipe: "sparse | val:shuffle | *:huff0", Exact: true, Tensor: sp},
+		{Name: "sparse-bitmap", Recipe: "sparse(bitmap)", Exact: true, Tensor: sp},
+		{Name: "sparse-gaps", Recipe: "sparse(gaps)", Exact: true, Tensor: sp},
+		{Name: "sparse-varint", Recipe: "sparse(varint)", Exact: true, Tensor: sp},
+		{Name: "sparse-runs", Recipe: "sparse(runs)", Exact: true, Tensor: clumps},
+		{Name: "sparse-dense", Recipe: "sparse(dense) | val:shuffle4", Exact: true, Tensor: w},
+		{Name: "coo-delta-bitpack", Recipe: "coo | idx:delta,bitpack", Exact: true, Tensor: sp},
+		{Name: "coo-delta-varint", Recipe: "coo | idx:delta,varint | val:shuffle4", Exact: true, Tensor: sp},
 	}
+}
+
+// Sparse returns a float32 tensor of n values, each non-zero (N(0, 0.02))
+// with probability density, and -0.0 at element 1, with a fixed seed.
+func Sparse(name string, n int, density float64, seed uint64) *codec.Tensor {
+	t := codec.NewTensor(name, codec.F32, int64(n))
+	rng := rand.New(rand.NewPCG(seed, 0x5a5))
+	for i := 0; i < n; i++ {
+		if rng.Float64() < density {
+			binary.LittleEndian.PutUint32(t.Data[4*i:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
+		}
+	}
+	binary.LittleEndian.PutUint32(t.Data[4:], 0x80000000)
+	return t
 }
 
 // Normal returns a float32 tensor of n values drawn from N(0, sd²) with a
