@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/testvectors"
 )
 
 // sample is one input to measure: a tensor, or an opaque byte stream when
@@ -15,6 +16,9 @@ type sample struct {
 	dtype codec.DType
 	shape []int64
 	data  []byte // little-endian, 8-byte aligned (codec.AlignedBytes)
+	// load, when not nil, reads data when the sample's turn comes (large
+	// files are read one tensor at a time).
+	load func() ([]byte, error)
 }
 
 // defaultElems is the element count of the large default tensors: 2 Mi
@@ -23,11 +27,21 @@ type sample struct {
 // several passes even on a busy machine.
 const defaultElems = 2 << 20
 
-// defaultSamples returns the built-in synthetic set. Large tensors have n
-// elements (a multiple of 1024); the small ones have fixed sizes. Each
-// tensor has its own fixed PCG seed, so the set is the same on every run
-// and every machine.
-func defaultSamples(n int) []sample {
+// defaultSamples returns the built-in set: synthetic tensors, and real ones
+// made by PyTorch (the first layer of a small MLP trained on Fashion-MNIST,
+// its weights and one batch's gradient: testvectors.ModelWeights). Large
+// synthetic tensors have n elements (a multiple of 1024); the others have
+// fixed sizes. Each synthetic tensor has its own fixed PCG seed, so the set
+// is the same on every run and every machine.
+func defaultSamples(n int) ([]sample, error) {
+	w, err := testvectors.ModelWeights()
+	if err != nil {
+		return nil, err
+	}
+	g, err := testvectors.ModelGrads()
+	if err != nil {
+		return nil, err
+	}
 	rows := int64(n / 1024)
 	return []sample{
 		// Dense weights: N(0, 0.02), the usual initialisation of a linear layer.
@@ -58,7 +72,9 @@ func defaultSamples(n int) []sample {
 			return float32(1 + r.NormFloat64()*0.05)
 		}),
 		f32Sample("scalar", []int64{}, 8, func(*rand.Rand) float32 { return 2.3026 }),
-	}
+		{name: "mlp.fc1.weight", dtype: w[0].DType, shape: w[0].Shape, data: w[0].Data},
+		{name: "mlp.fc1.grad", dtype: g[0].DType, shape: g[0].Shape, data: g[0].Data},
+	}, nil
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x7e75_0e55)) }
@@ -78,7 +94,7 @@ func f32Sample(name string, shape []int64, seed uint64, gen func(*rand.Rand) flo
 	for i := range n {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(gen(r)))
 	}
-	return sample{name, codec.F32, shape, b}
+	return sample{name: name, dtype: codec.F32, shape: shape, data: b}
 }
 
 // int8Sample is N(0, 0.02) weights quantized symmetrically with a scale
@@ -92,7 +108,7 @@ func int8Sample(name string, shape []int64, seed uint64) sample {
 		q := math.Round(r.NormFloat64() * 127 / 4)
 		b[i] = byte(int8(max(-127, min(127, q))))
 	}
-	return sample{name, codec.I8, shape, b}
+	return sample{name: name, dtype: codec.I8, shape: shape, data: b}
 }
 
 // bf16Sample is N(0, 0.02) weights rounded to bfloat16 (nearest, ties to
@@ -106,5 +122,5 @@ func bf16Sample(name string, shape []int64, seed uint64) sample {
 		u += 0x7fff + (u>>16)&1
 		binary.LittleEndian.PutUint16(b[2*i:], uint16(u>>16))
 	}
-	return sample{name, codec.BF16, shape, b}
+	return sample{name: name, dtype: codec.BF16, shape: shape, data: b}
 }

@@ -31,6 +31,14 @@ type row struct {
 	// the bound is unbounded (every plane constant).
 	EntropyBound float64   `json:"entropy_bound"`
 	PlaneBits    []float64 `json:"plane_bits,omitempty"` // bits per byte of plane 0 (least significant) up
+	// Density is the fraction of elements (bytes for byte streams) whose
+	// bits are not all zero.
+	Density float64 `json:"density"`
+	// Lossy chains report how far the decoded values are from the input:
+	// the largest absolute difference and ||x - y|| / ||x||.
+	Lossy     bool    `json:"lossy"`
+	MaxAbsErr float64 `json:"max_abs_err"`
+	RelL2Err  float64 `json:"rel_l2_err"`
 }
 
 // rowWriter prints rows in one of the output formats.
@@ -43,14 +51,14 @@ func newRowWriter(format string, w io.Writer) (rowWriter, error) {
 	switch format {
 	case "table":
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TENSOR\tDTYPE\tBYTES\tCHAIN\tOUT\tRATIO\tCOMP MB/s\tDECOMP MB/s\tBOUND\tPLANE BITS\tEXTERNAL")
+		fmt.Fprintln(tw, "TENSOR\tDTYPE\tBYTES\tDENSITY\tCHAIN\tOUT\tRATIO\tCOMP MB/s\tDECOMP MB/s\tBOUND\tPLANE BITS\tMAX ERR\tREL L2\tEXTERNAL")
 		return tableWriter{tw}, nil
 	case "json":
 		return jsonWriter{json.NewEncoder(w)}, nil
 	case "csv":
 		cw := csv.NewWriter(w)
 		err := cw.Write([]string{"tensor", "dtype", "chain", "external", "bytes_in", "bytes_out", "frames", "ratio",
-			"compress_mbps", "decompress_mbps", "entropy_bound", "plane_bits"})
+			"compress_mbps", "decompress_mbps", "entropy_bound", "plane_bits", "density", "lossy", "max_abs_err", "rel_l2_err"})
 		return csvWriter{cw}, err
 	}
 	return nil, usagef("unknown --format %q (want table, json or csv)", format)
@@ -62,6 +70,17 @@ func planeBits(bits []float64) string {
 		s[i] = strconv.FormatFloat(b, 'f', 2, 64)
 	}
 	return strings.Join(s, "/")
+}
+
+// density prints a fraction of non-zero elements as a percentage.
+func density(d float64) string {
+	switch {
+	case d == 1:
+		return "100%"
+	case d >= 0.1:
+		return fmt.Sprintf("%.1f%%", 100*d)
+	}
+	return fmt.Sprintf("%.2f%%", 100*d)
 }
 
 type tableWriter struct{ tw *tabwriter.Writer }
@@ -82,8 +101,12 @@ func (t tableWriter) write(r row) error {
 	if pb == "" {
 		pb = "-"
 	}
-	_, err := fmt.Fprintf(t.tw, "%s\t%s\t%d\t%s\t%d\t%.3fx\t%.1f\t%.1f\t%s\t%s\t%s\n",
-		r.Tensor, r.DType, r.BytesIn, chain, r.BytesOut, r.Ratio, r.CompressMBps, r.DecompressMBps, bound, pb, ext)
+	maxErr, rel := "-", "-"
+	if r.Lossy {
+		maxErr, rel = fmt.Sprintf("%.3g", r.MaxAbsErr), fmt.Sprintf("%.3g", r.RelL2Err)
+	}
+	_, err := fmt.Fprintf(t.tw, "%s\t%s\t%d\t%s\t%s\t%d\t%.3fx\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\n",
+		r.Tensor, r.DType, r.BytesIn, density(r.Density), chain, r.BytesOut, r.Ratio, r.CompressMBps, r.DecompressMBps, bound, pb, maxErr, rel, ext)
 	return err
 }
 
@@ -101,7 +124,8 @@ func (c csvWriter) write(r row) error {
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
 	c.w.Write([]string{r.Tensor, r.DType, r.Chain, r.External,
 		strconv.FormatInt(r.BytesIn, 10), strconv.FormatInt(r.BytesOut, 10), strconv.Itoa(r.Frames),
-		f(r.Ratio), f(r.CompressMBps), f(r.DecompressMBps), f(r.EntropyBound), planeBits(r.PlaneBits)})
+		f(r.Ratio), f(r.CompressMBps), f(r.DecompressMBps), f(r.EntropyBound), planeBits(r.PlaneBits),
+		f(r.Density), strconv.FormatBool(r.Lossy), f(r.MaxAbsErr), f(r.RelL2Err)})
 	return c.flush()
 }
 

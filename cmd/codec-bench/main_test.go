@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
 // cli runs the command line and returns its exit status and output.
@@ -125,15 +126,24 @@ func TestRunDefaultSet(t *testing.T) {
 			t.Errorf("shuffle chain on int8: %q", rec)
 		}
 	}
-	for _, want := range []string{"weights/f32", "gradients/f32", "sparse99/f32", "int8/i8", "bf16/bf16", "bias/f32", "layernorm/f32", "scalar/f32"} {
+	for _, want := range []string{"weights/f32", "gradients/f32", "sparse99/f32", "int8/i8", "bf16/bf16", "bias/f32", "layernorm/f32", "scalar/f32", "mlp.fc1.weight/f32", "mlp.fc1.grad/f32"} {
 		if !seen[want] {
 			t.Errorf("no rows for %s", want)
 		}
 	}
 }
 
+func mustSamples(t *testing.T, n int) []sample {
+	t.Helper()
+	s, err := defaultSamples(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestDefaultSamples(t *testing.T) {
-	for _, s := range defaultSamples(4096) {
+	for _, s := range mustSamples(t, 4096) {
 		if n := elements(s.shape) * s.dtype.Size(); n != len(s.data) {
 			t.Errorf("%s: %d bytes for shape %v of %v", s.name, len(s.data), s.shape, s.dtype)
 		}
@@ -149,7 +159,7 @@ func TestDefaultSamples(t *testing.T) {
 			}
 		}
 	}
-	a, b := defaultSamples(1024), defaultSamples(1024)
+	a, b := mustSamples(t, 1024), mustSamples(t, 1024)
 	for i := range a {
 		if !bytes.Equal(a[i].data, b[i].data) {
 			t.Errorf("%s is not deterministic", a[i].name)
@@ -336,5 +346,98 @@ func TestParseZstdBench(t *testing.T) {
 	}
 	if _, _, _, _, err := parseZstdBench([]byte("zstd: error 9")); err == nil {
 		t.Fatal("no error for output without a result")
+	}
+}
+
+// jsonRows parses --format json output.
+func jsonRows(t *testing.T, out string) []row {
+	t.Helper()
+	var rows []row
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var r row
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// TestRunTensorFiles: --input takes .npy and .safetensors files (every
+// tensor, filtered by --tensors), reports density, and lossy chains
+// report their error.
+func TestRunTensorFiles(t *testing.T) {
+	dir := t.TempDir()
+	w := make([]float32, 4096)
+	for i := range w {
+		if i%10 == 0 {
+			w[i] = float32(i%7+1) * 0.01
+		}
+	}
+	a := codec.FromFloat32("layer.a", w, 64, 64)
+	b := codec.FromFloat32("layer.b", w[:100], 100)
+	c := codec.FromFloat32("other", w[:10], 10)
+	st := filepath.Join(dir, "m.safetensors")
+	f, err := os.Create(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tensorfile.WriteSafetensors(f, []*codec.Tensor{a, b, c}, map[string]string{"format": "pt"}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	npy := filepath.Join(dir, "w.npy")
+	if f, err = os.Create(npy); err != nil {
+		t.Fatal(err)
+	}
+	if err := tensorfile.WriteNpy(f, a); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	chains := "*:zstd(1); sparse | val:shuffle | *:huff0"
+	lossy := registered("fp16")
+	if lossy {
+		chains += "; fp16"
+	}
+	rows := jsonRows(t, mustCLI(t, "run", "--input", st, "--tensors", "layer.*", "--chains", chains,
+		"--format", "json", "--min-time", "1ms", "--reps", "1", "--no-external"))
+	seen := map[string]int{}
+	for _, r := range rows {
+		seen[r.Tensor]++
+		if r.Density < 0.099 || r.Density > 0.101 {
+			t.Errorf("%s: density %g, want about 0.1", r.Tensor, r.Density)
+		}
+		if r.Lossy != (r.Chain == "fp16") {
+			t.Errorf("%s %q: lossy %v", r.Tensor, r.Chain, r.Lossy)
+		}
+		if r.Lossy && (r.MaxAbsErr <= 0 || r.MaxAbsErr > 0.06*0x1p-11 || r.RelL2Err <= 0 || r.RelL2Err > 0x1p-11) {
+			t.Errorf("%s %q: max error %g, relative L2 %g", r.Tensor, r.Chain, r.MaxAbsErr, r.RelL2Err)
+		}
+	}
+	if seen["other"] != 0 || seen["layer.a"] == 0 || seen["layer.b"] == 0 {
+		t.Errorf("rows per tensor: %v", seen)
+	}
+	rows = jsonRows(t, mustCLI(t, "run", "--input", npy, "--chains", "sparse", "--format", "json", "--min-time", "1ms", "--reps", "1", "--no-external"))
+	if len(rows) != 1 || rows[0].Tensor != "w" || rows[0].BytesIn != 4*4096 || rows[0].DType != "f32" {
+		t.Errorf("npy rows: %+v", rows)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--input", npy, "--dtype", "f32"}, "carry their own"},
+		{[]string{"run", "--input", st, "--tensors", "nomatch*", "--no-external"}, "matches no tensor"},
+		{[]string{"run", "--input", filepath.Join(dir, "raw.bin")}, "--dtype"},
+	} {
+		if code, _, errs := cli(t, tc.args...); code == 0 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want %q", tc.args, code, errs, tc.want)
+		}
+	}
+	bad := filepath.Join(dir, "bad.npy")
+	os.WriteFile(bad, []byte("\x93NUMPY\x01\x00\x10\x00{'descr': '>f4'}"), 0o644)
+	if code, _, errs := cli(t, "run", "--input", bad, "--no-external"); code != 1 || !strings.Contains(errs, "bad.npy") {
+		t.Errorf("bad npy: exit %d, stderr %q", code, errs)
 	}
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -43,6 +45,7 @@ type trial struct {
 	nframes int
 	enc     []float64 // seconds per pass, one per rep
 	dec     []float64
+	err     errStats // lossy chains: how far the decoded values are from the input
 }
 
 // newTrial cuts s into chunks the way codec.Writer does (whole-tensor and
@@ -134,6 +137,16 @@ func (b *bench) verify(tr *trial) error {
 			return fmt.Errorf("%w: frame %d is a %v frame", errMismatch, i, f.Header.Type)
 		}
 		want := tr.s.data[got:min(got+len(data), len(tr.s.data))]
+		if tr.c.recipe.Lossy() {
+			if len(data) != len(want) {
+				return fmt.Errorf("%w: %s %d decoded to %d bytes, want %d", errMismatch, what, i, len(data), len(want))
+			}
+			if err := tr.err.add(tr.s.dtype, want, data); err != nil {
+				return err
+			}
+			got += len(data)
+			return nil
+		}
 		if !bytes.Equal(data, want) {
 			at := 0
 			for at < len(want) && data[at] == want[at] {
@@ -207,12 +220,81 @@ func timeLoop(minTime time.Duration, op func() error) (float64, error) {
 // row reports the trial's median figures.
 func (tr *trial) row() row {
 	in := int64(len(tr.s.data))
-	return row{
+	r := row{
 		Tensor: tr.s.name, DType: tr.s.dtype.String(), Chain: tr.c.text,
 		BytesIn: in, BytesOut: int64(len(tr.frames)), Frames: tr.nframes,
 		Ratio:        float64(in) / float64(len(tr.frames)),
 		CompressMBps: mbps(in, median(tr.enc)), DecompressMBps: mbps(in, median(tr.dec)),
+		Lossy: tr.c.recipe.Lossy(),
 	}
+	if r.Lossy {
+		r.MaxAbsErr, r.RelL2Err = tr.err.maxAbs, tr.err.relL2()
+	}
+	return r
+}
+
+// errStats accumulates the error of decoded float values against the
+// input: the largest absolute difference and the sums for the relative
+// L2 error ||x - y|| / ||x||. Matching NaNs and equal infinities count as
+// exact; any other non-finite mismatch makes the maximum +Inf.
+type errStats struct {
+	maxAbs      float64
+	sumSqErr    float64
+	sumSqSignal float64
+}
+
+func (e *errStats) add(dt codec.DType, want, got []byte) error {
+	var x, y []float64
+	switch dt {
+	case codec.F32:
+		x, y = make([]float64, len(want)/4), make([]float64, len(got)/4)
+		for i := range x {
+			x[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(want[4*i:])))
+			y[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(got[4*i:])))
+		}
+	case codec.F64:
+		x, y = make([]float64, len(want)/8), make([]float64, len(got)/8)
+		for i := range x {
+			x[i] = math.Float64frombits(binary.LittleEndian.Uint64(want[8*i:]))
+			y[i] = math.Float64frombits(binary.LittleEndian.Uint64(got[8*i:]))
+		}
+	default:
+		return fmt.Errorf("lossy chain on %v data: errors are measured on f32 and f64 only", dt)
+	}
+	for i := range x {
+		a, b := x[i], y[i]
+		switch {
+		case math.IsNaN(a) && math.IsNaN(b), a == b:
+			e.sumSqSignal += sq(a)
+			continue
+		case math.IsNaN(a) || math.IsNaN(b) || math.IsInf(a, 0) || math.IsInf(b, 0):
+			e.maxAbs = math.Inf(1)
+			continue
+		}
+		d := math.Abs(a - b)
+		e.maxAbs = max(e.maxAbs, d)
+		e.sumSqErr += d * d
+		e.sumSqSignal += a * a
+	}
+	return nil
+}
+
+func sq(a float64) float64 {
+	if math.IsNaN(a) || math.IsInf(a, 0) {
+		return 0
+	}
+	return a * a
+}
+
+// relL2 is ||x - y|| / ||x|| (0 for an all-zero input decoded exactly).
+func (e *errStats) relL2() float64 {
+	if e.sumSqSignal == 0 {
+		if e.sumSqErr == 0 {
+			return 0
+		}
+		return math.Inf(1)
+	}
+	return math.Sqrt(e.sumSqErr / e.sumSqSignal)
 }
 
 func mbps(n int64, sec float64) float64 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/entropy"
+	"github.com/tensorpress/tensorpress/sparse"
+	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
 // defaultChains are measured when --chains is not given. Specs whose
@@ -31,14 +34,27 @@ var defaultChains = []struct {
 	{"shuffle | *:huff0", multiByte},
 	{"shuffle4 | plane3:huff0 | plane0..2:raw", func(d codec.DType) bool { return d == codec.F32 }},
 	{"shuffle | bytedelta | *:zstd(1)", multiByte},
+	{"sparse | val:shuffle | *:huff0", multiByte},
+	// Lossy: half precision, and the 8-bit and 4-bit blockwise quantizers
+	// of NVIDIA FLARE's filters (4-bit with its scales quantized again,
+	// as QLoRA does).
+	{"fp16", isF32},
+	{"int8(4096) | q:huff0", isF32},
+	{"nf4(64) | scale:int8(256)", isF32},
 }
+
+func isF32(d codec.DType) bool { return d == codec.F32 }
 
 func multiByte(d codec.DType) bool { return d.Size() > 1 }
 
 const runText = `Measures compression ratio and single-core encode and decode speed of
 tensorpress chains. Without --input it runs on a built-in set of synthetic
 tensors (weights, gradients, a 99%-sparse tensor, int8, bf16 and a few small
-tensors), generated from fixed seeds.
+tensors, generated from fixed seeds) and of real ones: the first layer of a
+small MLP trained by PyTorch on Fashion-MNIST, its weights and one batch's
+gradient. --input takes a .npy file, a .safetensors file (every tensor in
+it, or those --tensors matches, read one at a time) or a raw little-endian
+file with --dtype.
 
 Each tensor is cut into chunks of --chunk bytes; encoding is
 codec.Encoder.AppendTensor over the chunks into a reused buffer, decoding is
@@ -51,7 +67,12 @@ frame bytes, headers included. BOUND is the best ratio a coder of each byte
 plane on its own (order-0 entropy over the whole tensor) can reach on a
 float tensor; PLANE BITS lists the planes' bits per byte from the least
 significant byte up. Coders that model runs or context (zstd on sparse
-data) can beat it.
+data) can beat it. DENSITY is the share of elements whose bits are not all
+zero (-0.0 counts as non-zero).
+
+Lossy chains (fp16, int8, nf4, ...) are checked for the size and shape of
+what they decode instead of its bytes, and report MAX ERR, the largest
+absolute difference from the input, and REL L2, ||x - y|| / ||x||.
 
 Unless --no-external, the zstd command-line tool's in-memory benchmark runs
 on the same bytes in the same run: zstd -bL -eL -T1 -iS for levels 1 and 3,
@@ -64,16 +85,17 @@ costs about 2 seconds per level and tensor.
 example --chains '*:zstd(1); shuffle4 | plane3:huff0 | plane0..2:raw'.
 --format json writes JSON Lines: one object per line with the fields tensor,
 dtype, chain, external, bytes_in, bytes_out, frames, ratio, compress_mbps,
-decompress_mbps, entropy_bound (0 when not a float tensor) and plane_bits
-(left out when not a float tensor);
+decompress_mbps, entropy_bound (0 when not a float tensor), plane_bits
+(left out when not a float tensor), density, lossy, max_abs_err and
+rel_l2_err (0 for lossless chains);
 chain is accepted as it is by 'codec-bench encode --chain'. --format csv
 writes the same columns after a header line.
 `
 
 func cmdRun(args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("run", "run [--input PATH --dtype DTYPE] [flags]", runText, stderr)
-	input := fl.String("input", "", "raw little-endian `file` to measure, one tensor of shape [n] (default: the built-in set)")
-	dtype := fl.String("dtype", "", "element type of --input: f32, f16, bf16, f64, i8, u8, ... or bytes for an opaque byte stream")
+	input := fl.String("input", "", "`file` to measure: .npy, .safetensors (every tensor), or raw little-endian with --dtype (default: the built-in set)")
+	dtype := fl.String("dtype", "", "element type of a raw --input: f32, f16, bf16, f64, i8, u8, ... or bytes for an opaque byte stream")
 	chains := fl.String("chains", "", "`specs` to measure, separated by ';' (default: the built-in chain list)")
 	format := fl.String("format", "table", "output format: table, json (JSON Lines) or csv")
 	chunk := fl.Int("chunk", codec.DefaultChunkSize, "decoded `bytes` per frame")
@@ -99,8 +121,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 		return usagef("--external-time %d outside [0, 60]", *extTime)
 	case *elems < 1024 || *elems%1024 != 0 || *elems > 1<<28:
 		return usagef("--elems %d: want a multiple of 1024 up to %d", *elems, 1<<28)
-	case (*input == "") != (*dtype == ""):
-		return usagef("--input and --dtype go together")
+	case *input == "" && *dtype != "":
+		return usagef("--dtype describes an --input file")
 	}
 	rw, err := newRowWriter(*format, stdout)
 	if err != nil {
@@ -110,18 +132,18 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var samples []sample
-	if *input != "" {
-		s, err := readSample(*input, *dtype)
-		if err != nil {
-			return err
-		}
-		samples = []sample{s}
-	} else {
-		samples = defaultSamples(*elems)
-	}
 	if _, err := path.Match(*tensors, ""); err != nil {
 		return usagef("--tensors %q: %v", *tensors, err)
+	}
+	var samples []sample
+	if *input != "" {
+		var done func()
+		if samples, done, err = readSamples(*input, *dtype, *tensors); err != nil {
+			return err
+		}
+		defer done()
+	} else if samples, err = defaultSamples(*elems); err != nil {
+		return err
 	}
 	kept := samples[:0]
 	for _, s := range samples {
@@ -161,9 +183,20 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	measured := 0
 	for i := range samples {
 		s := &samples[i]
+		if s.load != nil {
+			if s.data, err = s.load(); err != nil {
+				break
+			}
+		}
+		if len(s.data) == 0 {
+			p.clear()
+			fmt.Fprintf(stderr, "note: %s: empty, nothing to measure\n", s.name)
+			continue
+		}
 		bits, bound := planeStats(s)
+		dens := sampleDensity(s)
 		emit := func(r row) error {
-			r.EntropyBound, r.PlaneBits = bound, bits
+			r.EntropyBound, r.PlaneBits, r.Density = bound, bits, dens
 			return rw.write(r)
 		}
 		var n int
@@ -176,6 +209,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 				p.clear()
 				fmt.Fprintf(stderr, "note: %s: external tool failed: %v\n", s.name, xerr)
 			}
+		}
+		if s.load != nil {
+			s.data = nil // read again if needed: the next tensor may need the memory
 		}
 	}
 	p.clear()
@@ -224,6 +260,16 @@ func (b *bench) runSample(s *sample, cs []*chain, emit func(row) error, p *progr
 		}
 	}
 	return len(trials), nil
+}
+
+// sampleDensity is the exact fraction of non-zero elements (bitwise: -0.0
+// counts as non-zero) of s.
+func sampleDensity(s *sample) float64 {
+	switch w := s.dtype.Size(); w {
+	case 1, 2, 4, 8:
+		return sparse.Density(s.data, w)
+	}
+	return 1
 }
 
 // planeStats returns the per-byte-plane entropy and bound of a float
@@ -281,6 +327,56 @@ func chainList(specs string, given bool, stderr io.Writer) ([]*chain, error) {
 		cs = append(cs, &chain{recipe: r, text: r.String(), fits: d.fits})
 	}
 	return cs, nil
+}
+
+// readSamples reads --input: a .npy file (one tensor, named after the
+// file), a .safetensors file (every tensor whose name matches glob, each
+// read only when its turn comes), or a raw little-endian file of dtype
+// (one tensor of shape [n], or a byte stream for dtype bytes). The caller
+// calls done when it no longer needs the samples.
+func readSamples(file, dtype, glob string) (samples []sample, done func(), err error) {
+	done = func() {}
+	ext := strings.ToLower(filepath.Ext(file))
+	if ext != ".npy" && ext != ".safetensors" {
+		if dtype == "" {
+			return nil, done, usagef("--input %s: give --dtype for a raw file (.npy and .safetensors files carry their own)", file)
+		}
+		s, err := readSample(file, dtype)
+		return []sample{s}, done, err
+	}
+	if dtype != "" {
+		return nil, done, usagef("--dtype: %s files carry their own dtype", ext)
+	}
+	if ext == ".npy" {
+		f, closeF, err := openInput(file)
+		if err != nil {
+			return nil, done, err
+		}
+		defer closeF()
+		t, err := tensorfile.ReadNpy(bufio.NewReaderSize(f, 1<<20))
+		if err != nil {
+			return nil, done, fmt.Errorf("%s: %w", file, err)
+		}
+		name := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
+		return []sample{{name: name, dtype: t.DType, shape: t.Shape, data: t.Data}}, done, nil
+	}
+	st, err := tensorfile.OpenSafetensorsFile(file)
+	if err != nil {
+		return nil, done, err
+	}
+	for i, info := range st.Tensors() {
+		if ok, _ := path.Match(glob, info.Name); !ok {
+			continue
+		}
+		samples = append(samples, sample{name: info.Name, dtype: info.DType, shape: info.Shape, load: func() ([]byte, error) {
+			t, err := st.ReadIndex(i)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", file, err)
+			}
+			return t.Data, nil
+		}})
+	}
+	return samples, func() { st.Close() }, nil
 }
 
 // readSample reads a raw little-endian file as one tensor of shape [n] of
