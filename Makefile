@@ -5,16 +5,22 @@
 
 GO        ?= go
 APT_PKGS  := zstd xz-utils gcc
+# reference regenerates testvectors/reference with numpy and PyTorch; the
+# tests read the committed files and need neither.
+REF_PKGS  := python3-numpy python3-torch dataset-fashion-mnist
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all test deps vet test-race test-purego fuzz bench benchmarks build clean
+.PHONY: all test deps vet test-race test-purego test-noasm fuzz bench benchmarks build clean reference apt
 
 all: build test
 
 deps:
+	@$(MAKE) --no-print-directory apt PKGS="$(APT_PKGS)"
+
+apt:
 	@missing=""; \
-	for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "make: installing Debian packages:$$missing"; \
 		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
@@ -31,7 +37,15 @@ test-race:
 test-purego:
 	CGO_ENABLED=0 $(GO) test -count=1 ./...
 
-test: deps vet test-race test-purego
+# test-noasm runs the packages with assembly kernels on their pure-Go twins.
+test-noasm:
+	$(GO) test -count=1 -tags noasm ./lossless ./lossy ./internal/...
+
+test: deps vet test-race test-purego test-noasm
+
+reference:
+	@$(MAKE) --no-print-directory apt PKGS="$(REF_PKGS)"
+	/usr/bin/python3 testvectors/reference/gen.py
 
 build:
 	$(GO) build ./...

@@ -25,7 +25,7 @@
 //	2 bitmap  ceil(n/8) bytes, bit i (least significant first) set for a non-zero element i; bits past n are zero
 //	3 gaps    AppendBitpack of the gaps (zeros skipped before each non-zero)
 //	4 varint  the same gaps as LEB128 varints
-//	5 runs    varint pairs (zeros, non-zeros >= 1) from the start; elements after the last pair are zero
+//	5 runs    minimal varint pairs (zeros, non-zeros >= 1) from the start; elements after the last pair are zero
 //
 // With layout=auto (the default) the stage counts the non-zeros exactly
 // while it gathers them, prices each layout from the positions (exact sizes
@@ -44,6 +44,11 @@
 // mismatch; they never write outside the output.
 //
 // All ops are immutable and safe for concurrent use. Encoding allocates its
-// scratch (positions and values, up to 2x the input) from the codec.Arena
-// of the call.
+// scratch (4 bytes of position per element and room for every value: 2x the
+// input for 4-byte elements, 5x for bytes) from the codec.Arena of the call.
+//
+// coo's idx holds 4 bytes per non-zero element, so on 1- and 2-byte
+// elements at high density a coo recipe makes more decoding work than
+// readers accept (4x the decoded size) and the encoder refuses it with
+// codec.ErrRecipe; the sparse stage has no such limit.
 package sparse

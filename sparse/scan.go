@@ -178,8 +178,8 @@ func elemWidth(in codec.SegInfo) (int, error) {
 	if in.Len >= 0 && in.Len%w != 0 {
 		return 0, fmt.Errorf("segment %q of %d bytes is not a whole number of %d-byte elements", in.Name, in.Len, w)
 	}
-	if in.Len >= 0 && in.Len/w > maxElems {
-		return 0, fmt.Errorf("segment %q has %d elements; sparse stages take at most %d per frame (use smaller chunks)", in.Name, in.Len/w, maxElems)
+	if in.Len >= 0 && uint64(in.Len/w) > maxElems {
+		return 0, fmt.Errorf("segment %q has %d elements; sparse stages take at most %d per frame (use smaller chunks)", in.Name, in.Len/w, uint64(maxElems))
 	}
 	return w, nil
 }

@@ -263,26 +263,23 @@ func (o sparseOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in c
 		}
 	case Runs:
 		pos = scratchU32(ctx, nnz)
-		next := uint64(0)
+		next := 0
 		for p := 0; p < len(idx); {
-			z, k := binary.Uvarint(idx[p:])
-			if k <= 0 {
-				return nil, fmt.Errorf("%w: sparse: bad run length at index byte %d", codec.ErrCorrupt, p)
+			z, k := uvarint32(idx[p:])
+			if k <= 0 || int64(z) > int64(n-next) {
+				return nil, fmt.Errorf("%w: sparse: bad zero run at index byte %d", codec.ErrCorrupt, p)
 			}
 			p += k
-			m, k := binary.Uvarint(idx[p:])
-			if k <= 0 || m == 0 {
-				return nil, fmt.Errorf("%w: sparse: bad run length at index byte %d", codec.ErrCorrupt, p)
+			start := next + int(z)
+			m, k := uvarint32(idx[p:])
+			if k <= 0 || m == 0 || int64(m) > int64(n-start) || int64(m) > int64(nnz-len(pos)) {
+				return nil, fmt.Errorf("%w: sparse: bad run of non-zeros at index byte %d", codec.ErrCorrupt, p)
 			}
 			p += k
-			start := next + z
-			if start+m > uint64(n) || uint64(len(pos))+m > uint64(nnz) {
-				return nil, fmt.Errorf("%w: sparse: runs cover more than %d elements or %d values", codec.ErrCorrupt, n, nnz)
-			}
-			for e := start; e < start+m; e++ {
+			for e := start; e < start+int(m); e++ {
 				pos = append(pos, uint32(e))
 			}
-			next = start + m
+			next = start + int(m)
 		}
 		if len(pos) != nnz {
 			return nil, fmt.Errorf("%w: sparse: runs cover %d values, %d given", codec.ErrCorrupt, len(pos), nnz)
@@ -293,6 +290,16 @@ func (o sparseOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in c
 	clear(out)
 	scatter(out, w, pos, val)
 	return dst[:len(dst)+in.Len], nil
+}
+
+// uvarint32 reads a minimal uvarint below 2^32 from b: the value and its
+// length, or a length <= 0 when b does not start with one.
+func uvarint32(b []byte) (uint32, int) {
+	x, k := binary.Uvarint(b)
+	if k <= 0 || x > 1<<32-1 || k != VarintLen(uint32(x)) {
+		return 0, -1
+	}
+	return uint32(x), k
 }
 
 // Cost model of the automatic choice. The values and the index are

@@ -305,6 +305,18 @@ func TestMalformed(t *testing.T) {
 	if _, err := (sparseOp{}).Decode(ctx, make([]byte, 0, 60), []codec.Segment{{Data: []byte{byte(Bitmap), 1, 0x80}}, {Data: val}}, short); !errors.Is(err, codec.ErrCorrupt) {
 		t.Errorf("bitmap past the end: err %v, want ErrCorrupt", err)
 	}
+	// Run lengths that wrap around or repeat positions.
+	u8 := codec.SegInfo{Name: "data", Elem: codec.U8, Len: 8}
+	for name, idx := range map[string][]byte{
+		"runs wrap":        binary.AppendUvarint(append([]byte{byte(Runs), 0, 4}, 0xfc, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01), 2),
+		"runs huge":        append(append([]byte{byte(Runs), 0, 3}, binary.AppendUvarint(nil, 1<<64-1)...), 0, 1),
+		"runs not minimal": {byte(Runs), 0x80, 0x00, 6},
+	} {
+		_, err := (sparseOp{}).Decode(ctx, make([]byte, 0, 8), []codec.Segment{{Data: idx}, {Data: []byte{1, 2, 3, 4, 5, 6}}}, u8)
+		if !errors.Is(err, codec.ErrCorrupt) {
+			t.Errorf("%s: err %v, want ErrCorrupt", name, err)
+		}
+	}
 	bad := map[string][2][]byte{
 		"out of order": {le32(3, 2), val},
 		"duplicate":    {le32(3, 3), val},

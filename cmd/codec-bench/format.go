@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -36,9 +37,23 @@ type row struct {
 	Density float64 `json:"density"`
 	// Lossy chains report how far the decoded values are from the input:
 	// the largest absolute difference and ||x - y|| / ||x||.
-	Lossy     bool    `json:"lossy"`
-	MaxAbsErr float64 `json:"max_abs_err"`
-	RelL2Err  float64 `json:"rel_l2_err"`
+	// Non-finite errors (an overflow to Inf, a NaN that came back as a
+	// number) are written as null in JSON.
+	Lossy     bool   `json:"lossy"`
+	MaxAbsErr metric `json:"max_abs_err"`
+	RelL2Err  metric `json:"rel_l2_err"`
+}
+
+// metric is a float64 that JSON writes as null when it is not finite
+// (encoding/json refuses Inf and NaN).
+type metric float64
+
+func (m metric) MarshalJSON() ([]byte, error) {
+	f := float64(m)
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
 }
 
 // rowWriter prints rows in one of the output formats.
@@ -72,16 +87,9 @@ func planeBits(bits []float64) string {
 	return strings.Join(s, "/")
 }
 
-// density prints a fraction of non-zero elements as a percentage.
-func density(d float64) string {
-	switch {
-	case d == 1:
-		return "100%"
-	case d >= 0.1:
-		return fmt.Sprintf("%.1f%%", 100*d)
-	}
-	return fmt.Sprintf("%.2f%%", 100*d)
-}
+// density prints a fraction of non-zero elements as a percentage, with
+// four significant digits (99.96%, 1%, 0.004%).
+func density(d float64) string { return fmt.Sprintf("%.4g%%", 100*d) }
 
 type tableWriter struct{ tw *tabwriter.Writer }
 
@@ -125,7 +133,7 @@ func (c csvWriter) write(r row) error {
 	c.w.Write([]string{r.Tensor, r.DType, r.Chain, r.External,
 		strconv.FormatInt(r.BytesIn, 10), strconv.FormatInt(r.BytesOut, 10), strconv.Itoa(r.Frames),
 		f(r.Ratio), f(r.CompressMBps), f(r.DecompressMBps), f(r.EntropyBound), planeBits(r.PlaneBits),
-		f(r.Density), strconv.FormatBool(r.Lossy), f(r.MaxAbsErr), f(r.RelL2Err)})
+		f(r.Density), strconv.FormatBool(r.Lossy), f(float64(r.MaxAbsErr)), f(float64(r.RelL2Err))})
 	return c.flush()
 }
 

@@ -228,7 +228,7 @@ func (tr *trial) row() row {
 		Lossy: tr.c.recipe.Lossy(),
 	}
 	if r.Lossy {
-		r.MaxAbsErr, r.RelL2Err = tr.err.maxAbs, tr.err.relL2()
+		r.MaxAbsErr, r.RelL2Err = metric(tr.err.maxAbs), metric(tr.err.relL2())
 	}
 	return r
 }
@@ -238,6 +238,7 @@ func (tr *trial) row() row {
 // L2 error ||x - y|| / ||x||. Matching NaNs and equal infinities count as
 // exact; any other non-finite mismatch makes the maximum +Inf.
 type errStats struct {
+	nonFinite   bool // a non-finite value came back different
 	maxAbs      float64
 	sumSqErr    float64
 	sumSqSignal float64
@@ -268,7 +269,7 @@ func (e *errStats) add(dt codec.DType, want, got []byte) error {
 			e.sumSqSignal += sq(a)
 			continue
 		case math.IsNaN(a) || math.IsNaN(b) || math.IsInf(a, 0) || math.IsInf(b, 0):
-			e.maxAbs = math.Inf(1)
+			e.maxAbs, e.nonFinite = math.Inf(1), true
 			continue
 		}
 		d := math.Abs(a - b)
@@ -288,6 +289,9 @@ func sq(a float64) float64 {
 
 // relL2 is ||x - y|| / ||x|| (0 for an all-zero input decoded exactly).
 func (e *errStats) relL2() float64 {
+	if e.nonFinite {
+		return math.Inf(1)
+	}
 	if e.sumSqSignal == 0 {
 		if e.sumSqErr == 0 {
 			return 0

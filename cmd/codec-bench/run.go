@@ -104,7 +104,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	noExternal := fl.Bool("no-external", false, "do not run the zstd command-line tool")
 	extTime := fl.Int("external-time", 0, "zstd -i: minimum `seconds` of each zstd benchmark (0: one pass)")
 	elems := fl.Int("elems", defaultElems, "elements of each large built-in tensor (a multiple of 1024)")
-	tensors := fl.String("tensors", "*", "measure only the tensors whose name matches this `glob` (path.Match syntax)")
+	tensors := fl.String("tensors", "*", "measure only the tensors whose name matches this `glob` (path.Match syntax; * alone matches every name)")
 	if _, err := fl.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	}
 	kept := samples[:0]
 	for _, s := range samples {
-		if ok, _ := path.Match(*tensors, s.name); ok {
+		if matchName(*tensors, s.name) {
 			kept = append(kept, s)
 		}
 	}
@@ -184,8 +184,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	for i := range samples {
 		s := &samples[i]
 		if s.load != nil {
-			if s.data, err = s.load(); err != nil {
-				break
+			var lerr error
+			if s.data, lerr = s.load(); lerr != nil {
+				p.clear()
+				fmt.Fprintf(stderr, "note: %s: skipping: %v\n", s.name, lerr)
+				continue
 			}
 		}
 		if len(s.data) == 0 {
@@ -329,6 +332,14 @@ func chainList(specs string, given bool, stderr io.Writer) ([]*chain, error) {
 	return cs, nil
 }
 
+// matchName reports whether a tensor name matches the --tensors glob
+// (path.Match syntax, where * stops at a slash; "*" alone matches every
+// name, slashes included).
+func matchName(glob, name string) bool {
+	ok, _ := path.Match(glob, name)
+	return ok || glob == "*"
+}
+
 // readSamples reads --input: a .npy file (one tensor, named after the
 // file), a .safetensors file (every tensor whose name matches glob, each
 // read only when its turn comes), or a raw little-endian file of dtype
@@ -365,7 +376,7 @@ func readSamples(file, dtype, glob string) (samples []sample, done func(), err e
 		return nil, done, err
 	}
 	for i, info := range st.Tensors() {
-		if ok, _ := path.Match(glob, info.Name); !ok {
+		if !matchName(glob, info.Name) {
 			continue
 		}
 		samples = append(samples, sample{name: info.Name, dtype: info.DType, shape: info.Shape, load: func() ([]byte, error) {
