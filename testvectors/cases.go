@@ -81,7 +81,27 @@ func Cases() []Case {
 		{Name: "sparse-dense", Recipe: "sparse(dense) | val:shuffle4", Exact: true, Tensor: w},
 		{Name: "coo-delta-bitpack", Recipe: "coo | idx:delta,bitpack", Exact: true, Tensor: sp},
 		{Name: "coo-delta-varint", Recipe: "coo | idx:delta,varint | val:shuffle4", Exact: true, Tensor: sp},
+		{Name: "fp16", Recipe: "fp16 | shuffle2 | plane1:huff0", Exact: true, Lossy: true, Tensor: grad},
+		{Name: "bf16", Recipe: "bf16", Exact: true, Lossy: true, Tensor: grad},
+		{Name: "int8-b64", Recipe: "int8(64) | q:huff0", Exact: true, Lossy: true, Tensor: grad},
+		{Name: "nf4-double", Recipe: "nf4(64) | scale:int8(256)", Exact: true, Lossy: true, Tensor: grad},
+		{Name: "fp4-b64", Recipe: "fp4(64)", Exact: true, Lossy: true, Tensor: grad},
+		{Name: "qsgd", Recipe: "qsgd(127, 64, seed=7)", Exact: true, Lossy: true, Tensor: grad},
+		{Name: "sign", Recipe: "sign(64)", Exact: true, Lossy: true, Tensor: grad},
+		{Name: "ternary", Recipe: "ternary(64)", Exact: true, Lossy: true, Tensor: grad},
+		{Name: "fp16-f64", Recipe: "fp16", Exact: true, Lossy: true, Tensor: Normal64("d64", 100, 1, 12)},
 	}
+}
+
+// Normal64 returns a float64 tensor of n values drawn from N(0, sd²) with
+// a fixed seed.
+func Normal64(name string, n int, sd float64, seed uint64) *codec.Tensor {
+	t := codec.NewTensor(name, codec.F64, int64(n))
+	rng := rand.New(rand.NewPCG(seed, 0x7e5))
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint64(t.Data[8*i:], math.Float64bits(rng.NormFloat64()*sd))
+	}
+	return t
 }
 
 // Sparse returns a float32 tensor of n values, each non-zero (N(0, 0.02))

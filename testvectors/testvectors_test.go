@@ -15,6 +15,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	_ "github.com/tensorpress/tensorpress/lossless"
+	_ "github.com/tensorpress/tensorpress/lossy"
 	_ "github.com/tensorpress/tensorpress/sparse"
 )
 

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	_ "github.com/tensorpress/tensorpress/lossless" // registers the lossless stages
+	_ "github.com/tensorpress/tensorpress/lossy"    // registers the lossy stages
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -86,6 +86,18 @@ func TestRunJSON(t *testing.T) {
 		if r.BytesOut <= 0 || math.Abs(r.Ratio-float64(r.BytesIn)/float64(r.BytesOut)) > 1e-9 {
 			t.Errorf("%q: ratio %v for %d -> %d bytes", r.Chain, r.Ratio, r.BytesIn, r.BytesOut)
 		}
+		if r.Lossy {
+			// Lossy chains: their error is reported, and bounded by the
+			// coarsest of them (nf4: half its largest codebook gap times
+			// the block maximum, under 0.14 * 5 sd).
+			if r.MaxAbsErr <= 0 || r.MaxAbsErr > 0.14*0.1 || r.RelL2Err <= 0 || r.RelL2Err > 0.2 {
+				t.Errorf("%q: max error %v, relative L2 %v", r.Chain, r.MaxAbsErr, r.RelL2Err)
+			}
+			continue
+		}
+		if r.MaxAbsErr != 0 || r.RelL2Err != 0 {
+			t.Errorf("%q: lossless chain with error %v, %v", r.Chain, r.MaxAbsErr, r.RelL2Err)
+		}
 		// N(0, 0.02) float32 is nearly incompressible: no lossless chain
 		// beats the per-plane bound by much or loses more than the headers.
 		if r.Ratio < 0.99 || r.Ratio > 1.25 {

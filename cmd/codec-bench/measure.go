@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/float16"
 )
 
 // chain is a recipe to measure.
@@ -259,8 +260,18 @@ func (e *errStats) add(dt codec.DType, want, got []byte) error {
 			x[i] = math.Float64frombits(binary.LittleEndian.Uint64(want[8*i:]))
 			y[i] = math.Float64frombits(binary.LittleEndian.Uint64(got[8*i:]))
 		}
+	case codec.F16, codec.BF16:
+		conv := float16.F16ToF64
+		if dt == codec.BF16 {
+			conv = float16.BF16ToF64
+		}
+		x, y = make([]float64, len(want)/2), make([]float64, len(got)/2)
+		for i := range x {
+			x[i] = conv(binary.LittleEndian.Uint16(want[2*i:]))
+			y[i] = conv(binary.LittleEndian.Uint16(got[2*i:]))
+		}
 	default:
-		return fmt.Errorf("lossy chain on %v data: errors are measured on f32 and f64 only", dt)
+		return fmt.Errorf("lossy chain on %v data: errors are measured on floats only", dt)
 	}
 	for i := range x {
 		a, b := x[i], y[i]

@@ -1,0 +1,5 @@
+//go:build !race
+
+package float16
+
+const raceEnabled = false
