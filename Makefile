@@ -39,7 +39,7 @@ test-purego:
 
 # test-noasm runs the packages with assembly kernels on their pure-Go twins.
 test-noasm:
-	$(GO) test -count=1 -tags noasm ./lossless ./lossy ./internal/...
+	$(GO) test -count=1 -tags noasm ./lossless ./lossy
 
 test: deps vet test-race test-purego test-noasm
 
