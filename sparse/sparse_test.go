@@ -154,7 +154,10 @@ func TestDensity(t *testing.T) {
 // data, the automatic layout is never more than 1% larger than the best of
 // the dense chain and every sparse encoding of the same tensor.
 func TestAutoChoice(t *testing.T) {
-	const n = 1 << 20
+	n := 1 << 20
+	if raceEnabled {
+		n = 1 << 17
+	}
 	const vals = "val:shuffle | *:huff0"
 	others := []string{
 		"shuffle | *:huff0", // the dense chain
