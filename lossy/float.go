@@ -222,9 +222,10 @@ func halfCheckLen(fn string, dst, src int) {
 //
 // Nothing is assumed about alignment: stored segments alias the frame.
 // The float32 loops have fast paths: AVX2 (with F16C for fp16) on amd64
-// for whole groups of 32 elements (float_amd64.s), then the Go loops
-// below for the rest; float_test.go checks every path against the
-// reference, NaN bits included. The float64 loops are the reference loops.
+// for whole groups of 32 elements (float_amd64.s; outputs of 4 MiB and
+// more are written with non-temporal stores), then the Go loops below for
+// the rest; float_test.go checks every path against the reference, NaN
+// bits included. The float64 loops are the reference loops.
 
 // halfEncode narrows src (elements of type elem, F32 or F64) into dst.
 func halfEncode(dst, src []byte, elem codec.DType, bf bool) {

@@ -7,9 +7,9 @@ import "unsafe"
 // This file and float_amd64.s hold the AVX2 / F16C kernels of the fp16
 // and bf16 stages; without those CPU features (or in noasm and gccgo
 // builds: float_noasm.go) the Go loops of float.go do all the work, with
-// the same results, NaN bits included. Each *Asm function converts the
-// largest multiple of 32 elements it can and returns how many it did; the
-// caller finishes the rest.
+// the same results, NaN bits included. Each *Asm function converts all
+// but fewer than 32 of the elements, from the start, and returns how many
+// it did; the caller finishes the rest.
 
 // halfHasAVX2 reports whether the CPU and the OS support AVX2 (the bf16
 // kernels); halfHasF16C whether they also support F16C (the fp16 kernels,

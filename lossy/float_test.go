@@ -297,8 +297,8 @@ func halfCheckGuards(t *testing.T, what string, buf []byte, start, n int) {
 // reference of internal/float16, on every float32 input with
 // -float.exhaustive (about a minute on two cores), otherwise on every
 // 4099th (4099 is odd: every low-bit pattern is met), in chunks on all
-// cores. internal/float16's own tests check the scalar reference on all
-// 2^32 inputs.
+// cores. internal/float16's own tests check the scalar reference (on all
+// 2^32 inputs with -float16.exhaustive).
 func TestFloatKernelsAll(t *testing.T) {
 	stride := uint64(4099)
 	if *floatExhaustive {

@@ -1,6 +1,7 @@
 package float16
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -292,18 +293,25 @@ func sweep32(t *testing.T, name string, bf bool, edges []uint32, nan func(uint32
 	}
 }
 
-// sweepStride is 1 (all 2^32 float32 inputs) unless -short or -race:
-// then a stride that is odd (every low-bit pattern is met) and small
-// enough for a few million inputs.
+var exhaustive = flag.Bool("float16.exhaustive", false,
+	"check the float32 narrowings on all 2^32 inputs (15 s to a minute on two cores)")
+
+// sweepStride is 1 (all 2^32 float32 inputs) with -float16.exhaustive,
+// else an odd stride (every low-bit pattern is met) for about 8 million
+// inputs; -short and -race take fewer. TestNarrowEdges covers the
+// neighbourhood of every rounding boundary in every run.
 func sweepStride() uint32 {
-	if testing.Short() || raceEnabled {
-		return 997
+	switch {
+	case *exhaustive:
+		return 1
+	case testing.Short() || raceEnabled:
+		return 65521
 	}
-	return 1
+	return 509
 }
 
-// TestF16FromF32All checks F16FromF32 on every float32 (a sample with
-// -short): the result of each input is read off the rounding intervals,
+// TestF16FromF32All checks F16FromF32 on every float32 (with
+// -float16.exhaustive; a sample otherwise): the result of each input is read off the rounding intervals,
 // and NaNs give NaNF16 with their sign.
 func TestF16FromF32All(t *testing.T) {
 	sweep32(t, "F16FromF32", false, f16Bounds.edges32(t), func(b uint32) uint16 {
@@ -311,10 +319,62 @@ func TestF16FromF32All(t *testing.T) {
 	}, sweepStride())
 }
 
-// TestBF16FromF32All checks BF16FromF32 on every float32 (a sample with
-// -short) in the same way; every NaN gives NaNBF16.
+// TestBF16FromF32All checks BF16FromF32 on every float32 (with
+// -float16.exhaustive; a sample otherwise) in the same way; every NaN
+// gives NaNBF16.
 func TestBF16FromF32All(t *testing.T) {
 	sweep32(t, "BF16FromF32", true, bf16Bounds.edges32(t), func(uint32) uint16 { return NaNBF16 }, sweepStride())
+}
+
+// TestNarrowEdges checks both float32 narrowings, both signs, on the
+// float32 inputs within 4 ulps of every value and of every rounding
+// midpoint of both formats, and around the overflow thresholds: where
+// rounding goes wrong if it goes wrong anywhere.
+func TestNarrowEdges(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		conv  func(float32) uint16
+		b     *bounds
+		value func(uint16) float64
+		nan   uint16
+	}{
+		{"F16FromF32", F16FromF32, f16Bounds, f16Value, NaNF16},
+		{"BF16FromF32", BF16FromF32, bf16Bounds, bf16Value, NaNBF16},
+	} {
+		var centres []uint32
+		for h := 0; h <= int(c.b.maxFinite); h++ {
+			centres = append(centres, math.Float32bits(float32(c.value(uint16(h)))), math.Float32bits(float32(c.b.hi[h])))
+		}
+		centres = append(centres, 0x7f800000, 0x7f7fffff)
+		n := 0
+		for _, m := range centres {
+			for d := -4; d <= 4; d++ {
+				b := uint32(int64(m) + int64(d))
+				if b > 0x7fffffff {
+					continue
+				}
+				for _, s := range [2]uint32{0, 0x80000000} {
+					x := math.Float32frombits(b | s)
+					h := c.conv(x)
+					n++
+					if x != x {
+						want := c.nan
+						if c.nan == NaNF16 {
+							want |= uint16(s >> 16) // fp16 NaNs keep their sign
+						}
+						if h != want {
+							t.Fatalf("%s(%#08x) = %#04x, want NaN %#04x", c.name, b|s, h, want)
+						}
+						continue
+					}
+					if !c.b.check(float64(x), h) {
+						t.Fatalf("%s(%#08x = %g) = %#04x (%g)", c.name, b|s, x, h, c.value(h))
+					}
+				}
+			}
+		}
+		t.Logf("%s: %d inputs", c.name, n)
+	}
 }
 
 // roundRef rounds x to p mantissa bits with smallest normal exponent emin
