@@ -21,7 +21,11 @@
 // as QLoRA's double quantization does, and "int8(4096) | q:huff0" entropy
 // codes the codes. Block sizes are recipe parameters; the stages implement
 // codec.BlockSizer, so a Writer cuts chunks on block edges and a chunked
-// tensor decodes exactly as one frame would. QSGD derives its random
+// tensor decodes exactly as one frame would, for one level of blocks. A
+// nested quantizer (scale:int8(256) after nf4(64)) aligns chunks to the
+// largest block of the recipe, not to the 64x256 elements one of its scale
+// blocks covers, so small chunks give different (still in-bound) values
+// than one frame. QSGD derives its random
 // numbers from the seed and each element's index in the tensor, so its
 // result does not depend on chunking either.
 //
@@ -29,6 +33,10 @@
 // with pure-Go twins giving identical results (build tag noasm selects the
 // twins; tests compare both with the scalar reference of internal/float16
 // and with each stage's reference loop).
+//
+// The block quantizers refuse NaN and infinite input (and float64 values
+// beyond float32's range) with an error wrapping ErrNonFinite that names
+// the element; fp16 and bf16 carry them through.
 //
 // Lossy stages never meet a tensor tagged lossless: codec refuses such a
 // recipe with codec.ErrLossy before anything is written. Decoders refuse

@@ -406,60 +406,6 @@ func TestFloatExported(t *testing.T) {
 
 const floatRefDir = "../testvectors/reference/fp"
 
-// readNpyData returns the descr and the data bytes of an .npy file: the
-// minimal reading the reference vectors need (little-endian, C order,
-// any header version).
-func readNpyData(t *testing.T, path string) (descr string, data []byte) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b) < 10 || string(b[:6]) != "\x93NUMPY" {
-		t.Fatalf("%s: not an .npy file", path)
-	}
-	var hlen, start int
-	switch b[6] {
-	case 1:
-		hlen, start = int(binary.LittleEndian.Uint16(b[8:])), 10
-	case 2, 3:
-		if len(b) < 12 {
-			t.Fatalf("%s: truncated", path)
-		}
-		hlen, start = int(binary.LittleEndian.Uint32(b[8:])), 12
-	default:
-		t.Fatalf("%s: .npy version %d", path, b[6])
-	}
-	if start+hlen > len(b) {
-		t.Fatalf("%s: truncated header", path)
-	}
-	header := string(b[start : start+hlen])
-	if strings.Contains(header, "'fortran_order': True") {
-		t.Fatalf("%s: Fortran order", path)
-	}
-	i := strings.Index(header, "'descr':")
-	if i < 0 {
-		t.Fatalf("%s: no descr in %q", path, header)
-	}
-	rest := strings.TrimLeft(header[i+len("'descr':"):], " ")
-	if len(rest) < 2 || rest[0] != '\'' {
-		t.Fatalf("%s: bad descr in %q", path, header)
-	}
-	descr, _, _ = strings.Cut(rest[1:], "'")
-	return descr, b[start+hlen:]
-}
-
-// readNpyAs reads an .npy file whose descr must be want and returns its
-// data.
-func readNpyAs(t *testing.T, path, want string) []byte {
-	t.Helper()
-	descr, data := readNpyData(t, path)
-	if descr != want {
-		t.Fatalf("%s: descr %q, want %q", path, descr, want)
-	}
-	return data
-}
-
 func floatRefFiles(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat(floatRefDir); err != nil {
@@ -472,7 +418,7 @@ func floatRefFiles(t *testing.T) {
 // stages, bit for bit, NaNs included.
 func TestFloatTorchVectors(t *testing.T) {
 	floatRefFiles(t)
-	in := readNpyAs(t, filepath.Join(floatRefDir, "f32_in.npy"), "<f4")
+	in := readNpyAs(t, filepath.Join(floatRefDir, "f32_in.npy"), codec.F32)
 	n := len(in) / 4
 	for _, bf := range []bool{false, true} {
 		name := halfName(bf)
@@ -480,7 +426,7 @@ func TestFloatTorchVectors(t *testing.T) {
 		if bf {
 			file = "bf16_torch.npy"
 		}
-		want := readNpyAs(t, filepath.Join(floatRefDir, file), "<u2")
+		want := readNpyAs(t, filepath.Join(floatRefDir, file), codec.U16)
 		if len(want) != 2*n {
 			t.Fatalf("%s: %d bytes for %d inputs", file, len(want), n)
 		}
@@ -522,7 +468,7 @@ func TestFloatTorchVectors(t *testing.T) {
 		if bf {
 			file = "bf16_all_to_f32_torch.npy"
 		}
-		wantAll := readNpyAs(t, filepath.Join(floatRefDir, file), "<u4")
+		wantAll := readNpyAs(t, filepath.Join(floatRefDir, file), codec.U32)
 		if len(wantAll) != 4<<16 {
 			t.Fatalf("%s: %d bytes, want %d", file, len(wantAll), 4<<16)
 		}
@@ -554,8 +500,8 @@ func TestFloatTorchVectors(t *testing.T) {
 	// this is still what the vectors say.
 	scalar := filepath.Join(floatRefDir, "bf16_torch_scalar.npy")
 	if _, err := os.Stat(scalar); err == nil {
-		sc := readNpyAs(t, scalar, "<u2")
-		vec := readNpyAs(t, filepath.Join(floatRefDir, "bf16_torch.npy"), "<u2")
+		sc := readNpyAs(t, scalar, codec.U16)
+		vec := readNpyAs(t, filepath.Join(floatRefDir, "bf16_torch.npy"), codec.U16)
 		for i := range n {
 			x := math.Float32frombits(binary.LittleEndian.Uint32(in[4*i:]))
 			s, v := binary.LittleEndian.Uint16(sc[2*i:]), binary.LittleEndian.Uint16(vec[2*i:])
@@ -815,7 +761,7 @@ func TestFloatBoundModel(t *testing.T) {
 		t.Skip("no model weights in testvectors/reference/model")
 	}
 	for _, f := range files {
-		data := readNpyAs(t, f, "<f4")
+		data := readNpyAs(t, f, codec.F32)
 		x := make([]float32, len(data)/4)
 		for i := range x {
 			x[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
