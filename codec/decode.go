@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"slices"
 	"sync"
 )
@@ -137,32 +138,156 @@ func decodeEntry(ctx *Ctx, e *EntryHeader, payload []byte, dst []byte) ([]byte, 
 	if !e.Coded {
 		return append(dst, payload...), nil
 	}
+	parts, err := decodeInner(ctx, e, payload)
+	if err != nil {
+		return nil, err
+	}
+	s := &e.Steps[0]
+	out, err := s.op.Decode(ctx, dst, parts, s.in)
+	if err != nil {
+		return nil, fmt.Errorf("step 0 (%s): %w", s.op, err)
+	}
+	if len(out) != len(dst)+s.in.Len {
+		return nil, fmt.Errorf("%w: step 0 (%s) decoded %d bytes, want %d", ErrCorrupt, s.op, len(out)-len(dst), s.in.Len)
+	}
+	return out, nil
+}
+
+// decodeInner inverts every step of a coded entry but the first and
+// returns the segments the first step reads. They live in payload or in
+// ctx.Arena.
+func decodeInner(ctx *Ctx, e *EntryHeader, payload []byte) ([]Segment, error) {
 	segs := make([]Segment, len(e.Stored))
 	for i, s := range e.Stored {
 		segs[i] = Segment{SegInfo: s, Data: payload[:s.Len:s.Len]}
 		payload = payload[s.Len:]
 	}
-	for k := len(e.Steps) - 1; k >= 0; k-- {
+	for k := len(e.Steps) - 1; k >= 1; k-- {
 		s := &e.Steps[k]
 		parts := segs[s.Input : s.Input+s.nout]
-		var buf []byte
-		if k == 0 {
-			buf = dst
-		} else {
-			buf = ctx.Arena.Alloc(s.in.Len)[:0]
-		}
+		buf := ctx.Arena.Alloc(s.in.Len)[:0]
 		out, err := s.op.Decode(ctx, buf, parts, s.in)
 		if err != nil {
 			return nil, fmt.Errorf("step %d (%s): %w", k, s.op, err)
 		}
-		if len(out) != len(buf)+s.in.Len {
-			return nil, fmt.Errorf("%w: step %d (%s) decoded %d bytes, want %d", ErrCorrupt, k, s.op, len(out)-len(buf), s.in.Len)
+		if len(out) != s.in.Len {
+			return nil, fmt.Errorf("%w: step %d (%s) decoded %d bytes, want %d", ErrCorrupt, k, s.op, len(out), s.in.Len)
 		}
-		seg := Segment{SegInfo: s.in, Data: out[len(buf):]}
-		if k == 0 {
-			return out, nil
-		}
-		segs = slices.Replace(segs, s.Input, s.Input+s.nout, seg)
+		segs = slices.Replace(segs, s.Input, s.Input+s.nout, Segment{SegInfo: s.in, Data: out})
 	}
-	return nil, fmt.Errorf("%w: no steps", ErrCorrupt) // unreachable: Coded entries have steps
+	s := &e.Steps[0]
+	return segs[s.Input : s.Input+s.nout], nil
+}
+
+// AddDecoder is implemented by ops that, as the first step of a recipe,
+// can add their decoded float32 tensor into an accumulator without
+// materialising it: a sparse selection adds its k values, a low-rank
+// product adds P·Qᵀ. DecodeAdd adds alpha times the decoded elements to
+// acc, which holds exactly the in.Len/4 elements of the entry. It checks
+// parts completely before it changes acc, so on error acc is unchanged.
+type AddDecoder interface {
+	DecodeAdd(ctx *Ctx, acc []float32, alpha float32, parts []Segment, in SegInfo) error
+}
+
+// DecodeAdd decodes the tensor frame at the start of src and, for each
+// float32 tensor (or chunk) in it, adds alpha times its decoded values
+// into the accumulator target returns for that tensor: a slice of exactly
+// NumElements elements for the whole tensor (a chunk lands at its Offset).
+// target sees the tensor's metadata; Data is nil. Entries whose first step
+// is an AddDecoder (gradient compressors) are added without decoding a
+// dense copy; others are decoded into scratch memory and added.
+//
+// It returns the number of bytes the frame took. A frame that is not a
+// tensor frame, a tensor that is not float32, or an accumulator of the
+// wrong length is an error; each entry is checked before it touches its
+// accumulator, so a failing entry adds nothing (earlier entries of a
+// tensors frame stay added).
+func (d *Decoder) DecodeAdd(src []byte, alpha float32, target func(t *Tensor) ([]float32, error)) (int, error) {
+	h, err := parseFrameHeader(src, &d.lim)
+	if err != nil {
+		return 0, err
+	}
+	end := h.FrameLen()
+	if end > int64(len(src)) {
+		return 0, io.ErrUnexpectedEOF
+	}
+	if h.Type != FrameTensor && h.Type != FrameTensors {
+		return 0, fmt.Errorf("%w: DecodeAdd: a %v frame carries no tensor", ErrUnsupported, h.Type)
+	}
+	raw := src[h.HeaderLen:end]
+	payload := raw
+	if h.PayloadCRC {
+		payload = raw[:len(raw)-4]
+		want := binary.LittleEndian.Uint32(raw[len(raw)-4:])
+		if got := crc32.Checksum(payload, castagnoli); got != want {
+			return 0, fmt.Errorf("%w: payload CRC %08x, computed %08x", ErrChecksum, want, got)
+		}
+	}
+	a, _ := d.arenas.Get().(*Arena)
+	if a == nil {
+		a = &Arena{}
+	}
+	defer d.arenas.Put(a)
+	for i := range h.Entries {
+		e := &h.Entries[i]
+		seg := payload[:e.Payload]
+		payload = payload[e.Payload:]
+		t := e.Tensor
+		err := addEntry(&Ctx{Tensor: &t, Arena: a, Limits: &d.lim}, e, seg, alpha, target)
+		a.Reset()
+		if err != nil {
+			return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
+		}
+	}
+	return int(end), nil
+}
+
+func addEntry(ctx *Ctx, e *EntryHeader, payload []byte, alpha float32, target func(t *Tensor) ([]float32, error)) error {
+	t := ctx.Tensor
+	if t.DType != F32 {
+		return fmt.Errorf("%w: DecodeAdd: dtype %v, want f32", ErrUnsupported, t.DType)
+	}
+	acc, err := target(t)
+	if err != nil {
+		return err
+	}
+	nel := e.RawLen / 4
+	if int64(len(acc)) != t.NumElements() || t.Offset+nel > int64(len(acc)) {
+		return fmt.Errorf("%w: DecodeAdd: accumulator of %d elements for shape %v (chunk of %d at %d)", ErrRecipe, len(acc), t.Shape, nel, t.Offset)
+	}
+	acc = acc[t.Offset : t.Offset+nel]
+	if !e.Coded {
+		addFloats(acc, alpha, payload)
+		return nil
+	}
+	parts, err := decodeInner(ctx, e, payload)
+	if err != nil {
+		return err
+	}
+	s := &e.Steps[0]
+	if ad, ok := s.op.(AddDecoder); ok {
+		if err := ad.DecodeAdd(ctx, acc, alpha, parts, s.in); err != nil {
+			return fmt.Errorf("step 0 (%s): %w", s.op, err)
+		}
+		return nil
+	}
+	buf := ctx.Arena.Alloc(s.in.Len)[:0]
+	out, err := s.op.Decode(ctx, buf, parts, s.in)
+	if err != nil {
+		return fmt.Errorf("step 0 (%s): %w", s.op, err)
+	}
+	if len(out) != s.in.Len {
+		return fmt.Errorf("%w: step 0 (%s) decoded %d bytes, want %d", ErrCorrupt, s.op, len(out), s.in.Len)
+	}
+	addFloats(acc, alpha, out)
+	return nil
+}
+
+// addFloats adds alpha times the little-endian float32 values in b to acc
+// (len(b) == 4*len(acc)).
+func addFloats(acc []float32, alpha float32, b []byte) {
+	b = b[:4*len(acc)]
+	for i := range acc {
+		acc[i] += alpha * math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
 }

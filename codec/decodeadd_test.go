@@ -1,0 +1,132 @@
+package codec
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"testing"
+)
+
+func floatTensor(name string, n int, seed float32) *Tensor {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(math.Sin(float64(seed) + float64(i)))
+	}
+	return FromFloat32(name, v, int64(n))
+}
+
+func TestDecodeAdd(t *testing.T) {
+	enc := mustEncoder()
+	dec := NewDecoder(Limits{})
+	x := floatTensor("w", 1000, 1)
+	xv, _ := View[float32](x)
+	for _, recipe := range []string{"", "halve | *:xor(5)", "halve,halve | data.lo.lo:zeros"} {
+		frame, _, err := enc.AppendTensor(nil, x, MustParseRecipe(recipe))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acc := make([]float32, 1000)
+		for i := range acc {
+			acc[i] = float32(i)
+		}
+		n, err := dec.DecodeAdd(frame, -0.5, func(tt *Tensor) ([]float32, error) {
+			if tt.Name != "w" || tt.Data != nil {
+				t.Errorf("target sees %q with %d data bytes", tt.Name, len(tt.Data))
+			}
+			return acc, nil
+		})
+		if err != nil || n != len(frame) {
+			t.Fatalf("%q: DecodeAdd = %d, %v; want %d", recipe, n, err, len(frame))
+		}
+		for i := range acc {
+			if want := float32(i) + -0.5*xv[i]; acc[i] != want {
+				t.Fatalf("%q: acc[%d] = %v, want %v", recipe, i, acc[i], want)
+			}
+		}
+	}
+}
+
+func TestDecodeAddChunks(t *testing.T) {
+	x := floatTensor("w", 5000, 2)
+	xv, _ := View[float32](x)
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, WithRecipe(MustParseRecipe("halve | *:xor(1)")), WithChunkSize(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteTensor(x); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	src := buf.Bytes()
+	dec := NewDecoder(Limits{})
+	acc := make([]float32, 5000)
+	frames := 0
+	for len(src) > 0 {
+		f, n, err := dec.DecodeFrame(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Header.Type == FrameTensor {
+			if _, err := dec.DecodeAdd(src, 2, func(*Tensor) ([]float32, error) { return acc, nil }); err != nil {
+				t.Fatal(err)
+			}
+			frames++
+		} else if f.Header.Type != FrameHello && f.Header.Type != FrameEnd {
+			t.Fatalf("unexpected %v frame", f.Header.Type)
+		}
+		src = src[n:]
+	}
+	if frames < 2 {
+		t.Fatalf("%d tensor frames, want chunks", frames)
+	}
+	for i := range acc {
+		if acc[i] != 2*xv[i] {
+			t.Fatalf("acc[%d] = %v, want %v", i, acc[i], 2*xv[i])
+		}
+	}
+}
+
+func TestDecodeAddErrors(t *testing.T) {
+	enc := mustEncoder()
+	dec := NewDecoder(Limits{})
+	x := floatTensor("w", 100, 3)
+	frame, _, err := enc.AppendTensor(nil, x, MustParseRecipe("halve | *:xor(5)"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := make([]float32, 99)
+	if _, err := dec.DecodeAdd(frame, 1, func(*Tensor) ([]float32, error) { return acc, nil }); !errors.Is(err, ErrRecipe) {
+		t.Errorf("wrong accumulator length: %v, want ErrRecipe", err)
+	}
+	for _, v := range acc {
+		if v != 0 {
+			t.Fatal("a failed DecodeAdd changed the accumulator")
+		}
+	}
+	boom := errors.New("no such tensor")
+	if _, err := dec.DecodeAdd(frame, 1, func(*Tensor) ([]float32, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Errorf("target error: %v", err)
+	}
+	i8 := randTensor("b", I8, 1, 64)
+	frame8, _, err := enc.AppendTensor(nil, i8, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dec.DecodeAdd(frame8, 1, func(*Tensor) ([]float32, error) { return acc, nil }); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("int8 tensor: %v, want ErrUnsupported", err)
+	}
+	if _, err := dec.DecodeAdd(AppendControl(nil, 1, []byte("x")), 1, nil); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("control frame: %v, want ErrUnsupported", err)
+	}
+	bad := bytes.Clone(frame)
+	bad[len(bad)-5] ^= 1
+	if _, err := dec.DecodeAdd(bad, 1, func(*Tensor) ([]float32, error) { return make([]float32, 100), nil }); !typed(err) {
+		t.Errorf("damaged frame: %v", err)
+	}
+	if _, err := dec.DecodeAdd(frame[:len(frame)-1], 1, nil); !typed(err) {
+		t.Errorf("short frame: %v", err)
+	}
+}
