@@ -181,3 +181,16 @@ func qsgdBound(o *blockOp, x []float32) float64 {
 	n := float64(qsgdNorm(reduce16(&acc)))
 	return n*(1/float64(o.levels)+0x1p-21) + absSlack
 }
+
+// Reseed returns op with its dither seed replaced when op is a qsgd op
+// (gradient compressors give every step its own seed), and false for any
+// other op.
+func Reseed(op codec.Op, seed uint64) (codec.Op, bool) {
+	o, ok := op.(*blockOp)
+	if !ok || o.kind != &qsgdKind {
+		return op, false
+	}
+	c := *o
+	c.seed = seed
+	return &c, true
+}

@@ -1,0 +1,113 @@
+package gradient
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/lossy"
+)
+
+// TopK sends the k = ceil(Ratio*n) largest magnitudes of each tensor
+// (exact selection) as idx and val segments.
+type TopK struct{ Ratio float32 }
+
+func (c TopK) String() string { return "topk(" + formatRatio(c.Ratio) + ")" }
+
+// Compress implements Compressor.
+func (c TopK) Compress(in *Input) (codec.Op, error) {
+	return selectOp{stage: TopKID, ratio: c.Ratio}, nil
+}
+
+// RandK sends k = ceil(Ratio*n) elements at positions drawn from a seed
+// that changes every step (derived from Seed, the tensor name and the
+// step): the frame carries values only.
+type RandK struct {
+	Ratio float32
+	Seed  uint64
+}
+
+func (c RandK) String() string {
+	if c.Seed != 0 {
+		return "randk(" + formatRatio(c.Ratio) + ",seed=" + strconv.FormatUint(c.Seed, 10) + ")"
+	}
+	return "randk(" + formatRatio(c.Ratio) + ")"
+}
+
+// Compress implements Compressor.
+func (c RandK) Compress(in *Input) (codec.Op, error) {
+	return randkOp{ratio: c.Ratio, seed: stepSeed(c.Seed, in.Name, in.State.Step())}, nil
+}
+
+// stepSeed derives a per-tensor, per-step seed.
+func stepSeed(seed uint64, name string, step uint64) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return mix64(seed ^ h.Sum64() ^ (step+1)*0x9e3779b97f4a7c15)
+}
+
+// Threshold sends every element with |x| >= T.
+type Threshold struct{ T float32 }
+
+func (c Threshold) String() string {
+	return "thresh(" + strconv.FormatFloat(float64(c.T), 'g', -1, 32) + ")"
+}
+
+// Compress implements Compressor.
+func (c Threshold) Compress(in *Input) (codec.Op, error) {
+	return selectOp{stage: ThresholdID, thresh: c.T}, nil
+}
+
+// Quantize sends every element through a lossy stage (sign for
+// EF-signSGD, qsgd, int8, fp16 ...). A qsgd stage gets a new seed every
+// step, so that its dither does not repeat.
+type Quantize struct {
+	op codec.Op
+}
+
+// NewQuantize returns a Quantize compressor for a lossy stage's recipe
+// text, such as "sign", "qsgd(127)" or "int8(4096)".
+func NewQuantize(text string) (*Quantize, error) {
+	r, err := codec.ParseRecipe(text)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Steps) != 1 || len(r.Steps[0].Ops) != 1 || r.Steps[0].Sel.Star || len(r.Steps[0].Sel.Slots) != 0 {
+		return nil, fmt.Errorf("%w: gradient: %q: want one stage", codec.ErrRecipe, text)
+	}
+	op := r.Steps[0].Ops[0]
+	if st := op.Stage(); st.Kind == codec.Coder || !st.Lossy {
+		return nil, fmt.Errorf("%w: gradient: %q is not a lossy transform", codec.ErrRecipe, text)
+	}
+	return &Quantize{op: op}, nil
+}
+
+func (c *Quantize) String() string { return c.op.String() }
+
+// Compress implements Compressor.
+func (c *Quantize) Compress(in *Input) (codec.Op, error) {
+	op, _ := lossy.Reseed(c.op, stepSeed(0, in.Name, in.State.Step()))
+	return op, nil
+}
+
+// None sends every tensor dense and exact: the uncompressed baseline.
+type None struct{}
+
+func (None) String() string                    { return "none" }
+func (None) Compress(*Input) (codec.Op, error) { return nil, nil }
+
+// DefaultTail is the recipe a Sender applies after c's op when none is
+// given: positions as deltas in bit-packed blocks, values byte-shuffled
+// with the planes Huffman-coded; quantizer outputs Huffman-coded.
+func DefaultTail(c Compressor) *codec.Recipe {
+	switch c.(type) {
+	case TopK, Threshold, *DGC:
+		return codec.MustParseRecipe("idx:delta,bitpack | val:shuffle | *:huff0")
+	case RandK:
+		return codec.MustParseRecipe("val:shuffle | *:huff0")
+	case None:
+		return &codec.Recipe{}
+	}
+	return codec.MustParseRecipe("*:huff0")
+}

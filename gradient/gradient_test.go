@@ -1,0 +1,466 @@
+package gradient
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/tensorpress/tensorpress/codec"
+	_ "github.com/tensorpress/tensorpress/lossless"
+	_ "github.com/tensorpress/tensorpress/sparse"
+)
+
+func normal(n int, seed uint64, sd float64) []float32 {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * sd)
+	}
+	return v
+}
+
+func decodeAll(t *testing.T, frame []byte) []float32 {
+	t.Helper()
+	f, n, err := codec.NewDecoder(codec.Limits{}).DecodeFrame(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(frame) || len(f.Tensors) != 1 {
+		t.Fatalf("frame of %d bytes decoded %d, %d tensors", len(frame), n, len(f.Tensors))
+	}
+	v, err := codec.View[float32](f.Tensors[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func decodeAdd(t *testing.T, frame []byte, n int) []float32 {
+	t.Helper()
+	acc := make([]float32, n)
+	if _, err := NewReceiver(codec.Limits{}).Add(frame, 1, func(string, []int64) ([]float32, error) { return acc, nil }); err != nil {
+		t.Fatal(err)
+	}
+	return acc
+}
+
+// topRef is the reference top-k: positions of the k largest magnitudes,
+// ties to the lower index, increasing.
+func topRef(x []float32, k int) []uint32 {
+	idx := make([]uint32, len(x))
+	for i := range idx {
+		idx[i] = uint32(i)
+	}
+	mag := func(i uint32) uint32 { return math.Float32bits(x[i]) &^ (1 << 31) }
+	slices.SortStableFunc(idx, func(a, b uint32) int {
+		if ma, mb := mag(a), mag(b); ma != mb {
+			if ma > mb {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	sel := idx[:k]
+	slices.Sort(sel)
+	return sel
+}
+
+func nonZeros(v []float32) []uint32 {
+	var p []uint32
+	for i, x := range v {
+		if x != 0 {
+			p = append(p, uint32(i))
+		}
+	}
+	return p
+}
+
+func TestSelectionStages(t *testing.T) {
+	enc, _ := codec.NewEncoder()
+	for _, n := range []int{1, 10, 640, 8192, 100352} {
+		x := normal(n, uint64(n), 1)
+		tt := codec.FromFloat32("g", x, int64(n))
+		for _, rs := range []string{
+			"topk(0.01) | idx:delta,bitpack | val:shuffle | *:huff0",
+			"topk(k=7)",
+			"thresh(1.5) | idx:delta,varint",
+			"dgc(0.001) | idx:delta,bitpack",
+			"randk(0.05,seed=9) | val:shuffle | *:huff0",
+		} {
+			r := codec.MustParseRecipe(rs)
+			frame, _, err := enc.AppendTensor(nil, tt, r)
+			if err != nil {
+				t.Fatalf("n=%d %q: %v", n, rs, err)
+			}
+			got := decodeAll(t, frame)
+			if add := decodeAdd(t, frame, n); !slices.Equal(add, got) {
+				t.Fatalf("n=%d %q: DecodeAdd differs from Decode", n, rs)
+			}
+			sel := nonZeros(got)
+			for _, p := range sel {
+				if got[p] != x[p] {
+					t.Fatalf("n=%d %q: element %d decoded %v, want %v", n, rs, p, got[p], x[p])
+				}
+			}
+			op := r.Steps[0].Ops[0]
+			switch o := op.(type) {
+			case selectOp:
+				switch o.stage {
+				case TopKID:
+					k := o.count
+					if k == 0 {
+						k = K(o.ratio, n)
+					}
+					if want := topRef(x, min(k, n)); !slices.Equal(sel, want) {
+						t.Fatalf("n=%d %q: kept %v, want %v", n, rs, sel, want)
+					}
+				case ThresholdID:
+					var want []uint32
+					for i, v := range x {
+						if math.Abs(float64(v)) >= float64(o.thresh) {
+							want = append(want, uint32(i))
+						}
+					}
+					if !slices.Equal(sel, want) {
+						t.Fatalf("n=%d %q: kept %d elements, want %d", n, rs, len(sel), len(want))
+					}
+				case DGCID:
+					if k := K(o.ratio, n); len(sel) > k || len(sel) < k*8/10 {
+						t.Fatalf("n=%d %q: kept %d elements, want about %d", n, rs, len(sel), k)
+					}
+				}
+			case randkOp:
+				want := RandKPositions(nil, o.ratio, o.seed, n, 0)
+				if len(want) != K(o.ratio, n) {
+					t.Fatalf("randk positions: %d, want %d", len(want), K(o.ratio, n))
+				}
+				if !slices.Equal(sel, want) {
+					t.Fatalf("n=%d %q: kept %v, want %v", n, rs, sel, want)
+				}
+			}
+		}
+	}
+}
+
+func TestRandKChunks(t *testing.T) {
+	x := normal(10000, 3, 1)
+	var buf bytes.Buffer
+	w, err := codec.NewWriter(&buf, codec.WithRecipe(codec.MustParseRecipe("randk(0.1,seed=4)")), codec.WithChunkSize(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteTensor(codec.FromFloat32("g", x, 10000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := codec.NewReader(&buf).ReadTensor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := codec.View[float32](got)
+	kept := 0
+	for i := range v {
+		if v[i] != 0 {
+			kept++
+			if v[i] != x[i] {
+				t.Fatalf("element %d: %v, want %v", i, v[i], x[i])
+			}
+		}
+	}
+	if kept != 3*100+100+0 && (kept < 990 || kept > 1010) {
+		t.Fatalf("kept %d of 10000 at 10%%", kept)
+	}
+}
+
+func TestPowerSGDStage(t *testing.T) {
+	// A rank-2 matrix comes back almost exactly at rank 2.
+	rows, cols := 50, 30
+	a, b := normal(rows*2, 1, 1), normal(cols*2, 2, 1)
+	m := make([]float32, rows*cols)
+	for i := range rows {
+		for j := range cols {
+			m[i*cols+j] = a[2*i]*b[2*j] + a[2*i+1]*b[2*j+1]
+		}
+	}
+	enc, _ := codec.NewEncoder()
+	frame, _, err := enc.AppendTensor(nil, codec.FromFloat32("w", m, int64(rows), int64(cols)), codec.MustParseRecipe("powersgd(2)"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := decodeAll(t, frame)
+	if e := relErr(got, m); e > 1e-5 {
+		t.Fatalf("rank-2 matrix at rank 2: relative error %g", e)
+	}
+	if add := decodeAdd(t, frame, rows*cols); relErr(add, got) > 1e-6 {
+		t.Fatal("DecodeAdd differs from Decode")
+	}
+	if len(frame) > 4*(rows+cols)*2+200 {
+		t.Fatalf("frame of %d bytes", len(frame))
+	}
+}
+
+func relErr(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(num / den)
+}
+
+// Every compressor with error feedback conserves the gradient: the sum of
+// what the receiver decoded plus the final residual equals the sum of the
+// gradients.
+func TestFeedbackConserves(t *testing.T) {
+	shape := []int64{40, 50}
+	n := 2000
+	for _, spec := range []string{
+		"topk(0.01)", "randk(0.02)", "thresh(2)", "dgc(0.01,momentum=0)", "powersgd(2)",
+		"efsign", "qsgd(15)", "int8(64)", "topk(0.05) | idx:delta,bitpack | val:fp16 | *:huff0",
+	} {
+		s, err := Parse(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snd, err := s.NewSender()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sumG := make([]float64, n)
+		sumD := make([]float64, n)
+		for step := range 20 {
+			g := normal(n, uint64(step), 0.1)
+			for i, v := range g {
+				sumG[i] += float64(v)
+			}
+			frame, err := snd.Append(nil, codec.FromFloat32("w", g, shape...))
+			if err != nil {
+				t.Fatalf("%s: %v", spec, err)
+			}
+			for i, v := range decodeAdd(t, frame, n) {
+				sumD[i] += float64(v)
+			}
+			snd.Commit()
+		}
+		res := snd.Memory().Get("w").Residual()
+		var worst float64
+		for i := range sumG {
+			worst = max(worst, math.Abs(sumG[i]-sumD[i]-float64(res[i])))
+		}
+		if worst > 1e-4 {
+			t.Errorf("%s: sum of gradients - decoded - residual reaches %g", spec, worst)
+		}
+	}
+}
+
+func TestAbortKeepsEverything(t *testing.T) {
+	snd, err := NewSender(TopK{Ratio: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1, g2 := normal(100, 1, 1), normal(100, 2, 1)
+	if _, err := snd.Append(nil, codec.FromFloat32("w", g1, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snd.Append(nil, codec.FromFloat32("w", g1, 100)); err == nil {
+		t.Fatal("second Append before Commit accepted")
+	}
+	snd.Abort()
+	if !slices.Equal(snd.Memory().Get("w").Residual(), g1) {
+		t.Fatal("Abort did not keep the gradient as residual")
+	}
+	frame, err := snd.Append(nil, codec.FromFloat32("w", g2, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd.Commit()
+	got := decodeAdd(t, frame, 100)
+	res := snd.Memory().Get("w").Residual()
+	for i := range got {
+		if d := g1[i] + g2[i] - got[i] - res[i]; math.Abs(float64(d)) > 1e-6 {
+			t.Fatalf("element %d: lost %g", i, d)
+		}
+	}
+	// Without feedback too.
+	nf, _ := NewSender(TopK{Ratio: 0.1}, WithoutFeedback())
+	nf.Append(nil, codec.FromFloat32("w", g1, 100))
+	nf.Abort()
+	if !slices.Equal(nf.Memory().Get("w").Residual(), g1) {
+		t.Fatal("Abort without feedback dropped the gradient")
+	}
+	nf.Append(nil, codec.FromFloat32("w", g2, 100))
+	nf.Commit()
+	for _, r := range nf.Memory().Get("w").Residual() {
+		if r != 0 {
+			t.Fatal("residual without feedback after Commit")
+		}
+	}
+}
+
+// A restored Memory carries on exactly where the saved one was.
+func TestMemoryRestore(t *testing.T) {
+	for _, spec := range []string{"dgc(0.01)", "powersgd(3)", "topk(0.02)", "randk(0.1)"} {
+		s, _ := Parse(spec)
+		a, _ := s.NewSender()
+		step := func(snd *Sender, i int) []byte {
+			var out []byte
+			for _, name := range []string{"w1", "w2"} {
+				g := normal(600, uint64(i)*7+uint64(len(name)), 1)
+				f, err := snd.Append(nil, codec.FromFloat32(name, g, 20, 30))
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, f...)
+			}
+			snd.Commit()
+			return out
+		}
+		for i := range 3 {
+			step(a, i)
+		}
+		img, err := a.Memory().MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := NewMemory()
+		if err := m.UnmarshalBinary(img); err != nil {
+			t.Fatalf("%s: %v", spec, err)
+		}
+		b, _ := s.NewSender(WithMemory(m))
+		for i := 3; i < 6; i++ {
+			if fa, fb := step(a, i), step(b, i); !bytes.Equal(fa, fb) {
+				t.Fatalf("%s: step %d differs after restore", spec, i)
+			}
+		}
+		img2, _ := b.Memory().MarshalBinary()
+		if img3, _ := a.Memory().MarshalBinary(); !bytes.Equal(img2, img3) {
+			t.Fatalf("%s: memories differ", spec)
+		}
+	}
+}
+
+func TestMemoryImageErrors(t *testing.T) {
+	snd, _ := NewSender(NewDGC(0.1))
+	snd.Append(nil, codec.FromFloat32("w", normal(64, 1, 1), 8, 8))
+	snd.Commit()
+	img, _ := snd.Memory().MarshalBinary()
+	m := NewMemory()
+	for i := range img {
+		bad := bytes.Clone(img)
+		bad[i] ^= 0x40
+		if err := m.UnmarshalBinary(bad); !errors.Is(err, ErrMemory) {
+			t.Fatalf("flipped byte %d: %v", i, err)
+		}
+	}
+	for i := range img {
+		if err := m.UnmarshalBinary(img[:i]); !errors.Is(err, ErrMemory) {
+			t.Fatalf("cut at %d: %v", i, err)
+		}
+	}
+	if len(m.Names()) != 0 {
+		t.Fatal("a failed restore changed the memory")
+	}
+}
+
+func TestShapeChecks(t *testing.T) {
+	snd, _ := NewSender(TopK{Ratio: 0.1})
+	frame, err := snd.Append(nil, codec.FromFloat32("w", normal(100, 1, 1), 10, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd.Commit()
+	if _, err := snd.Append(nil, codec.FromFloat32("w", normal(100, 1, 1), 100)); err == nil {
+		t.Fatal("a new shape for a known tensor was accepted")
+	}
+	r := NewReceiver(codec.Limits{})
+	acc := make([]float32, 99)
+	if _, err := r.Add(frame, 1, func(string, []int64) ([]float32, error) { return acc, nil }); err == nil {
+		t.Fatal("an accumulator of the wrong size was accepted")
+	}
+	// A damaged position stream is an error (the CRC is recomputed so
+	// that the stage itself must notice).
+	idx := mustFrame(t, "topk(k=3)", []float32{5, 0, 0, 7, 0, 9, 0, 0})
+	for i := range idx {
+		bad := bytes.Clone(idx)
+		bad[i] ^= 0xff
+		a := make([]float32, 8)
+		r.Add(bad, 1, func(string, []int64) ([]float32, error) { return a, nil }) // must not panic
+	}
+}
+
+func mustFrame(t *testing.T, recipe string, x []float32) []byte {
+	t.Helper()
+	enc, _ := codec.NewEncoder()
+	f, _, err := enc.AppendTensor(nil, codec.FromFloat32("g", x, int64(len(x))), codec.MustParseRecipe(recipe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestSelectDecodeRefusesBadPositions(t *testing.T) {
+	o := selectOp{stage: TopKID, ratio: 0.5}
+	in := codec.SegInfo{Name: "data", Elem: codec.F32, Len: 16}
+	seg := func(v ...uint32) codec.Segment {
+		b := make([]byte, 0, 4*len(v))
+		for _, x := range v {
+			b = append(b, byte(x), byte(x>>8), byte(x>>16), byte(x>>24))
+		}
+		return codec.Segment{Data: b}
+	}
+	ctx := &codec.Ctx{Arena: &codec.Arena{}}
+	for _, pos := range [][]uint32{{1, 1}, {2, 1}, {0, 4}, {9}} {
+		parts := []codec.Segment{seg(pos...), seg(make([]uint32, len(pos))...)}
+		if _, err := o.Decode(ctx, make([]byte, 0, 16), parts, in); !errors.Is(err, codec.ErrCorrupt) {
+			t.Errorf("positions %v: %v", pos, err)
+		}
+		acc := make([]float32, 4)
+		if err := o.DecodeAdd(ctx, acc, 1, parts, in); !errors.Is(err, codec.ErrCorrupt) {
+			t.Errorf("positions %v: DecodeAdd %v", pos, err)
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	for _, s := range []string{
+		"none", "topk(0.01)", "randk(0.01,seed=3)", "thresh(0.5)", "dgc(0.001)",
+		"dgc(0.001,momentum=0.5,nesterov=on,clip=1,warmup=2,sample=0.05)", "powersgd(4)", "powersgd(2,min=3,seed=1)",
+		"sign", "qsgd(127)", "int8(4096)",
+	} {
+		c, err := New(s)
+		if err != nil {
+			t.Fatalf("New(%q): %v", s, err)
+		}
+		c2, err := New(c.String())
+		if err != nil || c2.String() != c.String() {
+			t.Fatalf("New(%q).String() = %q does not parse back (%v)", s, c.String(), err)
+		}
+	}
+	sp, err := Parse("topk(0.01, ef=off) | idx:delta,varint | *:zstd(1)")
+	if err != nil || sp.Feedback || sp.Tail == nil {
+		t.Fatalf("Parse with ef and tail: %+v %v", sp, err)
+	}
+	for _, s := range []string{"", "topk", "topk(2)", "topk(0.01", "topk(x=1)", "dgc(0.1,momentum=2)", "nosuch(1)",
+		"zstd(1)", "powersgd(0)", "thresh(-1)", "topk(0.1,ef=maybe)", "shuffle"} {
+		if _, err := Parse(s); !errors.Is(err, codec.ErrRecipe) {
+			t.Errorf("Parse(%q): %v, want ErrRecipe", s, err)
+		}
+	}
+}
+
+func TestDGCWarmup(t *testing.T) {
+	d := &DGC{Ratio: 0.001, Warmup: 4}
+	want := []float32{0.25, 0.0625, 0.015625, 0.00390625, 0.001}
+	for e := range 5 {
+		if got := d.Density(float64(e)); got != want[e] {
+			t.Errorf("epoch %d: density %v, want %v", e, got, want[e])
+		}
+	}
+}

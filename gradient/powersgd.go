@@ -1,0 +1,315 @@
+package gradient
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/lapack/lapack64"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/view"
+)
+
+// The powersgd stage codes a float32 tensor, viewed as a matrix M of
+// rows = shape[0] by cols = n/rows (a vector is n by 1), as two factors:
+// p (rows by r) and q (cols by r), both row-major float32, decoding to
+// p·qᵀ. r is the rank parameter, clamped to min(rows, cols). It works on
+// whole tensors only.
+//
+// As a recipe stage, powersgd(r, seed) makes one power iteration from a
+// random q (normal, drawn from seed): p = M·q, orthonormalised, then
+// q = Mᵀ·p. The PowerSGD compressor (error feedback, q kept between steps
+// as a warm start) gives better factors through the same wire format.
+//
+// Wire: params uvarint(r) uvarint(seed); segments p and q.
+
+const maxRank = 1024
+
+var powersgdStage = &codec.Stage{
+	ID: PowerSGDID, Name: "powersgd", Kind: codec.Split, Granularity: codec.WholeTensor, Lossy: true,
+	Reads:  "an f32 tensor (data, whole)",
+	Writes: "p (f32 rows×r) and q (f32 cols×r), decoding to p·qᵀ",
+	Doc:    "PowerSGD's low-rank factors: the tensor as a shape[0]×rest matrix, one power iteration of rank r; powersgd(r, seed)",
+	New: func(args []codec.Arg) (codec.Op, error) {
+		if err := codec.CheckArgs("powersgd", args, 2, "rank", "seed"); err != nil {
+			return nil, err
+		}
+		r, err := codec.IntArg("powersgd", args, 0, "rank", 0, 1, maxRank)
+		if err != nil {
+			return nil, err
+		}
+		if r == 0 {
+			return nil, fmt.Errorf("%w: powersgd needs a rank", codec.ErrRecipe)
+		}
+		o := &powersgdOp{rank: r}
+		for i, a := range args {
+			if a.Key == "seed" || a.Key == "" && i == 1 {
+				if o.seed, err = strconv.ParseUint(a.Value, 10, 64); err != nil {
+					return nil, fmt.Errorf("%w: powersgd: seed %q", codec.ErrRecipe, a.Value)
+				}
+			}
+		}
+		return o, nil
+	},
+	Load: func(p []byte) (codec.Op, error) {
+		r, n := binary.Uvarint(p)
+		if n <= 0 || r == 0 || r > maxRank {
+			return nil, fmt.Errorf("%w: powersgd params %x", codec.ErrCorrupt, p)
+		}
+		s, m := binary.Uvarint(p[n:])
+		if m <= 0 || n+m != len(p) {
+			return nil, fmt.Errorf("%w: powersgd params %x", codec.ErrCorrupt, p)
+		}
+		return &powersgdOp{rank: int(r), seed: s}, nil
+	},
+}
+
+func init() { codec.Register(powersgdStage) }
+
+type powersgdOp struct {
+	rank int
+	seed uint64
+	p, q []float32 // factors computed by the compressor, or nil
+}
+
+var (
+	_ codec.Op         = (*powersgdOp)(nil)
+	_ codec.AddDecoder = (*powersgdOp)(nil)
+)
+
+func (*powersgdOp) Stage() *codec.Stage { return powersgdStage }
+
+func (o *powersgdOp) String() string {
+	if o.seed != 0 {
+		return "powersgd(" + strconv.Itoa(o.rank) + ",seed=" + strconv.FormatUint(o.seed, 10) + ")"
+	}
+	return "powersgd(" + strconv.Itoa(o.rank) + ")"
+}
+
+func (o *powersgdOp) AppendParams(dst []byte) []byte {
+	return binary.AppendUvarint(binary.AppendUvarint(dst, uint64(o.rank)), o.seed)
+}
+
+// matrix is the rows×cols view of a tensor and the clamped rank.
+func matrix(t *codec.Tensor, rank int) (rows, cols, r int, err error) {
+	if t == nil || t.DType != codec.F32 {
+		return 0, 0, 0, fmt.Errorf("powersgd: want an f32 tensor")
+	}
+	n := t.NumElements()
+	if n <= 0 || n > math.MaxInt32 {
+		return 0, 0, 0, fmt.Errorf("powersgd: tensor of %d elements", n)
+	}
+	rows = int(n)
+	if len(t.Shape) >= 2 {
+		rows = int(t.Shape[0])
+	}
+	cols = int(n) / rows
+	return rows, cols, min(rank, rows, cols), nil
+}
+
+func (o *powersgdOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
+	if err := checkF32("powersgd", in); err != nil {
+		return nil, err
+	}
+	if in.Name != "data" {
+		return nil, fmt.Errorf("powersgd: works on a whole tensor (data), not on %q", in.Name)
+	}
+	return []codec.SegInfo{{Name: "p", Elem: codec.F32, Len: -1}, {Name: "q", Elem: codec.F32, Len: -1}}, nil
+}
+
+func (o *powersgdOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, error) {
+	rows, cols, r, err := matrix(ctx.Tensor, o.rank)
+	if err != nil {
+		return nil, err
+	}
+	if !ctx.Tensor.IsWhole() || in.Len != 4*rows*cols {
+		return nil, fmt.Errorf("powersgd: needs the whole tensor in one frame")
+	}
+	p, q := o.p, o.q
+	if p == nil {
+		m := asF32(ctx, in.Data)
+		q = make([]float32, cols*r)
+		rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
+		for i := range q {
+			q[i] = float32(rng.NormFloat64())
+		}
+		p = make([]float32, rows*r)
+		powerStep(m, rows, cols, r, p, q)
+	}
+	if len(p) != rows*r || len(q) != cols*r {
+		return nil, fmt.Errorf("powersgd: factors of %d and %d elements for %d×%d at rank %d", len(p), len(q), rows, cols, r)
+	}
+	return []codec.Segment{
+		{SegInfo: codec.SegInfo{Name: "p", Elem: codec.F32}, Data: view.Of(p)},
+		{SegInfo: codec.SegInfo{Name: "q", Elem: codec.F32}, Data: view.Of(q)},
+	}, nil
+}
+
+// powerStep is one step of PowerSGD's power iteration on the rows×cols
+// matrix m from q (cols×r, overwritten): p = m·q, p orthonormalised
+// (Householder QR in float64, gonum's LAPACK), q = mᵀ·p.
+func powerStep(m []float32, rows, cols, r int, p, q []float32) {
+	M := blas32.General{Rows: rows, Cols: cols, Stride: cols, Data: m}
+	P := blas32.General{Rows: rows, Cols: r, Stride: r, Data: p}
+	Q := blas32.General{Rows: cols, Cols: r, Stride: r, Data: q}
+	blas32.Gemm(blas.NoTrans, blas.NoTrans, 1, M, Q, 0, P)
+	orthonormalize(p, rows, r)
+	blas32.Gemm(blas.Trans, blas.NoTrans, 1, M, P, 0, Q)
+}
+
+// orthonormalize replaces the columns of the rows×r matrix p (r <= rows)
+// by an orthonormal basis of their span (completed arbitrarily when they
+// are dependent), as the thin Q of a QR factorisation.
+func orthonormalize(p []float32, rows, r int) {
+	a := blas64.General{Rows: rows, Cols: r, Stride: r, Data: make([]float64, rows*r)}
+	bad := false
+	for i, v := range p {
+		a.Data[i] = float64(v)
+		bad = bad || math.IsNaN(a.Data[i]) || math.IsInf(a.Data[i], 0)
+	}
+	if bad { // LAPACK would spread the NaN anyway; start from the identity
+		clear(a.Data)
+		for j := range r {
+			a.Data[j*r+j] = 1
+		}
+	}
+	tau := make([]float64, r)
+	work := make([]float64, 1)
+	lapack64.Geqrf(a, tau, work, -1)
+	work = make([]float64, max(int(work[0]), r))
+	lapack64.Geqrf(a, tau, work, len(work))
+	lapack64.Orgqr(a, tau, work, len(work))
+	for i, v := range a.Data {
+		p[i] = float32(v)
+	}
+}
+
+func (o *powersgdOp) factors(ctx *codec.Ctx, parts []codec.Segment, in codec.SegInfo) (blas32.General, blas32.General, int, int, error) {
+	var P, Q blas32.General
+	rows, cols, r, err := matrix(ctx.Tensor, o.rank)
+	if err == nil && in.Len != 4*rows*cols {
+		err = fmt.Errorf("powersgd: %d bytes for a %d×%d tensor", in.Len, rows, cols)
+	}
+	if err == nil && (len(parts) != 2 || len(parts[0].Data) != 4*rows*r || len(parts[1].Data) != 4*cols*r) {
+		err = fmt.Errorf("powersgd: factors do not match a %d×%d tensor at rank %d", rows, cols, r)
+	}
+	if err != nil {
+		return P, Q, 0, 0, fmt.Errorf("%w: %v", codec.ErrCorrupt, err)
+	}
+	P = blas32.General{Rows: rows, Cols: r, Stride: r, Data: asF32(ctx, parts[0].Data)}
+	Q = blas32.General{Rows: cols, Cols: r, Stride: r, Data: asF32(ctx, parts[1].Data)}
+	return P, Q, rows, cols, nil
+}
+
+func (o *powersgdOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in codec.SegInfo) ([]byte, error) {
+	P, Q, rows, cols, err := o.factors(ctx, parts, in)
+	if err != nil {
+		return nil, err
+	}
+	out := dst[len(dst) : len(dst)+in.Len]
+	c, ok := view.As[float32](out)
+	if !ok {
+		c, _ = view.As[float32](ctx.Arena.Alloc(in.Len))
+	}
+	blas32.Gemm(blas.NoTrans, blas.Trans, 1, P, Q, 0, blas32.General{Rows: rows, Cols: cols, Stride: cols, Data: c})
+	if !ok {
+		for i, v := range c {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
+		}
+	}
+	return dst[:len(dst)+in.Len], nil
+}
+
+func (o *powersgdOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, parts []codec.Segment, in codec.SegInfo) error {
+	P, Q, rows, cols, err := o.factors(ctx, parts, in)
+	if err != nil {
+		return err
+	}
+	if len(acc) != rows*cols {
+		return fmt.Errorf("%w: powersgd: accumulator of %d for %d×%d", codec.ErrCorrupt, len(acc), rows, cols)
+	}
+	blas32.Gemm(blas.NoTrans, blas.Trans, alpha, P, Q, 1, blas32.General{Rows: rows, Cols: cols, Stride: cols, Data: acc})
+	return nil
+}
+
+// PowerSGD (Vogels et al., NeurIPS 2019) sends rank-Rank factors of each
+// matrix-shaped tensor (shape[0] by the rest), with error feedback and q
+// kept between steps as a warm start: per step p = M·q, orthonormalised,
+// q = Mᵀ·p, and the receiver adds p·qᵀ. Vectors (biases) and matrices
+// that the factors would not shrink MinRate times are sent dense, as the
+// reference hook does (its min_compression_rate, default 2).
+type PowerSGD struct {
+	Rank    int
+	MinRate float64 // default 2
+	Seed    uint64  // for the first q
+}
+
+func parsePowerSGD(args []codec.Arg) (*PowerSGD, error) {
+	if err := codec.CheckArgs("powersgd", args, 1, "rank", "min", "seed"); err != nil {
+		return nil, err
+	}
+	r, err := codec.IntArg("powersgd", args, 0, "rank", 0, 1, maxRank)
+	if err != nil {
+		return nil, err
+	}
+	if r == 0 {
+		return nil, fmt.Errorf("%w: powersgd needs a rank", codec.ErrRecipe)
+	}
+	c := &PowerSGD{Rank: r, MinRate: 2}
+	for _, a := range args {
+		switch a.Key {
+		case "min":
+			if c.MinRate, err = floatArg("powersgd", a, 0, 1e9); err != nil {
+				return nil, err
+			}
+		case "seed":
+			if c.Seed, err = strconv.ParseUint(a.Value, 10, 64); err != nil {
+				return nil, fmt.Errorf("%w: powersgd: seed %q", codec.ErrRecipe, a.Value)
+			}
+		}
+	}
+	return c, nil
+}
+
+func (c *PowerSGD) String() string {
+	s := "powersgd(" + strconv.Itoa(c.Rank)
+	if c.MinRate != 2 {
+		s += ",min=" + strconv.FormatFloat(c.MinRate, 'g', -1, 64)
+	}
+	if c.Seed != 0 {
+		s += ",seed=" + strconv.FormatUint(c.Seed, 10)
+	}
+	return s + ")"
+}
+
+// Compress implements Compressor.
+func (c *PowerSGD) Compress(in *Input) (codec.Op, error) {
+	if len(in.Shape) < 2 {
+		return nil, nil
+	}
+	t := &codec.Tensor{DType: codec.F32, Shape: in.Shape}
+	rows, cols, r, err := matrix(t, c.Rank)
+	if err != nil {
+		return nil, err
+	}
+	if float64(rows)*float64(cols) < c.MinRate*float64(r)*float64(rows+cols) {
+		return nil, nil
+	}
+	first := in.State.Committed("q") == nil
+	q := in.State.Private("q", cols*r)
+	if first {
+		rng := rand.New(rand.NewPCG(c.Seed, stepSeed(c.Seed, in.Name, 0)))
+		for i := range q {
+			q[i] = float32(rng.NormFloat64())
+		}
+	}
+	p := make([]float32, rows*r)
+	powerStep(in.C, rows, cols, r, p, q)
+	return &powersgdOp{rank: r, p: p, q: q}, nil
+}
