@@ -4,10 +4,10 @@
 # as a pure-Go build (CGO_ENABLED=0: the klauspost backend only).
 
 GO        ?= go
-APT_PKGS  := zstd xz-utils gcc
+APT_PKGS  := zstd xz-utils gcc dataset-fashion-mnist
 # reference regenerates testvectors/reference with numpy and PyTorch; the
 # tests read the committed files and need neither.
-REF_PKGS  := python3-numpy python3-torch dataset-fashion-mnist
+REF_PKGS  := python3-numpy python3-torch
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -368,5 +369,33 @@ func TestModel(t *testing.T) {
 		if len(ts) != 6 || params != 109386 || ts[0].Shape[0] != 128 || ts[0].Shape[1] != 784 {
 			t.Fatalf("%d tensors, %d parameters, first %q %v", len(ts), params, ts[0].Name, ts[0].Shape)
 		}
+	}
+}
+
+func TestFLSnapshot(t *testing.T) {
+	w, err := FLWeights()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := FLUpdate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]int64{{128, 784}, {128}, {64, 128}, {64}, {10, 64}, {10}}
+	for i, s := range want {
+		if !slices.Equal(w[i].Shape, s) || !slices.Equal(u[i].Shape, s) || w[i].Name != u[i].Name {
+			t.Fatalf("tensor %d: %s %v / %s %v, want shape %v", i, w[i].Name, w[i].Shape, u[i].Name, u[i].Shape, s)
+		}
+	}
+	// An update is small next to the weights it changes.
+	wv, _ := codec.View[float32](w[0])
+	uv, _ := codec.View[float32](u[0])
+	var nw, nu float64
+	for i := range wv {
+		nw += float64(wv[i]) * float64(wv[i])
+		nu += float64(uv[i]) * float64(uv[i])
+	}
+	if nu == 0 || nu > nw/4 {
+		t.Fatalf("update norm² %g against weight norm² %g", nu, nw)
 	}
 }

@@ -29,7 +29,9 @@ const defaultElems = 2 << 20
 
 // defaultSamples returns the built-in set: synthetic tensors, and real ones
 // made by PyTorch (the first layer of a small MLP trained on Fashion-MNIST,
-// its weights and one batch's gradient: testvectors.ModelWeights). Large
+// its weights and one batch's gradient: testvectors.ModelWeights) and by
+// the federated-learning simulator (a FedAvg client's update of that
+// layer: testvectors.FLUpdate). Large
 // synthetic tensors have n elements (a multiple of 1024); the others have
 // fixed sizes. Each synthetic tensor has its own fixed PCG seed, so the set
 // is the same on every run and every machine.
@@ -39,6 +41,10 @@ func defaultSamples(n int) ([]sample, error) {
 		return nil, err
 	}
 	g, err := testvectors.ModelGrads()
+	if err != nil {
+		return nil, err
+	}
+	u, err := testvectors.FLUpdate()
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +80,9 @@ func defaultSamples(n int) ([]sample, error) {
 		f32Sample("scalar", []int64{}, 8, func(*rand.Rand) float32 { return 2.3026 }),
 		{name: "mlp.fc1.weight", dtype: w[0].DType, shape: w[0].Shape, data: w[0].Data},
 		{name: "mlp.fc1.grad", dtype: g[0].DType, shape: g[0].Shape, data: g[0].Data},
+		// A FedAvg client's update of the same layer, from tensorpress's
+		// own simulator (testvectors/fl).
+		{name: "fl.fc1.update", dtype: u[0].DType, shape: u[0].Shape, data: u[0].Data},
 	}, nil
 }
 

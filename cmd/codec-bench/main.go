@@ -6,6 +6,7 @@
 //	codec-bench encode --chain SPEC IN OUT
 //	codec-bench decode IN OUT
 //	codec-bench inspect FILE
+//	codec-bench fl [flags]            compare gradient compressors by training on Fashion-MNIST
 //	codec-bench stages
 //
 // Run 'codec-bench COMMAND -h' for the flags of each command. Exit status: 0
@@ -20,6 +21,7 @@ import (
 	"os"
 	"strings"
 
+	_ "github.com/tensorpress/tensorpress/gradient" // registers the gradient stages
 	_ "github.com/tensorpress/tensorpress/lossless" // registers the lossless stages
 	_ "github.com/tensorpress/tensorpress/lossy"    // registers the lossy stages
 )
@@ -37,6 +39,7 @@ var commands = []command{
 	{"encode", "encode a raw tensor or byte stream into frames", cmdEncode},
 	{"decode", "decode frames back to raw tensor data or bytes", cmdDecode},
 	{"inspect", "print the frames and segments of a frame file as JSON", cmdInspect},
+	{"fl", "train a model in a simulated federation and compare gradient compressors", cmdFL},
 	{"stages", "list the registered stages", cmdStages},
 }
 

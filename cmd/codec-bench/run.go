@@ -41,6 +41,9 @@ var defaultChains = []struct {
 	{"fp16", isF32},
 	{"int8(4096) | q:huff0", isF32},
 	{"nf4(64) | scale:int8(256)", isF32},
+	// Gradient compression: the top 1% by magnitude, positions delta-coded
+	// and bit-packed (no error feedback here: see 'codec-bench fl').
+	{"topk(0.01) | idx:delta,bitpack | val:shuffle | *:huff0", isF32},
 }
 
 func isF32(d codec.DType) bool { return d == codec.F32 }
