@@ -7,7 +7,7 @@ GO        ?= go
 APT_PKGS  := zstd xz-utils gcc dataset-fashion-mnist
 # reference regenerates testvectors/reference with numpy and PyTorch; the
 # tests read the committed files and need neither.
-REF_PKGS  := python3-numpy python3-torch
+REF_PKGS  := python3-numpy python3-torch dataset-fashion-mnist
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
