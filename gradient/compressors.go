@@ -3,6 +3,7 @@ package gradient
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strconv"
 
 	"github.com/tensorpress/tensorpress/codec"
@@ -17,7 +18,19 @@ func (c TopK) String() string { return "topk(" + formatRatio(c.Ratio) + ")" }
 
 // Compress implements Compressor.
 func (c TopK) Compress(in *Input) (codec.Op, error) {
+	if err := checkRatio("topk", c.Ratio); err != nil {
+		return nil, err
+	}
 	return selectOp{stage: TopKID, ratio: c.Ratio}, nil
+}
+
+// checkRatio refuses a compressor's ratio outside (0, 1] (a struct
+// literal's zero value among them) before anything is encoded.
+func checkRatio(name string, r float32) error {
+	if !(r > 0 && r <= 1) {
+		return fmt.Errorf("%w: %s: ratio %v: want a number in (0, 1]", codec.ErrRecipe, name, r)
+	}
+	return nil
 }
 
 // RandK sends k = ceil(Ratio*n) elements at positions drawn from a seed
@@ -37,6 +50,9 @@ func (c RandK) String() string {
 
 // Compress implements Compressor.
 func (c RandK) Compress(in *Input) (codec.Op, error) {
+	if err := checkRatio("randk", c.Ratio); err != nil {
+		return nil, err
+	}
 	return randkOp{ratio: c.Ratio, seed: stepSeed(c.Seed, in.Name, in.State.Step())}, nil
 }
 
@@ -56,6 +72,9 @@ func (c Threshold) String() string {
 
 // Compress implements Compressor.
 func (c Threshold) Compress(in *Input) (codec.Op, error) {
+	if !(c.T >= 0) || math.IsInf(float64(c.T), 0) {
+		return nil, fmt.Errorf("%w: thresh: threshold %v: want a finite number >= 0", codec.ErrRecipe, c.T)
+	}
 	return selectOp{stage: ThresholdID, thresh: c.T}, nil
 }
 

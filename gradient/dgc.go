@@ -21,6 +21,7 @@ import (
 //     exactly k when more pass (the reference implementation's method);
 //   - momentum factor masking: u and v are cleared where v was sent (v by
 //     error feedback: the residual keeps what the receiver does not see);
+//     on Abort neither is, u and v keeping the step's momentum;
 //   - warm-up: during the first Warmup epochs the density falls
 //     exponentially, 25%, 6.25%, 1.5625%, 0.39% (a quarter of the warm-up
 //     each), then Ratio.
@@ -33,7 +34,15 @@ type DGC struct {
 	Nesterov bool
 	Clip     float32 // max L2 norm of a tensor's gradient; 0: no clipping
 	Warmup   float64 // epochs of warm-up; 0: none
-	Sample   float32 // sample ratio for the threshold estimate (default 0.01)
+	Sample   float32 // sample ratio for the threshold estimate, in (0, 1]; 0 means 0.01
+}
+
+// sample is the sample ratio in effect: Sample, or 0.01 when it is 0.
+func (d *DGC) sample() float32 {
+	if d.Sample == 0 {
+		return defaultSample
+	}
+	return d.Sample
 }
 
 // NewDGC returns DGC at density ratio with the reference implementation's
@@ -44,6 +53,9 @@ func NewDGC(ratio float32) *DGC {
 
 func parseDGC(args []codec.Arg) (*DGC, error) {
 	if err := codec.CheckArgs("dgc", args, 1, "ratio", "momentum", "nesterov", "clip", "warmup", "sample"); err != nil {
+		return nil, err
+	}
+	if err := noRepeats("dgc", args, "ratio"); err != nil {
 		return nil, err
 	}
 	r, err := needRatio("dgc", args)
@@ -90,8 +102,8 @@ func (d *DGC) String() string {
 	if d.Warmup != 0 {
 		s += ",warmup=" + strconv.FormatFloat(d.Warmup, 'g', -1, 64)
 	}
-	if d.Sample != defaultSample {
-		s += ",sample=" + formatRatio(d.Sample)
+	if d.sample() != defaultSample {
+		s += ",sample=" + formatRatio(d.sample())
 	}
 	return s + ")"
 }
@@ -160,19 +172,33 @@ var scratchPool = sync.Pool{New: func() any { return new(topk.Scratch) }}
 // Compress implements Compressor: sampled selection and momentum factor
 // masking.
 func (d *DGC) Compress(in *Input) (codec.Op, error) {
-	if d.Ratio <= 0 || d.Ratio > 1 {
+	if !(d.Ratio > 0 && d.Ratio <= 1) {
 		return nil, fmt.Errorf("%w: dgc ratio %v", codec.ErrRecipe, d.Ratio)
+	}
+	sample := d.sample()
+	if !(sample > 0 && sample <= 1) {
+		return nil, fmt.Errorf("%w: dgc sample ratio %v", codec.ErrRecipe, d.Sample)
 	}
 	r := d.Density(in.Epoch)
 	k := K(r, len(in.C))
 	s := scratchPool.Get().(*topk.Scratch)
-	pos := topk.Sampled(make([]uint32, 0, k), in.C, k, s, topk.SampleOptions{SampleRatio: float64(d.Sample)})
+	pos := topk.Sampled(make([]uint32, 0, k), in.C, k, s, topk.SampleOptions{SampleRatio: float64(sample)})
 	scratchPool.Put(s)
 	if d.Momentum != 0 {
+		// Momentum factor masking, undone if the frame is not delivered
+		// (Abort): u then stays the momentum Compensate made, as c
+		// stays the residual; rolled back to the last committed u, it
+		// would count that u's momentum twice in the next update.
 		u := in.State.Private("u", len(in.C))
-		for _, p := range pos {
-			u[p] = 0
+		saved := make([]float32, len(pos))
+		for i, p := range pos {
+			saved[i], u[p] = u[p], 0
 		}
+		in.State.keepOnAbort("u", func(u []float32) {
+			for i, p := range pos {
+				u[p] = saved[i]
+			}
+		})
 	}
-	return selectOp{stage: DGCID, ratio: r, sample: d.Sample, pre: pos}, nil
+	return selectOp{stage: DGCID, ratio: r, sample: sample, pre: pos}, nil
 }

@@ -60,5 +60,24 @@ func FuzzMemory(f *testing.F) {
 		if out2, _ := m2.MarshalBinary(); string(out2) != string(out) {
 			t.Fatal("save/restore is not stable")
 		}
+		// A restored memory is usable whatever its private buffers hold:
+		// every compressor runs on each (small) tensor of it.
+		for _, c := range []Compressor{NewDGC(0.1), &PowerSGD{Rank: 2, MinRate: 0}, TopK{Ratio: 0.1}} {
+			snd, _ := NewSender(c, WithMemory(m2))
+			for _, name := range m2.Names() {
+				shape := m2.Get(name).Shape()
+				n := int64(1)
+				for _, d := range shape {
+					n *= d
+				}
+				if n > 1<<12 {
+					continue
+				}
+				if _, err := snd.Append(nil, codec.FromFloat32(name, normal(int(n), 1, 1), shape...)); err != nil {
+					t.Fatalf("%v on restored %q %v: %v", c, name, shape, err)
+				}
+			}
+			snd.Commit()
+		}
 	})
 }

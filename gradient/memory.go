@@ -42,10 +42,11 @@ type State struct {
 
 	// Staged by an update in flight.
 	busy  bool
-	c     []float32            // the compensated gradient that was coded
-	next  []float32            // the residual after the update
-	npriv map[string][]float32 // private buffers touched by the update
-	spare map[string][]float32 // buffers to reuse
+	c     []float32                  // the compensated gradient that was coded
+	next  []float32                  // the residual after the update
+	npriv map[string][]float32       // private buffers touched by the update
+	keep  map[string]func([]float32) // npriv keys that an Abort keeps, and their undo
+	spare map[string][]float32       // buffers to reuse
 }
 
 // Name is the tensor's name; Shape its shape.
@@ -92,18 +93,36 @@ func grow(b []float32, n int) []float32 {
 	return make([]float32, n)
 }
 
-func (s *State) commit() {
-	s.res, s.next = s.next, s.res
-	if s.priv == nil && len(s.npriv) > 0 {
+// keepOnAbort makes the staged private buffer key the state on Abort too,
+// once undo(buffer) has reverted what only a delivered frame justifies
+// (DGC's momentum masking): an aborted update still happened, only
+// nothing of it reached the peer, just as its compensated gradient stays
+// as the residual.
+func (s *State) keepOnAbort(key string, undo func([]float32)) {
+	if s.keep == nil {
+		s.keep = map[string]func([]float32){}
+	}
+	s.keep[key] = undo
+}
+
+// install makes b the committed private buffer key.
+func (s *State) install(k string, b []float32) {
+	if s.priv == nil {
 		s.priv = map[string][]float32{}
 	}
+	if old, ok := s.priv[k]; ok {
+		s.keepSpare(k, old)
+	}
+	s.priv[k] = b
+}
+
+func (s *State) commit() {
+	s.res, s.next = s.next, s.res
 	for k, b := range s.npriv {
-		if old, ok := s.priv[k]; ok {
-			s.keepSpare(k, old)
-		}
-		s.priv[k] = b
+		s.install(k, b)
 	}
 	clear(s.npriv)
+	clear(s.keep)
 	s.step++
 	s.busy = false
 }
@@ -111,9 +130,15 @@ func (s *State) commit() {
 func (s *State) abort() {
 	s.res, s.c = s.c, s.res
 	for k, b := range s.npriv {
+		if undo, ok := s.keep[k]; ok {
+			undo(b)
+			s.install(k, b)
+			continue
+		}
 		s.keepSpare(k, b)
 	}
 	clear(s.npriv)
+	clear(s.keep)
 	s.busy = false
 }
 

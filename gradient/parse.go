@@ -59,8 +59,13 @@ func Parse(text string) (*Spec, error) {
 	}
 	s := &Spec{Feedback: true, text: strings.TrimSpace(text)}
 	var rest []codec.Arg
+	efSeen := false
 	for _, a := range args {
 		if a.Key == "ef" {
+			if efSeen {
+				return nil, fmt.Errorf("%w: %s: ef given twice", codec.ErrRecipe, name)
+			}
+			efSeen = true
 			on, err := onOff(name, a)
 			if err != nil {
 				return nil, err
@@ -74,6 +79,12 @@ func Parse(text string) (*Spec, error) {
 		return nil, err
 	}
 	if hasTail {
+		switch {
+		case strings.TrimSpace(tail) == "":
+			return nil, fmt.Errorf("%w: %q: empty recipe after '|' (*:raw stores the segments as they are)", codec.ErrRecipe, s.text)
+		case s.Compressor == None{}:
+			return nil, fmt.Errorf("%w: %q: none sends tensors raw and takes no recipe", codec.ErrRecipe, s.text)
+		}
 		if s.Tail, err = codec.ParseRecipe(tail); err != nil {
 			return nil, err
 		}
@@ -101,10 +112,16 @@ func newCompressor(name string, args []codec.Arg) (Compressor, error) {
 		if err := codec.CheckArgs(name, args, 1, "ratio"); err != nil {
 			return nil, err
 		}
+		if err := noRepeats(name, args, "ratio"); err != nil {
+			return nil, err
+		}
 		r, err := needRatio(name, args)
 		return TopK{Ratio: r}, err
 	case "randk":
 		if err := codec.CheckArgs(name, args, 1, "ratio", "seed"); err != nil {
+			return nil, err
+		}
+		if err := noRepeats(name, args, "ratio"); err != nil {
 			return nil, err
 		}
 		c := RandK{}

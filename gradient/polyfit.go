@@ -14,9 +14,6 @@ import (
 	"github.com/tensorpress/tensorpress/internal/view"
 )
 
-// PolyFitID is the wire ID of the polyfit stage.
-const PolyFitID codec.StageID = 102 // params: degree (1 byte, 0..8)
-
 // The polyfit stage codes a segment of float32 values, normally the val of
 // topk or bloom, by DeepReduce's PolyFit (Kostopoulou et al., NeurIPS
 // 2021): sorted, the values of a sparse gradient form a smooth curve, so a

@@ -40,6 +40,9 @@ var powersgdStage = &codec.Stage{
 		if err := codec.CheckArgs("powersgd", args, 2, "rank", "seed"); err != nil {
 			return nil, err
 		}
+		if err := noRepeats("powersgd", args, "rank", "seed"); err != nil {
+			return nil, err
+		}
 		r, err := codec.IntArg("powersgd", args, 0, "rank", 0, 1, maxRank)
 		if err != nil {
 			return nil, err
@@ -254,6 +257,9 @@ func parsePowerSGD(args []codec.Arg) (*PowerSGD, error) {
 	if err := codec.CheckArgs("powersgd", args, 1, "rank", "min", "seed"); err != nil {
 		return nil, err
 	}
+	if err := noRepeats("powersgd", args, "rank"); err != nil {
+		return nil, err
+	}
 	r, err := codec.IntArg("powersgd", args, 0, "rank", 0, 1, maxRank)
 	if err != nil {
 		return nil, err
@@ -290,8 +296,11 @@ func (c *PowerSGD) String() string {
 
 // Compress implements Compressor.
 func (c *PowerSGD) Compress(in *Input) (codec.Op, error) {
-	if len(in.Shape) < 2 {
-		return nil, nil
+	if c.Rank < 1 || c.Rank > maxRank || !(c.MinRate >= 0) {
+		return nil, fmt.Errorf("%w: powersgd: rank %d (want 1 to %d), min rate %v", codec.ErrRecipe, c.Rank, maxRank, c.MinRate)
+	}
+	if len(in.Shape) < 2 || len(in.C) == 0 {
+		return nil, nil // vectors, and empty matrices, go dense
 	}
 	t := &codec.Tensor{DType: codec.F32, Shape: in.Shape}
 	rows, cols, r, err := matrix(t, c.Rank)
@@ -301,7 +310,10 @@ func (c *PowerSGD) Compress(in *Input) (codec.Op, error) {
 	if float64(rows)*float64(cols) < c.MinRate*float64(r)*float64(rows+cols) {
 		return nil, nil
 	}
-	first := in.State.Committed("q") == nil
+	// A committed q of another length (a restored image, another rank or
+	// an earlier compressor's buffer) is no warm start: draw a new one,
+	// as on the first step, rather than start from zeros.
+	first := len(in.State.Committed("q")) != cols*r
 	q := in.State.Private("q", cols*r)
 	if first {
 		rng := rand.New(rand.NewPCG(c.Seed, stepSeed(c.Seed, in.Name, 0)))

@@ -36,6 +36,9 @@ var randkStage = &codec.Stage{
 		if err := codec.CheckArgs("randk", args, 2, "ratio", "seed"); err != nil {
 			return nil, err
 		}
+		if err := noRepeats("randk", args, "ratio", "seed"); err != nil {
+			return nil, err
+		}
 		var o randkOp
 		for i, a := range args {
 			if a.Key == "seed" || (a.Key == "" && i == 1) {

@@ -38,6 +38,9 @@ var topkStage = &codec.Stage{
 		if err := codec.CheckArgs("topk", args, 1, "ratio", "k"); err != nil {
 			return nil, err
 		}
+		if err := noRepeats("topk", args, "ratio"); err != nil {
+			return nil, err
+		}
 		var o selectOp
 		o.stage = TopKID
 		for i, a := range args {
@@ -129,6 +132,9 @@ var dgcStage = &codec.Stage{
 		if err := codec.CheckArgs("dgc", args, 1, "ratio", "sample"); err != nil {
 			return nil, err
 		}
+		if err := noRepeats("dgc", args, "ratio"); err != nil {
+			return nil, err
+		}
 		o := selectOp{stage: DGCID, sample: defaultSample}
 		for _, a := range args {
 			r, err := ratioArg("dgc", a.Value)
@@ -174,6 +180,24 @@ func ratioArg(stage, s string) (float32, error) {
 		return 0, fmt.Errorf("%w: %s: ratio %q: want a number in (0, 1]", codec.ErrRecipe, stage, s)
 	}
 	return float32(r), nil
+}
+
+// noRepeats refuses an argument given twice: by name twice, or by position
+// and by name (pos[i] names positional argument i). Call it after
+// codec.CheckArgs, which bounds the positional ones.
+func noRepeats(stage string, args []codec.Arg, pos ...string) error {
+	seen := make(map[string]bool, len(args))
+	for i, a := range args {
+		k := a.Key
+		if k == "" && i < len(pos) {
+			k = pos[i]
+		}
+		if seen[k] {
+			return fmt.Errorf("%w: %s: %s given twice", codec.ErrRecipe, stage, k)
+		}
+		seen[k] = true
+	}
+	return nil
 }
 
 func formatRatio(r float32) string { return strconv.FormatFloat(float64(r), 'g', -1, 32) }
@@ -247,6 +271,10 @@ func outName(in, name string) string {
 func checkF32(stage string, in codec.SegInfo) error {
 	if in.Elem != codec.F32 || in.Len%4 != 0 {
 		return fmt.Errorf("%s: want an f32 segment, got %v of %d bytes", stage, in.Elem, in.Len)
+	}
+	// Positions (idx, randk's and bloom's, polyfit's perm) are uint32.
+	if uint64(in.Len/4) > math.MaxUint32 {
+		return fmt.Errorf("%s: a segment of %d elements: at most 2^32-1", stage, in.Len/4)
 	}
 	return nil
 }

@@ -45,7 +45,11 @@ type Input struct {
 // what the receiver will not see: the compensated gradient minus the
 // frame's decoded value. Commit makes the staged residuals the state once
 // the frames were delivered; Abort keeps the whole compensated gradients
-// as residual when they were not, so nothing is lost.
+// as residual when they were not, so nothing is lost. (A residual element
+// that would be NaN is not kept: see dropNonFinite.)
+//
+// Frames of tensors above 256 MiB need a Receiver with raised
+// codec.Limits (MaxDecodedSize, MaxFrameSize).
 //
 // A Sender is not safe for concurrent use.
 type Sender struct {
@@ -86,7 +90,7 @@ func NewSender(c Compressor, opts ...Option) (*Sender, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sender{comp: c, ef: true, enc: enc, dec: codec.NewDecoder(codec.Limits{})}
+	s := &Sender{comp: c, ef: true, enc: enc, dec: codec.NewDecoder(selfLimits())}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -99,6 +103,17 @@ func NewSender(c Compressor, opts ...Option) (*Sender, error) {
 		s.tail = DefaultTail(c)
 	}
 	return s, nil
+}
+
+// selfLimits are the limits of the decoder a Sender reads its own frames
+// with: whatever the encoder writes (tensors up to the default
+// MaxTensorSize) must decode, where a default decoder stops at 256 MiB per
+// frame. A receiver of such frames needs the same raised limits.
+func selfLimits() codec.Limits {
+	lim := codec.DefaultLimits()
+	lim.MaxDecodedSize = max(lim.MaxDecodedSize, lim.MaxTensorSize)
+	lim.MaxFrameSize = max(lim.MaxFrameSize, 2*lim.MaxTensorSize)
+	return lim
 }
 
 // Memory is the Sender's error-feedback state.
@@ -173,6 +188,7 @@ func (s *Sender) Append(dst []byte, t *codec.Tensor) ([]byte, error) {
 		if _, err := s.dec.DecodeAdd(out[len(dst):], -1, func(*codec.Tensor) ([]float32, error) { return st.next, nil }); err != nil {
 			return fail(fmt.Errorf("decoding its own frame: %w", err))
 		}
+		dropNonFinite(st.next, in.C)
 	} else {
 		clear(st.next)
 	}
@@ -181,11 +197,30 @@ func (s *Sender) Append(dst []byte, t *codec.Tensor) ([]byte, error) {
 	return out, nil
 }
 
+// dropNonFinite replaces the NaNs of the residual res = c - decoded, which
+// otherwise stay forever and make every later update of their element
+// NaN, long after the gradient that overflowed. Where c is finite, the
+// frame decoded a NaN for it (PowerSGD spreads a NaN over rows and
+// columns): nothing of c arrived, so c stays. Where c is an infinity the
+// frame carried (Inf - Inf) or a NaN, nothing is left to carry: 0.
+func dropNonFinite(res, c []float32) {
+	for i, r := range res {
+		if r != r {
+			if x := c[i]; x-x == 0 { // finite
+				res[i] = x
+			} else {
+				res[i] = 0
+			}
+		}
+	}
+}
+
 func (st *State) abortPrivate() {
 	for k, b := range st.npriv {
 		st.keepSpare(k, b)
 	}
 	clear(st.npriv)
+	clear(st.keep)
 }
 
 // Commit makes the staged updates the state: the frames appended since
@@ -200,7 +235,9 @@ func (s *Sender) Commit() {
 // Abort drops the staged updates: the frames appended since the last
 // Commit or Abort did not reach the peer, so each tensor's whole
 // compensated gradient stays as its residual (without error feedback too)
-// and the next update carries it.
+// and the next update carries it. Compressor state that the compensation
+// advanced stays advanced, as if a frame carrying nothing had been
+// delivered: DGC keeps the momentum of the aborted step, unmasked.
 func (s *Sender) Abort() {
 	for _, st := range s.pending {
 		st.abort()
