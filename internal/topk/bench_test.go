@@ -22,7 +22,7 @@ var benchData = sync.OnceValue(func() []float32 {
 
 func benchExact(b *testing.B, x []float32, k int) {
 	var s Scratch
-	dst := make([]uint32, 0, k+1)
+	dst := Exact(make([]uint32, 0, k+1), x, k, &s) // grow the Scratch
 	b.SetBytes(int64(4 * len(x)))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -36,7 +36,7 @@ func benchExact(b *testing.B, x []float32, k int) {
 
 func benchSampled(b *testing.B, x []float32, k int) {
 	var s Scratch
-	dst := make([]uint32, 0, k+1)
+	dst := Sampled(make([]uint32, 0, k+1), x, k, &s, SampleOptions{}) // grow the Scratch
 	b.SetBytes(int64(4 * len(x)))
 	b.ReportAllocs()
 	total := 0
@@ -78,6 +78,25 @@ func BenchmarkThreshold(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		dst = Threshold(dst[:0], x, 3.2905)
+	}
+}
+
+// BenchmarkThresholdDensity keeps 1% (|x| >= 2.5758) and 50% (|x| >= 0.6745).
+func BenchmarkThresholdDensity(b *testing.B) {
+	x := benchData()
+	for _, c := range []struct {
+		name string
+		t    float32
+	}{{"1%", 2.5758}, {"50%", 0.6745}} {
+		b.Run(c.name, func(b *testing.B) {
+			dst := make([]uint32, 0, len(x))
+			b.SetBytes(int64(4 * len(x)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				dst = Threshold(dst[:0], x, c.t)
+			}
+		})
 	}
 }
 

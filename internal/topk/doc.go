@@ -36,7 +36,7 @@
 // (zero value ready; nil allocates per call) that keeps a 256 KiB
 // histogram and candidate buffers: for Exact 12 bytes per member of the
 // histogram bucket at the cut (at most max(len(x)/8, 8192) of them; for
-// 25M N(0,1) and k = 1% about 5000); for Sampled 4 bytes per sample
+// 25M N(0,1) and k = 1% about 160000, 2 MB); for Sampled 4 bytes per sample
 // (len(x)/100) and 8 per candidate (at most 2*max(k, UpperBound*k) +
 // 1024). With a reused Scratch and a dst of sufficient capacity, calls do
 // not allocate. A Scratch is not safe for concurrent use; everything else
@@ -47,21 +47,23 @@
 // All kernels read x with plain loads of its bits and skip blocks of 16
 // elements that hold no candidate with a branch-free 64-bit test (two
 // magnitudes per word), so a sparse selection runs near memory speed.
-// Exact is a radix selection: one histogram pass over the top 8, 11 or 16
-// magnitude bits (by size) finds the bucket holding the k-th largest; a
-// second pass sends the indices above that bucket to dst and the bucket's
-// members to the Scratch, where further histograms over the lower bits
-// resolve the cut, and the two ascending runs are merged. When the cut is
-// dense (more than len(x)/8 candidates) it narrows the bucket with more
-// histogram passes instead and writes the result branch-free. Inputs of
-// at most 24 elements are sorted. Sampled costs a strided sample (1% of
-// x), one Threshold-like pass and work proportional to the candidates;
-// its adaptations count among the candidates of the lowest threshold
-// scanned so far and rescan x only when the threshold drops below it.
+// Exact is a radix selection: one histogram pass over the top 11
+// magnitude bits (8 below 1024 elements) finds the bucket holding the
+// k-th largest; a second pass sends the indices above that bucket to dst
+// and the bucket's members to the Scratch, where histograms over the
+// lower bits resolve the cut, and the two ascending runs are merged. When
+// the cut is dense (more than len(x)/8 candidates) it narrows the bucket
+// with one or two more histogram passes over x instead and writes the
+// result branch-free. Inputs of at most 24 elements are sorted. Sampled
+// costs a strided sample (1% of x), one Threshold-like pass and work
+// proportional to the candidates; its adaptations count among the
+// candidates of the lowest threshold scanned so far and rescan x only
+// when the threshold drops below it.
 //
-// On the 2-core AMD EPYC development machine, 25M N(0,1) float32 (100 MB):
-// Exact with k = 1% at about 2.5-3 GB/s, Sampled at density 0.1% at about
-// 8-9 GB/s, Threshold at 0.1% near the speed of copying the buffer (about
-// 10-13 GB/s), against about 40 MB/s for sorting the magnitudes; see
-// bench_test.go.
+// On the shared 2-core AMD EPYC development machine, 25M N(0,1) float32
+// (100 MB), medians of three runs of five (bench_test.go; the runs vary
+// with the machine's load): Exact with k = 1% 2.1-3.3 GB/s, Sampled at
+// density 0.1% 4.5-9.6 GB/s, Threshold at 0.1% 6-12.6 GB/s, about 0.9x
+// copying the same buffer in the same run, against 26-46 MB/s for
+// sorting the magnitudes.
 package topk

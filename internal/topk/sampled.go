@@ -43,26 +43,46 @@ const sampledMinN = 1 << 15
 // indices, ascending, of at most k magnitudes at or above the final
 // threshold. It returns the extended slice.
 //
-// With n = len(x) and r = SampleRatio (clamped to [0.01, 1]), as in the
-// reference:
-//   - k >= n selects everything;
-//   - m = max(ceil(n*r), ceil(2n/k)); if n <= ceil(2n/k) (k <= 2, about),
-//     r == 1 or n < 32768, the result is Exact(dst, x, k, s);
+// It follows DGCCompressor._sparsify and .initialize of the reference
+// implementation (github.com/synxlin/deep-gradient-compression,
+// dgc/compression.py) with its defaults sample_ratio=0.01,
+// strided_sample=True, compress_upper_bound=1.3, compress_lower_bound=0.8,
+// max_adaptation_iters=10, resample=True. With n = len(x) and r =
+// SampleRatio clamped to [0.01, 1]:
+//   - k >= n selects everything (the reference does not compress);
+//   - m = max(ceil(n*r), ceil(2n/k)); if n <= ceil(2n/k) (k <= 2, about)
+//     or r == 1 the reference takes every element as a sample, which is
+//     Exact(dst, x, k, s);
 //   - stride = ceil(n/m/32)*32 + 1, lowered by 8 until n/stride >= m
-//     (an odd stride: it does not alias with power-of-two row lengths);
-//     num = n/stride samples are taken from Start % stride on;
+//     (the stride stays odd: it does not alias with power-of-two row
+//     lengths); the samples are x[Start%stride], x[Start%stride+stride],
+//     ... to the end, and num = n/stride;
 //   - the threshold t is the ceil(num*k/n)-th largest sampled magnitude;
-//   - up to MaxIters times: if more than k pass t and more than
-//     UpperBound*k do, stop (or with NoResample multiply t by UpperBound
-//     and select again); if at most UpperBound*k, stop; if fewer than
-//     LowerBound*k pass, multiply t by LowerBound and select again;
-//   - if more than k pass the final t, the k largest of them are kept
-//     (ties: lowest index), which is Exact(dst, x, k, s).
+//   - then up to MaxIters times: if more than k magnitudes reach t: stop
+//     if at most UpperBound*k do, else stop (NoResample: multiply t by
+//     UpperBound and select again); if fewer than LowerBound*k reach t,
+//     multiply t by LowerBound (in float32, as torch does) and select
+//     again; otherwise stop;
+//   - if more than k magnitudes reach the final t, the k largest of them
+//     are kept, which is Exact(dst, x, k, s).
+//
+// Where it departs from the reference: (1) when between k and
+// UpperBound*k magnitudes pass (or more than k after MaxIters with
+// NoResample), the reference keeps the first k of them by index
+// (indices[:num_selects]); Sampled keeps the k largest, so its result
+// never has more than k indices and never drops a larger magnitude for a
+// smaller one. (2) The reference draws the sample start at random per
+// call; here it is Start % stride, so results are reproducible. (3) Below
+// 32768 elements Sampled is Exact (the reference samples any n > ceil(2n/k);
+// on such small inputs its sample has a handful of elements and Exact
+// costs under 40 µs). (4) NaN magnitudes are the largest (torch.ge drops
+// NaNs), and ties at the cut go to the lowest index (torch.topk leaves
+// them unspecified); indices are ascending (topk's sorted=False order).
 //
 // So the result has at most k indices, every one of them with magnitude
 // >= the final t; on well-behaved data between LowerBound*k and k.
 // Selections after the first one count among the candidates kept by the
-// lowest threshold scanned so far and only rescan x when t drops below it.
+// lowest threshold scanned so far and rescan x only when t drops below it.
 func Sampled(dst []uint32, x []float32, k int, s *Scratch, opt SampleOptions) []uint32 {
 	n := len(x)
 	k = min(k, n)
@@ -121,9 +141,9 @@ func Sampled(dst []uint32, x []float32, k int, s *Scratch, opt SampleOptions) []
 			if !opt.NoResample || float64(count) <= upper*float64(k) {
 				break
 			}
-			thr = float32(float64(thr) * upper)
+			thr *= float32(upper)
 		} else if float64(count) < lower*float64(k) {
-			thr = float32(float64(thr) * lower)
+			thr *= float32(lower)
 		} else {
 			break
 		}

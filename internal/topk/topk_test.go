@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -170,7 +171,7 @@ func checkExact(t *testing.T, x []float32, k int, s *Scratch, want []uint32) {
 func TestExact(t *testing.T) {
 	sizes := []int{0, 1, 2, 3, 5, 31, 47, 48, 49, 64, 65, 100, 640, 1000, 4097, 8192}
 	if !raceEnabled {
-		sizes = append(sizes, 65537, exactWideMin-1, exactWideMin, 300_001)
+		sizes = append(sizes, 65537, 1<<17-1, 1<<17, 300_001)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	var s Scratch // shared: dirty scratch must not matter
@@ -201,7 +202,7 @@ func TestExact(t *testing.T) {
 func TestExactTies(t *testing.T) {
 	negz := float32(math.Copysign(0, -1))
 	nan1, nan2 := math.Float32frombits(0x7fc00000), math.Float32frombits(0xffc00000)
-	for _, n := range []int{10, 100, 5000, exactWideMin} {
+	for _, n := range []int{10, 100, 5000, 20000, 1 << 17} {
 		if raceEnabled && n > 10000 {
 			continue
 		}
@@ -294,6 +295,8 @@ func TestThreshold(t *testing.T) {
 	}
 }
 
+var fuzzScratch = sync.Pool{New: func() any { return new(Scratch) }}
+
 // FuzzExact compares Exact with the reference for arbitrary float32 data
 // (the bytes, little-endian) and k.
 func FuzzExact(f *testing.F) {
@@ -314,8 +317,9 @@ func FuzzExact(f *testing.F) {
 		if k < -1 || k > len(x)+1 {
 			k = int(uint(k) % uint(len(x)+2))
 		}
-		var s Scratch
-		got := Exact(nil, x, k, &s)
+		s := fuzzScratch.Get().(*Scratch) // reused: dirty scratch must not matter
+		defer fuzzScratch.Put(s)
+		got := Exact(nil, x, k, s)
 		if want := refExact(x, k); !slices.Equal(got, want) {
 			t.Fatalf("n=%d k=%d: got %v, want %v", len(x), k, got, want)
 		}
@@ -473,12 +477,12 @@ func modelSampled(x []float32, order []uint32, k int, opt SampleOptions) ([]uint
 				if !opt.NoResample {
 					return exact(), thr
 				}
-				thr = float32(float64(thr) * upper)
+				thr *= float32(upper)
 			} else {
 				break
 			}
 		} else if float64(len(idx)) < lower*float64(k) {
-			thr = float32(float64(thr) * lower)
+			thr *= float32(lower)
 		} else {
 			break
 		}
