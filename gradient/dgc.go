@@ -182,7 +182,10 @@ func (d *DGC) Compress(in *Input) (codec.Op, error) {
 	r := d.Density(in.Epoch)
 	k := K(r, len(in.C))
 	s := scratchPool.Get().(*topk.Scratch)
-	pos := topk.Sampled(make([]uint32, 0, k), in.C, k, s, topk.SampleOptions{SampleRatio: float64(sample)})
+	pos := topk.Sampled(make([]uint32, 0, k), in.C, k, s, topk.SampleOptions{
+		SampleRatio: float64(sample),
+		Start:       stepSeed(0, in.Name, in.State.Step()), // the reference draws a new start per call
+	})
 	scratchPool.Put(s)
 	if d.Momentum != 0 {
 		// Momentum factor masking, undone if the frame is not delivered

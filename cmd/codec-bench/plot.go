@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 
@@ -58,6 +59,16 @@ func plotFL(path string, rows []*flRow, cfg fl.Config) error {
 		labels.TextStyle[i].Font.Size = vg.Points(7)
 	}
 	p.Add(sc, bars, labels)
+	// Room for the labels right of the points and for the error bars.
+	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	for i, xy := range pts.XYs {
+		xmin, xmax = min(xmin, xy.X), max(xmax, xy.X)
+		ymin, ymax = min(ymin, xy.Y-errs[i].Low), max(ymax, xy.Y+errs[i].High)
+	}
+	if xmin > 0 {
+		p.X.Min, p.X.Max = xmin/1.5, xmax*4
+	}
+	p.Y.Min, p.Y.Max = ymin-0.5, ymax+0.5
 	if err := p.Save(9*vg.Inch, 6*vg.Inch, path); err != nil {
 		return fmt.Errorf("--plot: %w", err)
 	}
