@@ -53,7 +53,7 @@ var (
 	flFedAvgDefault = "none; topk(0.01) | *:raw; topk(0.01); topk(0.01,ef=off); " +
 		"topk(0.01) | idx:delta,bitpack | val:polyfit | val.perm:bitpack | *:huff0; " +
 		"bloom(0.01) | val:polyfit | val.perm:bitpack | *:huff0; powersgd(4); int8(4096)"
-	flSGDDefault = "none; dgc(0.001,warmup=1); topk(0.001); randk(0.01)"
+	flSGDDefault = "none; dgc(0.001,warmup=1); topk(0.001)"
 )
 
 type flRow struct {
