@@ -86,6 +86,7 @@ func cmdFL(args []string, stdout, stderr io.Writer) error {
 	batch := f.Int("batch", 0, "minibatch `size` per client (default 64 for fedavg, 32 for sgd)")
 	lr := f.Float64("lr", 0.05, "learning `rate`")
 	momentum := f.Float64("momentum", 0.9, "SGD `momentum`")
+	nesterov := f.Bool("nesterov", false, "Nesterov momentum (clients in fedavg, the server in sgd; compare with dgc(...,nesterov=on))")
 	split := f.String("split", "iid", "data `split`: iid or dirichlet")
 	alpha := f.Float64("alpha", 0.5, "Dirichlet concentration for --split dirichlet")
 	seeds := f.Int("seeds", 3, "`number` of seeds (1, 2, ...); every compressor runs on each")
@@ -100,7 +101,7 @@ func cmdFL(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := fl.Config{
 		Clients: *clients, Rounds: *rounds, Epochs: *epochs, LocalEpochs: *localEpochs, Batch: *batch,
-		LR: float32(*lr), Momentum: float32(*momentum),
+		LR: float32(*lr), Momentum: float32(*momentum), Nesterov: *nesterov,
 		TrainLimit: *trainLimit, TestLimit: *testLimit,
 	}
 	defComps := flFedAvgDefault

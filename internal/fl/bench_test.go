@@ -21,7 +21,7 @@ func BenchmarkStep(b *testing.B) {
 			idx[j] = (i*batch + j) % train.N
 		}
 		m.gradientOf(train, idx)
-		sgd(m.w, m.g, mom, 0.05, 0.9, 0)
+		sgd(m.w, m.g, mom, 0.05, 0.9, 0, false)
 	}
 }
 

@@ -553,13 +553,13 @@ func TestSGD(t *testing.T) {
 	// Computed one rounding at a time, as PyTorch does.
 	w := []float32{1, -2}
 	v := make([]float32, 2)
-	sgd(w, []float32{0.5, 0.25}, v, 0.1, 0.9, 0.01)
+	sgd(w, []float32{0.5, 0.25}, v, 0.1, 0.9, 0.01, false)
 	d := float32(0.5) + float32(0.01)*1
 	if v[0] != d || w[0] != 1-float32(0.1)*d {
 		t.Fatalf("first step: w %v v %v", w, v)
 	}
 	w1, v1 := w[1], v[1]
-	sgd(w, []float32{0.5, 0.25}, v, 0.1, 0.9, 0.01)
+	sgd(w, []float32{0.5, 0.25}, v, 0.1, 0.9, 0.01, false)
 	d = float32(0.25) + float32(0.01)*w1
 	want := float32(0.9)*v1 + d
 	if v[1] != want || w[1] != w1-float32(0.1)*want {
@@ -567,9 +567,16 @@ func TestSGD(t *testing.T) {
 	}
 	// Without momentum, v is not used.
 	w = []float32{1}
-	sgd(w, []float32{2}, nil, 0.5, 0, 0)
+	sgd(w, []float32{2}, nil, 0.5, 0, 0, false)
 	if w[0] != 0 {
 		t.Fatalf("plain step: w %v", w)
+	}
+	// Nesterov (PyTorch): v = m·v + g; w -= lr·(g + m·v).
+	w, v = []float32{1}, []float32{0.5}
+	sgd(w, []float32{2}, v, 0.1, 0.9, 0, true)
+	vn := 0.9*0.5 + 2.0
+	if wn := 1 - 0.1*(2+0.9*vn); math.Abs(float64(w[0])-wn) > 1e-6 || math.Abs(float64(v[0])-vn) > 1e-6 {
+		t.Fatalf("nesterov step: w %v v %v, want %v %v", w[0], v[0], wn, vn)
 	}
 }
 

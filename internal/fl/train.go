@@ -120,6 +120,7 @@ type Config struct {
 	Batch       int     // minibatch size per client or worker
 	LR          float32 // learning rate
 	Momentum    float32 // SGD momentum in [0, 1), PyTorch semantics
+	Nesterov    bool    // Nesterov momentum (PyTorch's nesterov=True)
 	WeightDecay float32 // L2 penalty added to the gradient
 
 	Split Split
@@ -388,12 +389,20 @@ func views(flat []float32) [][]float32 {
 // sgd takes one PyTorch SGD step on w with gradient g and momentum buffer
 // v: g += wd·w; v = m·v + g; w -= lr·v (w -= lr·g without momentum), in
 // float32 and in PyTorch's order of operations. It overwrites g.
-func sgd(w, g, v []float32, lr, m, wd float32) {
+func sgd(w, g, v []float32, lr, m, wd float32, nesterov bool) {
 	if wd != 0 {
 		axpy(wd, w, g)
 	}
 	if m != 0 {
-		axpy(m, v, g) // g + m·v = m·v + g
+		axpy(m, v, g) // g + m·v = m·v + g, the new v
+		if nesterov {
+			// PyTorch's Nesterov step: w -= lr·(g + m·v_new), which is
+			// (1+m)·v_new - m·v_old with g overwritten by v_new.
+			axpy(-lr*(1+m), g, w)
+			axpy(lr*m, v, w)
+			copy(v, g)
+			return
+		}
 		copy(v, g)
 	}
 	axpy(-lr, g, w) // w + (-lr)·g = w - lr·g
@@ -534,7 +543,7 @@ func (r *runner) fedAvg() error {
 					idx := p[lo:min(lo+cfg.Batch, len(p))]
 					loss += local.gradientOf(r.train, idx) * float64(len(idx))
 					seen += len(idx)
-					sgd(local.w, local.g, mom, cfg.LR, cfg.Momentum, cfg.WeightDecay)
+					sgd(local.w, local.g, mom, cfg.LR, cfg.Momentum, cfg.WeightDecay, cfg.Nesterov)
 				}
 			}
 			copy(update, local.w)
@@ -603,7 +612,7 @@ func (r *runner) syncSGD() error {
 				}
 				bytes += n
 			}
-			sgd(m.w, r.sum, mom, cfg.LR, momentum, 0)
+			sgd(m.w, r.sum, mom, cfg.LR, momentum, 0, cfg.Nesterov)
 			r.res.StepBytes = append(r.res.StepBytes, bytes)
 			r.res.UpstreamBytes += bytes
 			r.res.Steps++
