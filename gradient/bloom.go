@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/hash"
 	"github.com/tensorpress/tensorpress/internal/topk"
 	"github.com/tensorpress/tensorpress/internal/view"
 )
@@ -45,8 +46,8 @@ import (
 // in its tensor (0 for a whole tensor), mix64 splitmix64's output function
 // (randk.go) and g = 0x9e3779b97f4a7c15, in uint64 arithmetic:
 //
-//	key = mix64(seed ^ offset*g)
-//	z   = mix64(key + (p+1)*g)      (splitmix64's output p+1 from state key)
+//	key = hash.Mix64(seed ^ offset*g)
+//	z   = hash.Mix64(key + (p+1)*g)      (splitmix64's output p+1 from state key)
 //	a   = uint32(z), b = uint32(z >> 32) | 1
 //
 // and position p (relative to the chunk) sets or tests the bits
@@ -266,15 +267,13 @@ type bloomFilter struct {
 	key  uint64
 }
 
-const golden64 = 0x9e3779b97f4a7c15
-
 func newBloomFilter(bits []byte, h int, seed uint64, offset int64) bloomFilter {
-	return bloomFilter{bits: bits, m: uint32(8 * len(bits)), h: uint32(h), key: mix64(seed ^ uint64(offset)*golden64)}
+	return bloomFilter{bits: bits, m: uint32(8 * len(bits)), h: uint32(h), key: hash.Mix64(seed ^ uint64(offset)*hash.Gamma)}
 }
 
 // hash returns the double-hashing pair of position p.
 func (f *bloomFilter) hash(p uint32) (a, b uint32) {
-	z := mix64(f.key + (uint64(p)+1)*golden64)
+	z := hash.Mix64(f.key + (uint64(p)+1)*hash.Gamma)
 	return uint32(z), uint32(z>>32) | 1
 }
 
@@ -303,8 +302,8 @@ func (f *bloomFilter) positives(dst []uint32, n, want int, stop bool) ([]uint32,
 	pre := min(h, 4)
 	s := f.key
 	for p := range uint32(n) {
-		s += golden64
-		z := mix64(s)
+		s += hash.Gamma
+		z := hash.Mix64(s)
 		a, b := uint32(z), uint32(z>>32)|1
 		var hit byte
 		if h >= 4 {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/hash"
 	"github.com/tensorpress/tensorpress/lossy"
 )
 
@@ -60,7 +61,7 @@ func (c RandK) Compress(in *Input) (codec.Op, error) {
 func stepSeed(seed uint64, name string, step uint64) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(name))
-	return mix64(seed ^ h.Sum64() ^ (step+1)*0x9e3779b97f4a7c15)
+	return hash.Mix64(seed ^ h.Sum64() ^ (step+1)*hash.Gamma)
 }
 
 // Threshold sends every element with |x| >= T.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/hash"
 )
 
 // The randk stage keeps k = ceil(r*n) elements at positions drawn from a
@@ -17,8 +18,8 @@ import (
 // strata, stratum j covering [floor(j*n/k), floor((j+1)*n/k)), and from
 // stratum j the element at
 //
-//	lo + (h * (hi - lo)) >> 32,   h = lowbias32(uint32(j) ^ key)
-//	key = uint32(mix64(seed ^ (offset * 0x9e3779b97f4a7c15)) >> 32)
+//	lo + (h * (hi - lo)) >> 32,   h = hash.Lowbias32(uint32(j) ^ key)
+//	key = uint32(hash.Mix64(seed ^ (offset * 0x9e3779b97f4a7c15)) >> 32)
 //
 // is kept, where offset is the chunk's first element in its tensor (0 for
 // a whole tensor), lowbias32 and mix64 the hashes the qsgd stage uses.
@@ -108,11 +109,11 @@ func (o randkOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 // starting at element offset, in increasing order.
 func (o randkOp) positions(n int, offset int64, f func(j int, p uint32)) {
 	k := K(o.ratio, n)
-	key := uint32(mix64(o.seed^uint64(offset)*0x9e3779b97f4a7c15) >> 32)
+	key := uint32(hash.Mix64(o.seed^uint64(offset)*hash.Gamma) >> 32)
 	for j := range k {
 		lo := int64(j) * int64(n) / int64(k)
 		hi := int64(j+1) * int64(n) / int64(k)
-		h := uint64(lowbias32(uint32(j) ^ key))
+		h := uint64(hash.Lowbias32(uint32(j) ^ key))
 		f(j, uint32(lo+int64((h*uint64(hi-lo))>>32)))
 	}
 }
@@ -176,21 +177,4 @@ func (o randkOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, parts [
 	}
 	o.positions(len(acc), chunkOffset(ctx), func(j int, p uint32) { acc[p] += alpha * val[j] })
 	return nil
-}
-
-// lowbias32 is Chris Wellons' 32-bit integer hash; mix64 is splitmix64's
-// output function.
-func lowbias32(x uint32) uint32 {
-	x ^= x >> 16
-	x *= 0x7feb352d
-	x ^= x >> 15
-	x *= 0x846ca68b
-	x ^= x >> 16
-	return x
-}
-
-func mix64(z uint64) uint64 {
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	return z ^ z>>31
 }
