@@ -43,7 +43,7 @@ import (
 // finds.
 //
 // Hashing (part of the wire format). With offset the chunk's first element
-// in its tensor (0 for a whole tensor), mix64 splitmix64's output function
+// in its tensor (0 for a whole tensor), hash.Mix64 splitmix64's output function
 // (randk.go) and g = 0x9e3779b97f4a7c15, in uint64 arithmetic:
 //
 //	key = hash.Mix64(seed ^ offset*g)

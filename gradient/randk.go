@@ -22,7 +22,7 @@ import (
 //	key = uint32(hash.Mix64(seed ^ (offset * 0x9e3779b97f4a7c15)) >> 32)
 //
 // is kept, where offset is the chunk's first element in its tensor (0 for
-// a whole tensor), lowbias32 and mix64 the hashes the qsgd stage uses.
+// a whole tensor), hash.Lowbias32 and hash.Mix64 the hashes the qsgd stage uses (internal/hash).
 // Every element is kept with probability about k/n, and no two strata
 // share an element. A compressor gives each step its own seed.
 //

@@ -35,8 +35,8 @@ import (
 //
 //	h = hash.Lowbias32(uint32(j) + key),  key = uint32(hash.Mix64(seed + (j>>32 + 1)*0x9e3779b97f4a7c15) >> 32)
 //
-// where lowbias32 is Wellons' 32-bit integer hash (x ^= x>>16; x *=
-// 0x7feb352d; x ^= x>>15; x *= 0x846ca68b; x ^= x>>16), mix64 splitmix64's
+// where hash.Lowbias32 is Wellons' 32-bit integer hash (x ^= x>>16; x *=
+// 0x7feb352d; x ^= x>>15; x *= 0x846ca68b; x ^= x>>16), hash.Mix64 splitmix64's
 // output function, and j the element's index in the tensor when the
 // segment is "data" (Ctx.Tensor.Offset plus its position), its position in
 // the segment otherwise. The seed is explicit: the default 0 is a fixed
