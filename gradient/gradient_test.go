@@ -431,7 +431,7 @@ func TestSelectDecodeRefusesBadPositions(t *testing.T) {
 func TestParse(t *testing.T) {
 	for _, s := range []string{
 		"none", "topk(0.01)", "randk(0.01,seed=3)", "thresh(0.5)", "dgc(0.001)",
-		"dgc(0.001,momentum=0.5,nesterov=on,clip=1,warmup=2,sample=0.05)", "powersgd(4)", "powersgd(2,min=3,seed=1)",
+		"dgc(0.001,momentum=0.5,nesterov=on,clip=1,warmup=2,sample=0.05)", "powersgd(4)", "powersgd(2,min=3,seed=1)", "powersgd(4,iters=2)",
 		"sign", "qsgd(127)", "int8(4096)",
 	} {
 		c, err := New(s)

@@ -251,10 +251,11 @@ type PowerSGD struct {
 	Rank    int
 	MinRate float64 // default 2
 	Seed    uint64  // for the first q
+	Iters   int     // power iterations per step (0 and 1: one, as the reference hook)
 }
 
 func parsePowerSGD(args []codec.Arg) (*PowerSGD, error) {
-	if err := codec.CheckArgs("powersgd", args, 1, "rank", "min", "seed"); err != nil {
+	if err := codec.CheckArgs("powersgd", args, 1, "rank", "min", "seed", "iters"); err != nil {
 		return nil, err
 	}
 	if err := noRepeats("powersgd", args, "rank"); err != nil {
@@ -278,6 +279,10 @@ func parsePowerSGD(args []codec.Arg) (*PowerSGD, error) {
 			if c.Seed, err = strconv.ParseUint(a.Value, 10, 64); err != nil {
 				return nil, fmt.Errorf("%w: powersgd: seed %q", codec.ErrRecipe, a.Value)
 			}
+		case "iters":
+			if c.Iters, err = codec.IntArg("powersgd", []codec.Arg{a}, -1, "iters", 1, 1, 16); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return c, nil
@@ -291,13 +296,16 @@ func (c *PowerSGD) String() string {
 	if c.Seed != 0 {
 		s += ",seed=" + strconv.FormatUint(c.Seed, 10)
 	}
+	if c.Iters > 1 {
+		s += ",iters=" + strconv.Itoa(c.Iters)
+	}
 	return s + ")"
 }
 
 // Compress implements Compressor.
 func (c *PowerSGD) Compress(in *Input) (codec.Op, error) {
-	if c.Rank < 1 || c.Rank > maxRank || !(c.MinRate >= 0) {
-		return nil, fmt.Errorf("%w: powersgd: rank %d (want 1 to %d), min rate %v", codec.ErrRecipe, c.Rank, maxRank, c.MinRate)
+	if c.Rank < 1 || c.Rank > maxRank || !(c.MinRate >= 0) || c.Iters < 0 || c.Iters > 16 {
+		return nil, fmt.Errorf("%w: powersgd: rank %d (want 1 to %d), min rate %v, iters %d (want 0 to 16)", codec.ErrRecipe, c.Rank, maxRank, c.MinRate, c.Iters)
 	}
 	if len(in.Shape) < 2 || len(in.C) == 0 {
 		return nil, nil // vectors, and empty matrices, go dense
@@ -322,6 +330,8 @@ func (c *PowerSGD) Compress(in *Input) (codec.Op, error) {
 		}
 	}
 	p := make([]float32, rows*r)
-	powerStep(in.C, rows, cols, r, p, q)
+	for range max(1, c.Iters) {
+		powerStep(in.C, rows, cols, r, p, q)
+	}
 	return &powersgdOp{rank: r, p: p, q: q}, nil
 }
