@@ -464,3 +464,30 @@ func TestDGCWarmup(t *testing.T) {
 		}
 	}
 }
+
+func TestDenseVectors(t *testing.T) {
+	s, err := Parse("topk(0.01,dense1d=on)")
+	if err != nil || !s.Dense1D {
+		t.Fatalf("Parse: %+v %v", s, err)
+	}
+	snd, _ := s.NewSender()
+	b := normal(128, 1, 1)
+	frame, err := snd.Append(nil, codec.FromFloat32("fc1.bias", b, 128))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := decodeAdd(t, frame, 128); !slices.Equal(got, b) {
+		t.Fatal("a bias under dense1d=on did not arrive exactly")
+	}
+	w := normal(1000, 2, 1)
+	frame, err = snd.Append(nil, codec.FromFloat32("fc1.weight", w, 10, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nz := len(nonZeros(decodeAdd(t, frame, 1000))); nz != 10 {
+		t.Fatalf("matrix: %d elements sent, want 10", nz)
+	}
+	if _, err := Parse("topk(0.01,dense1d=on,dense1d=off)"); err == nil {
+		t.Fatal("dense1d twice accepted")
+	}
+}

@@ -15,7 +15,9 @@ import (
 //	compressor = name [ "(" [ arg { "," arg } ] ")" ]
 //
 // The recipe is the tail applied to the compressor's segments (default
-// DefaultTail). Every compressor takes ef=on|off (error feedback, default
+// DefaultTail). Every compressor takes dense1d=on|off (send tensors of
+// rank 0 and 1, such as biases, dense and exact, as DGC's reference
+// does; default off) and ef=on|off (error feedback, default
 // on). Compressors:
 //
 //	none                         dense float32, exact (the baseline)
@@ -31,6 +33,7 @@ import (
 type Spec struct {
 	Compressor Compressor
 	Feedback   bool
+	Dense1D    bool          // vectors (biases) go dense: dense1d=on
 	Tail       *codec.Recipe // nil: DefaultTail
 	text       string
 }
@@ -47,6 +50,9 @@ func (s *Spec) NewSender(opts ...Option) (*Sender, error) {
 	if !s.Feedback {
 		o = append(o, WithoutFeedback())
 	}
+	if s.Dense1D {
+		o = append(o, WithDenseVectors())
+	}
 	return NewSender(s.Compressor, append(o, opts...)...)
 }
 
@@ -59,18 +65,22 @@ func Parse(text string) (*Spec, error) {
 	}
 	s := &Spec{Feedback: true, text: strings.TrimSpace(text)}
 	var rest []codec.Arg
-	efSeen := false
+	seen := map[string]bool{}
 	for _, a := range args {
-		if a.Key == "ef" {
-			if efSeen {
-				return nil, fmt.Errorf("%w: %s: ef given twice", codec.ErrRecipe, name)
+		if a.Key == "ef" || a.Key == "dense1d" {
+			if seen[a.Key] {
+				return nil, fmt.Errorf("%w: %s: %s given twice", codec.ErrRecipe, name, a.Key)
 			}
-			efSeen = true
+			seen[a.Key] = true
 			on, err := onOff(name, a)
 			if err != nil {
 				return nil, err
 			}
-			s.Feedback = on
+			if a.Key == "ef" {
+				s.Feedback = on
+			} else {
+				s.Dense1D = on
+			}
 			continue
 		}
 		rest = append(rest, a)

@@ -57,6 +57,7 @@ type Sender struct {
 	tail    *codec.Recipe
 	dense   *codec.Recipe
 	ef      bool
+	dense1d bool
 	mem     *Memory
 	enc     *codec.Encoder
 	dec     *codec.Decoder
@@ -83,6 +84,11 @@ func WithMemory(m *Memory) Option { return func(s *Sender) error { s.mem = m; re
 // is dropped (GRACE's "none" memory). Compensators still apply their own
 // rule.
 func WithoutFeedback() Option { return func(s *Sender) error { s.ef = false; return nil } }
+
+// WithDenseVectors sends tensors of rank 0 and 1 (biases, norms) with the
+// dense recipe instead of the compressor: they are small and matter more
+// per element (DGC's reference compresses only tensors of rank 2 and up).
+func WithDenseVectors() Option { return func(s *Sender) error { s.dense1d = true; return nil } }
 
 // NewSender returns a Sender for compressor c.
 func NewSender(c Compressor, opts ...Option) (*Sender, error) {
@@ -168,9 +174,11 @@ func (s *Sender) Append(dst []byte, t *codec.Tensor) ([]byte, error) {
 		st.abortPrivate()
 		return dst, fmt.Errorf("gradient: %s on %q: %w", s.comp, t.Name, err)
 	}
-	op, err := s.comp.Compress(in)
-	if err != nil {
-		return fail(err)
+	var op codec.Op
+	if !s.dense1d || len(in.Shape) >= 2 {
+		if op, err = s.comp.Compress(in); err != nil {
+			return fail(err)
+		}
 	}
 	r := s.dense
 	if op != nil {
