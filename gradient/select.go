@@ -413,24 +413,6 @@ func (o selectOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, parts 
 
 // asU32 and asF32 view little-endian bytes as typed elements, copying into
 // the arena when b is not aligned.
-func asU32(ctx *codec.Ctx, b []byte) []uint32 {
-	if s, ok := view.As[uint32](b); ok {
-		return s
-	}
-	s, _ := view.As[uint32](ctx.Arena.Alloc(len(b)))
-	for i := range s {
-		s[i] = binary.LittleEndian.Uint32(b[4*i:])
-	}
-	return s
-}
+func asU32(ctx *codec.Ctx, b []byte) []uint32 { return view.AsCopy[uint32](b, ctx.Arena.Alloc) }
 
-func asF32(ctx *codec.Ctx, b []byte) []float32 {
-	if s, ok := view.As[float32](b); ok {
-		return s
-	}
-	s, _ := view.As[float32](ctx.Arena.Alloc(len(b)))
-	for i := range s {
-		s[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return s
-}
+func asF32(ctx *codec.Ctx, b []byte) []float32 { return view.AsCopy[float32](b, ctx.Arena.Alloc) }

@@ -146,16 +146,7 @@ func (cooOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in codec.
 
 // u32s views b (little-endian uint32s) as []uint32, copying it into
 // aligned scratch when it is not 4-byte aligned.
-func u32s(ctx *codec.Ctx, b []byte) []uint32 {
-	if s, ok := view.As[uint32](b); ok {
-		return s
-	}
-	s, _ := view.As[uint32](ctx.Arena.Alloc(len(b)))
-	for i := range s {
-		s[i] = binary.LittleEndian.Uint32(b[4*i:])
-	}
-	return s
-}
+func u32s(ctx *codec.Ctx, b []byte) []uint32 { return view.AsCopy[uint32](b, ctx.Arena.Alloc) }
 
 // u32Filter checks that a filter's input is a uint32 segment.
 func u32Filter(name string, in codec.SegInfo) error {

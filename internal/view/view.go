@@ -60,3 +60,16 @@ func Of[T any](s []T) []byte {
 	var zero T
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(zero)))
 }
+
+// AsCopy is As for a b whose length is a multiple of T's size: when b is
+// not aligned for T, it copies b into alloc(len(b)) (memory aligned to 8
+// bytes, such as codec.Arena.Alloc gives) and views the copy.
+func AsCopy[T any](b []byte, alloc func(n int) []byte) []T {
+	if s, ok := As[T](b); ok {
+		return s
+	}
+	c := alloc(len(b))
+	copy(c, b)
+	s, _ := As[T](c)
+	return s
+}

@@ -34,3 +34,21 @@ func TestAs(t *testing.T) {
 		t.Fatal("Of does not alias")
 	}
 }
+
+func TestAsCopy(t *testing.T) {
+	b := Bytes(17)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	odd := b[1:17]
+	s := AsCopy[uint32](odd, Bytes)
+	if len(s) != 4 || !Aligned(Of(s), 4) {
+		t.Fatalf("AsCopy of a misaligned slice: %d elements", len(s))
+	}
+	if string(Of(s)) != string(odd) {
+		t.Fatal("AsCopy changed the bytes")
+	}
+	if a := AsCopy[uint32](b[:16], Bytes); &Of(a)[0] != &b[0] {
+		t.Fatal("AsCopy copied an aligned slice")
+	}
+}
