@@ -733,43 +733,12 @@ func TestDeepReduceSizes(t *testing.T) {
 // The DeepReduce recipes work as Sender specs with error feedback: what
 // the receiver got plus the residual is what was sent.
 func TestDeepReduceFeedback(t *testing.T) {
-	n := 5000
 	for _, spec := range []string{
 		"bloom(0.02) | val:polyfit | val.perm:bitpack | *:huff0",
 		"bloom(0.02,policy=p0)",
 		"topk(0.02) | idx:delta,bitpack | val:polyfit | val.perm:bitpack | *:huff0",
 	} {
-		s, err := Parse(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snd, err := s.NewSender()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sumG, sumD := make([]float64, n), make([]float64, n)
-		for step := range 8 {
-			g := normal(n, uint64(step)+100, 0.1)
-			for i, v := range g {
-				sumG[i] += float64(v)
-			}
-			frame, err := snd.Append(nil, codec.FromFloat32("w", g, 50, 100))
-			if err != nil {
-				t.Fatalf("%s: %v", spec, err)
-			}
-			for i, v := range decodeAdd(t, frame, n) {
-				sumD[i] += float64(v)
-			}
-			snd.Commit()
-		}
-		res := snd.Memory().Get("w").Residual()
-		var worst float64
-		for i := range sumG {
-			worst = max(worst, math.Abs(sumG[i]-sumD[i]-float64(res[i])))
-		}
-		if worst > 1e-4 {
-			t.Errorf("%s: sum of gradients - decoded - residual reaches %g", spec, worst)
-		}
+		checkConserves(t, spec, []int64{50, 100}, 8, 100)
 	}
 }
 

@@ -219,44 +219,53 @@ func relErr(got, want []float32) float64 {
 // what the receiver decoded plus the final residual equals the sum of the
 // gradients.
 func TestFeedbackConserves(t *testing.T) {
-	shape := []int64{40, 50}
-	n := 2000
 	for _, spec := range []string{
 		"topk(0.01)", "randk(0.02)", "thresh(2)", "dgc(0.01,momentum=0)", "powersgd(2)",
 		"efsign", "qsgd(15)", "int8(64)", "topk(0.05) | idx:delta,bitpack | val:fp16 | *:huff0",
 	} {
-		s, err := Parse(spec)
+		checkConserves(t, spec, []int64{40, 50}, 20, 0)
+	}
+}
+
+// checkConserves sends steps N(0, 0.1) gradients of the given shape
+// (seeds seed, seed+1, ...) through spec and checks that the sum of the
+// gradients equals the sum decoded plus the final residual.
+func checkConserves(t *testing.T, spec string, shape []int64, steps int, seed uint64) {
+	t.Helper()
+	s, err := Parse(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd, err := s.NewSender()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 1
+	for _, d := range shape {
+		n *= int(d)
+	}
+	sumG, sumD := make([]float64, n), make([]float64, n)
+	for step := range steps {
+		g := normal(n, uint64(step)+seed, 0.1)
+		for i, v := range g {
+			sumG[i] += float64(v)
+		}
+		frame, err := snd.Append(nil, codec.FromFloat32("w", g, shape...))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", spec, err)
 		}
-		snd, err := s.NewSender()
-		if err != nil {
-			t.Fatal(err)
+		for i, v := range decodeAdd(t, frame, n) {
+			sumD[i] += float64(v)
 		}
-		sumG := make([]float64, n)
-		sumD := make([]float64, n)
-		for step := range 20 {
-			g := normal(n, uint64(step), 0.1)
-			for i, v := range g {
-				sumG[i] += float64(v)
-			}
-			frame, err := snd.Append(nil, codec.FromFloat32("w", g, shape...))
-			if err != nil {
-				t.Fatalf("%s: %v", spec, err)
-			}
-			for i, v := range decodeAdd(t, frame, n) {
-				sumD[i] += float64(v)
-			}
-			snd.Commit()
-		}
-		res := snd.Memory().Get("w").Residual()
-		var worst float64
-		for i := range sumG {
-			worst = max(worst, math.Abs(sumG[i]-sumD[i]-float64(res[i])))
-		}
-		if worst > 1e-4 {
-			t.Errorf("%s: sum of gradients - decoded - residual reaches %g", spec, worst)
-		}
+		snd.Commit()
+	}
+	res := snd.Memory().Get("w").Residual()
+	var worst float64
+	for i := range sumG {
+		worst = max(worst, math.Abs(sumG[i]-sumD[i]-float64(res[i])))
+	}
+	if worst > 1e-4 {
+		t.Errorf("%s: sum of gradients - decoded - residual reaches %g", spec, worst)
 	}
 }
 

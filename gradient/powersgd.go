@@ -43,12 +43,9 @@ var powersgdStage = &codec.Stage{
 		if err := noRepeats("powersgd", args, "rank", "seed"); err != nil {
 			return nil, err
 		}
-		r, err := codec.IntArg("powersgd", args, 0, "rank", 0, 1, maxRank)
+		r, err := rankArg(args)
 		if err != nil {
 			return nil, err
-		}
-		if r == 0 {
-			return nil, fmt.Errorf("%w: powersgd needs a rank", codec.ErrRecipe)
 		}
 		o := &powersgdOp{rank: r}
 		for i, a := range args {
@@ -74,6 +71,16 @@ var powersgdStage = &codec.Stage{
 }
 
 func init() { codec.Register(powersgdStage) }
+
+// rankArg is the required rank argument (first, or rank=r) of the stage
+// and the compressor.
+func rankArg(args []codec.Arg) (int, error) {
+	r, err := codec.IntArg("powersgd", args, 0, "rank", 0, 1, maxRank)
+	if err == nil && r == 0 {
+		err = fmt.Errorf("%w: powersgd needs a rank", codec.ErrRecipe)
+	}
+	return r, err
+}
 
 type powersgdOp struct {
 	rank int
@@ -261,12 +268,9 @@ func parsePowerSGD(args []codec.Arg) (*PowerSGD, error) {
 	if err := noRepeats("powersgd", args, "rank"); err != nil {
 		return nil, err
 	}
-	r, err := codec.IntArg("powersgd", args, 0, "rank", 0, 1, maxRank)
+	r, err := rankArg(args)
 	if err != nil {
 		return nil, err
-	}
-	if r == 0 {
-		return nil, fmt.Errorf("%w: powersgd needs a rank", codec.ErrRecipe)
 	}
 	c := &PowerSGD{Rank: r, MinRate: 2}
 	for _, a := range args {

@@ -109,13 +109,13 @@ func cmdFL(args []string, stdout, stderr io.Writer) error {
 	case "fedavg":
 		cfg.Mode = fl.FedAvg
 		cfg.Epochs = 0
-		cfg.Clients = cmp(cfg.Clients, 10)
-		cfg.Batch = cmp(cfg.Batch, 64)
+		cfg.Clients = orDefault(cfg.Clients, 10)
+		cfg.Batch = orDefault(cfg.Batch, 64)
 	case "sgd":
 		cfg.Mode = fl.SyncSGD
 		cfg.Rounds, cfg.LocalEpochs = 0, 0
-		cfg.Clients = cmp(cfg.Clients, 4)
-		cfg.Batch = cmp(cfg.Batch, 32)
+		cfg.Clients = orDefault(cfg.Clients, 4)
+		cfg.Batch = orDefault(cfg.Batch, 32)
 		defComps = flSGDDefault
 	default:
 		return usagef("--mode %q: want fedavg or sgd", *mode)
@@ -183,7 +183,7 @@ func cmdFL(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func cmp(v, def int) int {
+func orDefault(v, def int) int {
 	if v == 0 {
 		return def
 	}
