@@ -66,7 +66,12 @@ func Parse(text string) (*Spec, error) {
 	s := &Spec{Feedback: true, text: strings.TrimSpace(text)}
 	var rest []codec.Arg
 	seen := map[string]bool{}
-	for _, a := range args {
+	for i, a := range args {
+		if a.Key == "" && i > 0 && args[i-1].Key != "" {
+			// CheckArgs sees the arguments without ef and dense1d, so
+			// it cannot tell "topk(ef=off,0.1)" from "topk(0.1,ef=off)".
+			return nil, fmt.Errorf("%w: %s: positional argument %q after %s", codec.ErrRecipe, name, a.Value, args[i-1])
+		}
 		if a.Key == "ef" || a.Key == "dense1d" {
 			if seen[a.Key] {
 				return nil, fmt.Errorf("%w: %s: %s given twice", codec.ErrRecipe, name, a.Key)

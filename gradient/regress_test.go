@@ -262,6 +262,7 @@ func TestRepeatedArgs(t *testing.T) {
 		"topk(0.1,ratio=0.2)", "randk(0.1,ratio=0.2)", "randk(0.1,seed=1,seed=2)", "topk(0.1,ef=off,ef=on)",
 		"powersgd(2,min=1,min=3)", "powersgd(2,rank=3)", "dgc(0.1,momentum=0.5,momentum=0.6)", "dgc(0.1,ratio=0.2)",
 		"thresh(1,t=2)", "topk(0.1) |", "topk(0.1) | ", "none | *:zstd(1)",
+		"topk(ef=off,0.1)", "powersgd(dense1d=on,4)", "dgc(ef=on,0.001)",
 	} {
 		if _, err := Parse(s); !errors.Is(err, codec.ErrRecipe) {
 			t.Errorf("spec %q: %v, want ErrRecipe", s, err)

@@ -203,9 +203,11 @@ func parseSpecs(s string) ([]*gradient.Spec, error) {
 		if err != nil {
 			return nil, err
 		}
-		if sp.String() == "none" {
-			hasNone = true
-			out = append([]*gradient.Spec{sp}, out...)
+		if sp.Compressor == (gradient.None{}) { // "none", "none(ef=off)": dense float32 either way
+			if !hasNone {
+				hasNone = true
+				out = append([]*gradient.Spec{sp}, out...)
+			}
 			continue
 		}
 		out = append(out, sp)

@@ -85,3 +85,28 @@ func TestFLUsage(t *testing.T) {
 		}
 	}
 }
+
+// The baseline is the one dense float32 run, first, whatever spelling of
+// none names it; a second none is not run again.
+func TestFLSpecsBaseline(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{"topk(0.01)", []string{"none", "topk(0.01)"}},
+		{"topk(0.01); none(ef=off)", []string{"none(ef=off)", "topk(0.01)"}},
+		{"none; topk(0.01); none", []string{"none", "topk(0.01)"}},
+	} {
+		specs, err := parseSpecs(c.in)
+		if err != nil {
+			t.Fatalf("%q: %v", c.in, err)
+		}
+		var got []string
+		for _, s := range specs {
+			got = append(got, s.String())
+		}
+		if strings.Join(got, ";") != strings.Join(c.want, ";") {
+			t.Errorf("%q: specs %q, want %q", c.in, got, c.want)
+		}
+	}
+}
