@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Reader decodes a stream of frames from an io.Reader. It needs no
@@ -34,7 +35,20 @@ type Reader struct {
 
 	queue []*Tensor // tensors of a tensors frame not yet returned
 	rest  []byte    // unread bytes of the current bytes frame
+
+	stats ReaderStats
 }
+
+// ReaderStats counts what a Reader has read since it was made.
+type ReaderStats struct {
+	Frames     uint64        // data frames (tensor, tensors, bytes)
+	WireBytes  uint64        // their bytes in the stream, headers included
+	RawBytes   uint64        // their decoded bytes
+	DecodeTime time.Duration // time spent checking and decoding payloads, without waiting for input
+}
+
+// Stats returns the Reader's counters.
+func (r *Reader) Stats() ReaderStats { return r.stats }
 
 // ReaderOption configures a Reader.
 type ReaderOption func(*Reader)
@@ -101,7 +115,9 @@ func (r *Reader) read(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	if into != nil {
 		intoEntry = func(i int) []byte { return into(h, i) }
 	}
+	t0 := time.Now()
 	f, err := decodePayload(h, raw, &r.lim, &r.arena, intoEntry)
+	r.stats.DecodeTime += time.Since(t0)
 	if err != nil {
 		return nil, r.wrapAt(start, err, fmt.Sprintf("%v frame", h.Type))
 	}
@@ -116,8 +132,11 @@ func (r *Reader) read(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 		r.expectEnd, r.frames, r.decoded = false, 0, 0
 	case FrameTensor, FrameTensors, FrameBytes:
 		r.frames++
+		r.stats.Frames++
+		r.stats.WireBytes += uint64(h.FrameLen())
 		for _, e := range h.Entries {
 			r.decoded += uint64(e.RawLen)
+			r.stats.RawBytes += uint64(e.RawLen)
 		}
 	}
 	r.last, r.off = start, start+h.FrameLen()

@@ -111,6 +111,11 @@ func TestStreamRealStagesOverPipe(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
+	// 300*257*4 bytes in 64 KiB chunks (5 frames), 80000 in 2, 40000 in 1.
+	st := r.Stats()
+	if raw := uint64(len(w.Data) + len(text) + len(steps.Data)); st.Frames != 8 || st.RawBytes != raw || st.WireBytes == 0 || st.WireBytes >= raw || st.DecodeTime <= 0 {
+		t.Errorf("reader stats %+v: want 8 frames, %d raw bytes, fewer on the wire, some decode time", st, raw)
+	}
 	pol.mu.Lock()
 	defer pol.mu.Unlock()
 	for _, coder := range []string{"huff0", "zstd", "s2", "xz"} {
