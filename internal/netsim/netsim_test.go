@@ -1,0 +1,70 @@
+package netsim
+
+import (
+	"bytes"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// The link delivers every byte in order, never faster than its rate allows
+// and never before its latency (lower bounds only: a busy machine is
+// slower, never faster).
+func TestPipeRateAndLatency(t *testing.T) {
+	const n = 512 << 10
+	l := Link{Rate: 4 << 20, Latency: 30 * time.Millisecond, Burst: 16 << 10}
+	a, b := Pipe(l)
+	defer b.Close()
+	src := make([]byte, n)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	start := time.Now()
+	go func() {
+		for off := 0; off < n; off += 10000 {
+			if _, err := a.Write(src[off:min(off+10000, n)]); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		a.CloseWrite()
+	}()
+	got, err := io.ReadAll(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if !bytes.Equal(got, src) {
+		t.Fatalf("received %d bytes, differing from the %d sent", len(got), n)
+	}
+	if least := time.Duration(float64(n-l.Burst)/l.Rate*float64(time.Second)) + l.Latency; took < least {
+		t.Errorf("%d bytes took %v, faster than the link allows (%v)", n, took, least)
+	}
+}
+
+// SetRate takes effect for what is written next; Close stops a blocked
+// writer.
+func TestSetRateAndClose(t *testing.T) {
+	a, b := Pipe(Link{Rate: 1 << 30})
+	go io.Copy(io.Discard, b)
+	if _, err := a.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	a.SetRate(1 << 10) // 1 KiB/s: a 1 MiB write would take 17 minutes
+	if a.Rate() != 1<<10 {
+		t.Fatalf("rate %v", a.Rate())
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := a.Write(make([]byte, 1<<20))
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	a.Close()
+	if err := <-errc; err == nil {
+		t.Fatal("a write blocked on a slow link returned no error when the link was closed")
+	}
+	b.Close()
+}

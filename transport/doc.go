@@ -1,0 +1,24 @@
+// Package transport carries tensorpress frames over connections.
+//
+// Wrap turns a net.Conn into one that compresses what is written to it and
+// decompresses what it reads, speaking format v1 (docs/FORMAT.md) on the
+// wire: both ends open with a hello listing the stages they decode, data
+// travels in bytes frames coded with the recipe a policy chooses per frame
+// (WithPolicy; an autotuner, or WithRecipe for a fixed one), and the
+// receiver sends feedback control frames back (decode speed, how far the
+// application has read) for the sender's policy.
+//
+// Guarantees:
+//   - What Write accepted arrives in order, exactly, or the peer's Read
+//     reports an error: a stream cut short or damaged is an error (an
+//     unexpected EOF, a checksum or corruption error), never silently
+//     shortened. Data of the frames that arrived whole is delivered first.
+//   - A frame is only coded with stages the peer announced; others are
+//     stored raw.
+//   - The peer's frames are read with limits (WithLimits; codec's defaults
+//     otherwise), so a hostile peer cannot make the reader allocate more
+//     than a frame's limit, and at most WithReadAhead decoded frames wait
+//     for Read.
+//   - Close releases every goroutine the Conn started; blocked Reads and
+//     Writes return net.ErrClosed.
+package transport

@@ -1,0 +1,56 @@
+package transport
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/tensorpress/tensorpress/codec"
+)
+
+func FuzzParseFeedback(f *testing.F) {
+	f.Add(Feedback{Frames: 1, WireBytes: 2, RawBytes: 3, Consumed: 4, DecodeTime: 5}.AppendBinary(nil))
+	f.Add([]byte{0x80, 0x80})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		fb, err := ParseFeedback(p)
+		if err != nil {
+			return
+		}
+		g, err := ParseFeedback(fb.AppendBinary(nil))
+		if err != nil || g != fb {
+			t.Fatalf("%+v does not survive a round trip: %+v, %v", fb, g, err)
+		}
+	})
+}
+
+// FuzzPeerStream feeds arbitrary bytes to a Conn as its peer's stream:
+// Read ends with data or an error, never a panic or a hang, and Close
+// releases everything.
+func FuzzPeerStream(f *testing.F) {
+	var buf bytes.Buffer
+	w, _ := codec.NewWriter(&buf, codec.WithRecipe(zstd1), codec.WithChunkSize(64))
+	w.Write(bytes.Repeat([]byte("tensorpress "), 40))
+	w.WriteControl(ControlFeedback, Feedback{Frames: 1}.AppendBinary(nil))
+	w.WriteControl(ControlEndAck, nil)
+	w.Close()
+	f.Add(buf.Bytes())
+	f.Add(buf.Bytes()[:buf.Len()/2])
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		a, b := net.Pipe()
+		c, err := Wrap(b, WithCloseTimeout(0), WithFeedbackHandler(func(Feedback) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go io.Copy(io.Discard, a)
+		go func() {
+			a.Write(stream)
+			a.Close()
+		}()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		io.Copy(io.Discard, c)
+		c.Close()
+	})
+}
