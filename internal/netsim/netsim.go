@@ -98,9 +98,12 @@ func (s *Conn) Write(p []byte) (int, error) {
 		}
 		depart, latency, burst, rate := s.depart, s.link.Latency, s.link.Burst, s.link.Rate
 		s.mu.Unlock()
-		// Block while more than a burst is queued at the bottleneck.
+		// Block while more than a burst is queued at the bottleneck (or
+		// 2 ms of it: timers are not finer than that, and sleeping for
+		// less would cap the rate at a burst per timer tick).
 		if rate > 0 {
-			if ahead := time.Until(depart) - time.Duration(float64(burst)/rate*float64(time.Second)); ahead > 0 {
+			queue := max(time.Duration(float64(burst)/rate*float64(time.Second)), 2*time.Millisecond)
+			if ahead := time.Until(depart) - queue; ahead > 0 {
 				t := time.NewTimer(ahead)
 				select {
 				case <-t.C:

@@ -1,0 +1,291 @@
+package autotune
+
+import (
+	"encoding/binary"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/netsim"
+	_ "github.com/tensorpress/tensorpress/lossless"
+	"github.com/tensorpress/tensorpress/transport"
+)
+
+const planes = "shuffle4 | plane3:huff0 | plane0..2:raw"
+
+func floatBytes(n int, seed uint64) []byte { return weights(n/4, seed) }
+
+// weights returns n float32 N(0, 0.02) values as bytes: model weights.
+func weights(n int, seed uint64) []byte {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, 4*n)
+	for i := range n {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
+	}
+	return b
+}
+
+func TestSniff(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	f64 := make([]byte, 64<<10)
+	for i := 0; i < len(f64); i += 8 {
+		binary.LittleEndian.PutUint64(f64[i:], math.Float64bits(rng.NormFloat64()))
+	}
+	i16 := make([]byte, 64<<10)
+	for i := 0; i < len(i16); i += 2 {
+		binary.LittleEndian.PutUint16(i16[i:], uint16(int16(rng.NormFloat64()*300)))
+	}
+	text := []byte(strings.Repeat("the quick brown fox jumps over the lazy dog; ", 1500))
+	sparse := weights(16<<10, 2)
+	for i := 0; i < len(sparse); i += 4 {
+		if rng.IntN(10) != 0 {
+			copy(sparse[i:i+4], []byte{0, 0, 0, 0})
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		fi     codec.FrameInfo
+		period uint8
+		sparse bool
+	}{
+		{"float32 bytes", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: weights(16<<10, 1)}, 4, false},
+		{"float64 bytes", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: f64}, 8, false},
+		{"int16 bytes", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: i16}, 2, false},
+		{"text", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: text}, 1, false},
+		{"sparse float32 bytes", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: sparse}, 4, true},
+		{"f32 tensor", codec.FrameInfo{Type: codec.FrameTensor, DType: codec.F32, Data: sparse}, 4, true},
+		{"empty", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte}, 1, false},
+	} {
+		got := Sniff(c.fi)
+		if got.Period != c.period || got.Sparse != c.sparse {
+			t.Errorf("%s: %+v (%v), want period %d, sparse %v", c.name, got, got, c.period, c.sparse)
+		}
+	}
+}
+
+// The link estimate follows the writer: held back, it is the rate frames
+// left at; not held back, a lower bound; a hint stands in until measured.
+func TestLinkEstimate(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := NewLink(1e6)
+	l.now = func() time.Time { return now }
+	var seq uint64
+	if e := l.Estimate(); e.Bandwidth != 1e6 || e.Bound || e.Source != "hint" {
+		t.Fatalf("before any write: %+v", e)
+	}
+	for range 5 { // 100 kB per 10 ms, blocked 9 ms of it: 10 MB/s, link-bound
+		now = now.Add(10 * time.Millisecond)
+		seq++
+		l.ObserveWrite(seq, 100e3, 9*time.Millisecond)
+	}
+	if e := l.Estimate(); e.Bound || math.Abs(e.Bandwidth-10e6) > 1 || e.Source != "blocked writes" {
+		t.Fatalf("link-bound: %+v", e)
+	}
+	for range 30 { // then 100 kB per 10 ms without blocking: still 10 MB/s, kept
+		now = now.Add(10 * time.Millisecond)
+		seq++
+		l.ObserveWrite(seq, 100e3, 0)
+	}
+	if e := l.Estimate(); e.Bound || math.Abs(e.Bandwidth-10e6) > 1 {
+		t.Fatalf("not blocked at the known rate: %+v", e)
+	}
+	for range 30 { // 400 kB per 10 ms without blocking: the link is faster than known
+		now = now.Add(10 * time.Millisecond)
+		seq++
+		l.ObserveWrite(seq, 400e3, 0)
+	}
+	if e := l.Estimate(); !e.Bound || math.Abs(e.Bandwidth-40e6) > 1 {
+		t.Fatalf("sending faster than the known rate: %+v", e)
+	}
+	for range 3 { // receiver says 80 MB/s
+		now = now.Add(10 * time.Millisecond)
+		l.ObserveFeedback(uint64(now.UnixMilli()) * 80e3)
+	}
+	if e := l.Estimate(); !e.Bound || e.Source != "receiver feedback" || math.Abs(e.Bandwidth-80e6) > 1 {
+		t.Fatalf("with feedback: %+v", e)
+	}
+}
+
+// run sends n bytes of weights through a Tuner over link and returns the
+// recipes of the frames in order.
+type recorder struct {
+	mu      sync.Mutex
+	recipes []string
+}
+
+func (r *recorder) Choose(codec.FrameInfo) *codec.Recipe { return nil }
+func (r *recorder) Observe(fs codec.FrameStats) {
+	r.mu.Lock()
+	r.recipes = append(r.recipes, recipeName(fs.Recipe))
+	r.mu.Unlock()
+}
+
+// spy wraps a Tuner to record the recipe of every frame sent.
+type spy struct {
+	*Tuner
+	rec recorder
+}
+
+func (s *spy) Observe(fs codec.FrameStats) {
+	s.Tuner.Observe(fs)
+	s.rec.Observe(fs)
+}
+
+func sendOver(t *testing.T, link netsim.Link, tu *Tuner, chunks int, gen func(n int, seed uint64) []byte, during func(i int, a *netsim.Conn)) []string {
+	t.Helper()
+	a, b := netsim.Pipe(link)
+	sp := &spy{Tuner: tu}
+	ca, err := transport.Wrap(a, transport.WithPolicy(sp), transport.WithCodec(codec.WithChunkSize(32<<10), codec.WithConcurrency(2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := transport.Wrap(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, cb)
+		done <- err
+	}()
+	for i := range chunks {
+		if during != nil {
+			during(i, a)
+		}
+		if _, err := ca.Write(gen(32<<10, uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ca.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	cb.Close()
+	sp.rec.mu.Lock()
+	defer sp.rec.mu.Unlock()
+	return sp.rec.recipes
+}
+
+// text returns n bytes of words drawn at random: data that xz shrinks
+// several times, slowly.
+func text(n int, seed uint64) []byte {
+	words := strings.Fields("tensor gradient weight bias layer round client server update shard epoch batch " +
+		"momentum residual sparse dense frame chunk recipe stage codec link rate bandwidth latency")
+	rng := rand.New(rand.NewPCG(seed, 3))
+	b := make([]byte, 0, n+16)
+	for len(b) < n {
+		b = append(append(b, words[rng.IntN(len(words))]...), " ,.\n"[rng.IntN(4)])
+	}
+	return b[:n]
+}
+
+var xz = codec.MustParseRecipe("*:xz")
+
+// When the codec is the bottleneck (xz on an unshaped link), storing raw
+// is fastest, and stays.
+func TestTunerCPUBoundStaysRaw(t *testing.T) {
+	tu, err := New(WithCores(2), WithCandidates(nil, xz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := sendOver(t, netsim.Link{}, tu, 40, text, nil)
+	if slices.ContainsFunc(rs, func(r string) bool { return r != "raw" }) {
+		t.Fatalf("xz chosen on an unlimited link: %v", rs)
+	}
+}
+
+// On a slow link the writer is held back, the bandwidth is measured, and
+// the recipe with the best ratio on float weights (plane coding) wins
+// within a few frames, in one or two switches.
+func TestTunerSlowLinkCompresses(t *testing.T) {
+	var ds []Decision
+	tu, err := New(WithCores(2), WithExplain(func(d Decision) { ds = append(ds, d) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := sendOver(t, netsim.Link{Rate: 8 << 20, Burst: 16 << 10}, tu, 40, floatBytes, nil)
+	if last := rs[len(rs)-1]; last != planes {
+		t.Fatalf("ends on %s at 8 MiB/s; recipes %v", last, rs)
+	}
+	if n := tu.Switches(); n > 2 {
+		t.Errorf("%d switches; decisions: %v", n, ds)
+	}
+	if len(ds) == 0 || !strings.Contains(ds[len(ds)-1].String(), "blocked writes") {
+		t.Errorf("decisions %v", ds)
+	}
+	t.Logf("recipes %v", rs)
+	for _, d := range ds {
+		t.Log(d)
+	}
+}
+
+// The rate drops 10x and comes back, with xz and raw to choose from on
+// text: raw while the link is faster than xz, xz once it is 10x slower.
+// The Tuner settles within a few frames of each change, in at most two
+// switches per change.
+func TestTunerFollowsRateChanges(t *testing.T) {
+	var ds []string
+	var decs []Decision
+	tu, err := New(WithCores(2), WithCandidates(nil, xz), WithProbeInterval(50*time.Millisecond),
+		WithExplain(func(d Decision) { ds = append(ds, d.String()); decs = append(decs, d) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rates relative to xz's speed on this machine (e, per core): at 8e
+	// raw is 4x faster than xz on two cores, at 0.8e xz (ratio about 4)
+	// is 2.5x faster than raw.
+	p := NewProfiler()
+	fi := codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte}
+	for i := range 2 {
+		if _, err := p.Measure(Class{}, "xz", xz, &fi, text(64<<10, uint64(100+i)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, _ := p.Get(Class{}, "xz")
+	fast := 8 * e.Encode
+	const drop, rise, end = 20, 60, 200
+	rs := sendOver(t, netsim.Link{Rate: fast, Burst: 16 << 10}, tu, end, text, func(i int, a *netsim.Conn) {
+		switch i {
+		case drop:
+			a.SetRate(fast / 10)
+		case rise:
+			a.SetRate(fast)
+		}
+	})
+	// settle returns how many frames after from the Tuner first chose
+	// want; the phase must end on it (probes in between are allowed).
+	settle := func(from, to int, want string) int {
+		// A probe under way at the end of the phase is exploration, not
+		// the choice: look at the frames before it.
+		end := to
+		var last *Decision
+		for i := range decs {
+			if decs[i].Seq < uint64(to) {
+				last = &decs[i]
+			}
+		}
+		if last != nil && last.Probe && last.To != want && last.Seq > uint64(from) {
+			end = int(last.Seq)
+		}
+		if rs[end-1] != want {
+			t.Fatalf("frames %d to %d end on %s, not %s: %v\ndecisions:\n%s", from, to, rs[to-1], want, rs[from:to], strings.Join(ds, "\n"))
+		}
+		return slices.Index(rs[from:end], want)
+	}
+	settle(0, drop, "raw")
+	down := settle(drop, rise, xz.String())
+	up := settle(rise, end, "raw")
+	if n := tu.Switches() - 2*tu.Probes(); n > 4 {
+		t.Errorf("%d switches besides %d probes for two rate changes: %v", tu.Switches(), tu.Probes(), rs)
+	}
+	t.Logf("xz: %.1f MB/s per core, ratio %.2f; link %.1f and %.1f MB/s: settled %d frames after the drop and %d after the rise, %d switches, %d of them probes",
+		e.Encode/1e6, e.Ratio, fast/1e6, fast/10e6, down, up, tu.Switches(), tu.Probes())
+}

@@ -1,0 +1,130 @@
+package autotune
+
+import (
+	"sync"
+	"time"
+
+	"github.com/tensorpress/tensorpress/codec"
+)
+
+// Stats are the running estimates for one recipe on one class of data.
+type Stats struct {
+	Ratio   float64 // decoded bytes per wire byte (header included)
+	Encode  float64 // decoded bytes per second, on one core
+	Decode  float64 // decoded bytes per second, on one core (0: not measured)
+	Samples int     // measurements behind the estimates
+	Seq     uint64  // frame sequence number of the last measurement
+}
+
+// ewma is the weight of a new measurement in the running estimates.
+const ewma = 0.3
+
+func (s *Stats) add(ratio, enc, dec float64, seq uint64) {
+	mix := func(old, v float64) float64 {
+		switch {
+		case v <= 0:
+			return old
+		case old <= 0:
+			return v
+		}
+		return (1-ewma)*old + ewma*v
+	}
+	s.Ratio = mix(s.Ratio, ratio)
+	s.Encode = mix(s.Encode, enc)
+	s.Decode = mix(s.Decode, dec)
+	s.Samples++
+	s.Seq = seq
+}
+
+type profKey struct {
+	class  Class
+	recipe string
+}
+
+// Profiler keeps Stats per recipe and class of data, from the frames
+// actually sent (ratio and encode speed) and from samples of them coded
+// with other recipes (ratio, encode and decode speed). It is safe for
+// concurrent use.
+type Profiler struct {
+	mu    sync.Mutex
+	stats map[profKey]*Stats
+	enc   *codec.Encoder
+	dec   *codec.Decoder
+	buf   []byte
+}
+
+// NewProfiler returns an empty Profiler.
+func NewProfiler() *Profiler {
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		panic(err) // no options: cannot fail
+	}
+	return &Profiler{stats: map[profKey]*Stats{}, enc: enc, dec: codec.NewDecoder(codec.Limits{})}
+}
+
+// Get returns the estimates for recipe name on class c.
+func (p *Profiler) Get(c Class, name string) (Stats, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.stats[profKey{c, name}]
+	if !ok {
+		return Stats{}, false
+	}
+	return *s, true
+}
+
+func (p *Profiler) entry(c Class, name string) *Stats {
+	k := profKey{c, name}
+	s := p.stats[k]
+	if s == nil {
+		s = &Stats{}
+		p.stats[k] = s
+	}
+	return s
+}
+
+// Observe records the ratio of a frame sent with recipe name: raw decoded
+// bytes and wire bytes. Speeds come from Measure only: a frame's encode
+// time in the writer's pipeline includes waiting for a core, which the
+// samples of the other candidates do not, and comparing the two would
+// favour whatever is not running.
+func (p *Profiler) Observe(c Class, name string, raw, wire int, seq uint64) {
+	if raw <= 0 || wire <= 0 {
+		return
+	}
+	p.mu.Lock()
+	p.entry(c, name).add(float64(raw)/float64(wire), 0, 0, seq)
+	p.mu.Unlock()
+}
+
+// Measure codes sample with r as frame fi would be (a tensor chunk or
+// bytes), decodes it back, and records ratio and both speeds. It returns
+// the time it spent.
+func (p *Profiler) Measure(c Class, name string, r *codec.Recipe, fi *codec.FrameInfo, sample []byte, seq uint64) (time.Duration, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t0 := time.Now()
+	var out []byte
+	var err error
+	if fi.Type == codec.FrameTensor && fi.DType != codec.Byte {
+		esz := fi.DType.Size()
+		n := len(sample) / esz
+		t := &codec.Tensor{Name: fi.Name, DType: fi.DType, Shape: []int64{int64(n)}, Data: sample[:n*esz]}
+		out, _, err = p.enc.AppendTensor(p.buf[:0], t, r)
+	} else {
+		out, _, err = p.enc.AppendBytes(p.buf[:0], sample, r)
+	}
+	t1 := time.Now()
+	if err != nil {
+		return t1.Sub(t0), err
+	}
+	p.buf = out
+	if _, _, err := p.dec.DecodeFrame(out); err != nil {
+		return time.Since(t0), err
+	}
+	t2 := time.Now()
+	ratio := float64(len(sample)) / float64(len(out))
+	p.entry(c, name).add(ratio, float64(len(sample))/max(t1.Sub(t0), time.Microsecond).Seconds(),
+		float64(len(sample))/max(t2.Sub(t1), time.Microsecond).Seconds(), seq)
+	return t2.Sub(t0), nil
+}

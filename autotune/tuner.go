@@ -1,0 +1,529 @@
+package autotune
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/transport"
+)
+
+// DefaultCandidates are the lossless recipes a Tuner chooses among when
+// given none: store raw, plane coding of the exponent bytes after a 4-byte
+// shuffle, s2 and zstd level 1.
+func DefaultCandidates() []*codec.Recipe {
+	return []*codec.Recipe{
+		nil,
+		codec.MustParseRecipe("shuffle4 | plane3:huff0 | plane0..2:raw"),
+		codec.MustParseRecipe("*:s2"),
+		codec.MustParseRecipe("*:zstd(1)"),
+	}
+}
+
+// Defaults of the Tuner's settings.
+const (
+	DefaultHysteresis = 0.10
+	DefaultMinFrames  = 3
+	DefaultExplore    = 0.03
+	// sampleSize is the bytes of a frame an alternative recipe is tried on.
+	sampleSize = 64 << 10
+	// sniffEvery: byte streams are classified every so many frames (and
+	// when a tensor starts).
+	sniffEvery = 8
+)
+
+// Decision explains one switch of recipe.
+type Decision struct {
+	Seq         uint64
+	Class       Class
+	From, To    string
+	Estimate    Estimate
+	Bandwidth   float64 // the bandwidth the cost model used (+Inf: unknown, assumed unlimited)
+	Predictions []Prediction
+	Reason      string
+	Probe       bool // a probe for a faster link: the Tuner returns unless it finds one
+}
+
+// Prediction is the cost model's figure for one candidate.
+type Prediction struct {
+	Recipe     string
+	Throughput float64 // decoded bytes per second through the whole pipeline
+	Limit      string  // what bounds it: "encode", "link" or "decode"
+	Stats      Stats
+}
+
+func (d Decision) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "frame %d (%v): %s -> %s: %s; bandwidth %s (%s)", d.Seq, d.Class, d.From, d.To, d.Reason, rate(d.Bandwidth), d.Estimate.Source)
+	for _, p := range d.Predictions {
+		fmt.Fprintf(&b, "; %s %s (%s-bound, ratio %.3f)", p.Recipe, rate(p.Throughput), p.Limit, p.Stats.Ratio)
+	}
+	return b.String()
+}
+
+func rate(v float64) string {
+	switch {
+	case math.IsInf(v, 1):
+		return "unbounded"
+	case v >= 1e9:
+		return fmt.Sprintf("%.2f GB/s", v/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%.2f MB/s", v/1e6)
+	}
+	return fmt.Sprintf("%.1f kB/s", v/1e3)
+}
+
+type candidate struct {
+	r    *codec.Recipe // nil: stored raw
+	name string
+}
+
+type classState struct {
+	cur   int // index into candidates
+	since int // frames since the last switch
+}
+
+// Tuner is a codec.Policy that chooses, per frame, the recipe that moves
+// data fastest through the whole pipeline: encoding on the cores the
+// writer may use, the link, and decoding on the receiver. It measures all
+// three on the data flowing (Profiler, Link), predicts each candidate's
+// throughput (min of cores×encode speed, bandwidth×ratio, decode speed),
+// and switches when another candidate is predicted to be better by the
+// hysteresis margin, no sooner than MinFrames frames after the last
+// switch. Until the link has held the writer back, its bandwidth is
+// unknown and taken as unlimited, so the fastest recipe is sent first: if
+// the link then becomes the bottleneck, its rate is measured and
+// compressing recipes win (the backpressure path, as zstd --adapt moves
+// its level with the output's pace).
+//
+// A Tuner serves one writer (one connection). It implements
+// transport.FeedbackObserver for the receiver's reports.
+type Tuner struct {
+	mu         sync.Mutex
+	cands      []candidate
+	link       *Link
+	prof       *Profiler
+	cores      int
+	hysteresis float64
+	minFrames  int
+	explore    float64
+	explain    func(Decision)
+	log        *slog.Logger
+
+	states    map[Class]*classState
+	measured  map[profKey]uint64 // frame of each candidate's last sample
+	class     Class // of the last sniffed frame
+	sniffed   bool
+	classes   [256]seqClass // class of frame seq, for Observe
+	work      time.Duration // encode time of the frames sent
+	spent     time.Duration // time spent measuring samples
+	rr        int
+	switches  int
+	lastDec   Decision
+	hasDec    bool
+	decodeFB  float64 // the receiver's decode speed (feedback)
+	feedbacks int
+
+	probeMin   time.Duration // first probe interval
+	probeEvery time.Duration // current probe interval (doubles up to probeMax)
+	lastProbe  time.Time
+	probes     int
+	sinceProbe int     // frames since the last probe
+	knownBW    float64 // bandwidth at the last probe decision
+}
+
+// Probe intervals: how long a bandwidth measured earlier is trusted while
+// the current recipe does not fill the link.
+const (
+	DefaultProbeInterval = time.Second
+	probeMax             = 8 * time.Second
+	// probeFrames: a probe comes at least this many times MinFrames
+	// frames after the last one, so probes stay a small share of the
+	// frames however slow each frame is.
+	probeFrames = 8
+)
+
+type seqClass struct {
+	seq   uint64
+	class Class
+	name  string
+}
+
+// Option configures a Tuner.
+type Option func(*Tuner) error
+
+// WithCandidates sets the recipes to choose among (nil: stored raw).
+func WithCandidates(rs ...*codec.Recipe) Option {
+	return func(t *Tuner) error {
+		if len(rs) == 0 {
+			return fmt.Errorf("autotune: no candidate recipes")
+		}
+		t.cands = t.cands[:0]
+		for _, r := range rs {
+			t.cands = append(t.cands, candidate{r: r, name: recipeName(r)})
+		}
+		return nil
+	}
+}
+
+func recipeName(r *codec.Recipe) string {
+	if r == nil {
+		return "raw"
+	}
+	return r.String()
+}
+
+// WithCores sets the cores encoding may use (default min(4, GOMAXPROCS),
+// the Writer's default concurrency).
+func WithCores(n int) Option {
+	return func(t *Tuner) error {
+		if n < 1 || n > 1024 {
+			return fmt.Errorf("autotune: %d cores", n)
+		}
+		t.cores = n
+		return nil
+	}
+}
+
+// WithHysteresis sets the gain a candidate must promise over the current
+// recipe to replace it (default 0.10: 10%).
+func WithHysteresis(h float64) Option {
+	return func(t *Tuner) error {
+		if !(h >= 0 && h <= 10) {
+			return fmt.Errorf("autotune: hysteresis %v outside [0, 10]", h)
+		}
+		t.hysteresis = h
+		return nil
+	}
+}
+
+// WithMinFrames sets how many frames a recipe stays before another switch
+// (default 3).
+func WithMinFrames(n int) Option {
+	return func(t *Tuner) error {
+		if n < 0 {
+			return fmt.Errorf("autotune: min frames %d", n)
+		}
+		t.minFrames = n
+		return nil
+	}
+}
+
+// WithExplore sets the time spent trying other recipes on samples, as a
+// share of the encoding time of the frames sent (default 0.03, at most
+// 0.05). The first frame of each class of data tries every candidate once
+// on a sample, whatever the share.
+func WithExplore(share float64) Option {
+	return func(t *Tuner) error {
+		if !(share >= 0 && share <= 0.05) {
+			return fmt.Errorf("autotune: explore share %v outside [0, 0.05]", share)
+		}
+		t.explore = share
+		return nil
+	}
+}
+
+// WithProbeInterval sets how long a bandwidth measured earlier is trusted
+// while the current recipe, limited by its own speed, does not fill the
+// link (default DefaultProbeInterval). Then the fastest candidate is tried
+// for a few frames, to find out whether the link became faster; the
+// interval doubles (up to 8 s) each time it did not, and starts again when
+// the bandwidth changes.
+func WithProbeInterval(d time.Duration) Option {
+	return func(t *Tuner) error {
+		if d <= 0 {
+			return fmt.Errorf("autotune: probe interval %v", d)
+		}
+		t.probeMin = d
+		return nil
+	}
+}
+
+// WithLink uses l as the link estimator (to set a hint or TCP_INFO).
+func WithLink(l *Link) Option {
+	return func(t *Tuner) error { t.link = l; return nil }
+}
+
+// WithExplain calls f with every switch and the estimates behind it. f is
+// called with the Tuner's lock held: it must not call the Tuner.
+func WithExplain(f func(Decision)) Option {
+	return func(t *Tuner) error { t.explain = f; return nil }
+}
+
+// WithLogger sends a debug line per switch to l (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(t *Tuner) error { t.log = l; return nil }
+}
+
+// New returns a Tuner.
+func New(opts ...Option) (*Tuner, error) {
+	t := &Tuner{
+		cores:      min(4, runtime.GOMAXPROCS(0)),
+		hysteresis: DefaultHysteresis,
+		minFrames:  DefaultMinFrames,
+		explore:    DefaultExplore,
+		prof:       NewProfiler(),
+		states:     map[Class]*classState{},
+		measured:   map[profKey]uint64{},
+		log:        slog.Default(),
+		probeMin:   DefaultProbeInterval,
+	}
+	for _, r := range DefaultCandidates() {
+		t.cands = append(t.cands, candidate{r: r, name: recipeName(r)})
+	}
+	for _, o := range opts {
+		if err := o(t); err != nil {
+			return nil, err
+		}
+	}
+	if t.link == nil {
+		t.link = NewLink(0)
+	}
+	t.probeEvery = t.probeMin
+	return t, nil
+}
+
+// Link returns the Tuner's link estimator.
+func (t *Tuner) Link() *Link { return t.link }
+
+// Profiler returns the Tuner's profiler.
+func (t *Tuner) Profiler() *Profiler { return t.prof }
+
+// Switches returns how many times the Tuner changed recipe.
+func (t *Tuner) Switches() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.switches
+}
+
+// Probes returns how many of the switches were probes for a faster link.
+func (t *Tuner) Probes() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.probes
+}
+
+// Costs returns the encoding time of the frames sent and the time spent
+// measuring samples (exploration and profiling).
+func (t *Tuner) Costs() (work, explore time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.work, t.spent
+}
+
+// Choose implements codec.Policy.
+func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.sniffed || fi.Type == codec.FrameTensor && fi.First || fi.Seq%sniffEvery == 0 {
+		t.class, t.sniffed = Sniff(fi), true
+	}
+	c := t.class
+	st := t.states[c]
+	if st == nil {
+		st = &classState{}
+		t.states[c] = st
+		t.bootstrap(c, &fi)
+	} else if t.spent < time.Duration(t.explore*float64(t.work)) {
+		t.exploreOne(c, &fi)
+	}
+	t.decide(c, &fi, st)
+	cd := t.cands[st.cur]
+	if cd.r != nil && cd.r.Lossy() && (fi.Tags.Lossless || fi.Type == codec.FrameBytes) {
+		cd = candidate{name: "raw"} // never happens with lossless candidates
+	}
+	t.classes[fi.Seq%uint64(len(t.classes))] = seqClass{seq: fi.Seq, class: c, name: cd.name}
+	st.since++
+	t.sinceProbe++
+	return cd.r
+}
+
+func sample(fi *codec.FrameInfo) []byte {
+	b := fi.Data
+	if len(b) > sampleSize {
+		off := (len(b) - sampleSize) / 2 &^ 7
+		b = b[off : off+sampleSize]
+	}
+	return b
+}
+
+// bootstrap measures every candidate on a sample of the first frame of a
+// class.
+func (t *Tuner) bootstrap(c Class, fi *codec.FrameInfo) {
+	s := sample(fi)
+	if len(s) == 0 {
+		return
+	}
+	for _, cd := range t.cands {
+		t.measure(c, cd, fi, s)
+	}
+}
+
+// exploreOne re-measures the candidate sampled longest ago, the current
+// one included (its frames give its ratio, not its speed).
+func (t *Tuner) exploreOne(c Class, fi *codec.FrameInfo) {
+	s := sample(fi)
+	if len(s) == 0 || len(t.cands) < 2 {
+		return
+	}
+	pick, oldest := -1, uint64(math.MaxUint64)
+	for i, cd := range t.cands {
+		if at := t.measured[profKey{c, cd.name}]; at < oldest { // 0: never
+			pick, oldest = i, at
+		}
+	}
+	if pick >= 0 {
+		t.measure(c, t.cands[pick], fi, s)
+	}
+}
+
+func (t *Tuner) measure(c Class, cd candidate, fi *codec.FrameInfo, s []byte) {
+	d, _ := t.prof.Measure(c, cd.name, cd.r, fi, s, fi.Seq)
+	t.spent += d
+	t.measured[profKey{c, cd.name}] = fi.Seq
+}
+
+// predict is the cost model: a pipelined writer encodes on t.cores cores
+// while earlier frames are on the link, and the receiver decodes on one
+// goroutine, so the slowest of the three sets the pace.
+func (t *Tuner) predict(c Class, cd candidate, bw float64) Prediction {
+	s, _ := t.prof.Get(c, cd.name)
+	p := Prediction{Recipe: cd.name, Throughput: math.Inf(1), Limit: "encode", Stats: s}
+	if s.Encode > 0 {
+		p.Throughput = s.Encode * float64(t.cores)
+	}
+	if s.Ratio > 0 {
+		if v := bw * s.Ratio; v < p.Throughput {
+			p.Throughput, p.Limit = v, "link"
+		}
+	}
+	if s.Decode > 0 && s.Decode < p.Throughput {
+		p.Throughput, p.Limit = s.Decode, "decode"
+	}
+	if s.Samples == 0 {
+		p.Throughput = 0 // never measured: not chosen
+	}
+	return p
+}
+
+func (t *Tuner) decide(c Class, fi *codec.FrameInfo, st *classState) {
+	est := t.link.Estimate()
+	bw := est.Bandwidth
+	if est.Bound || bw <= 0 {
+		bw = math.Inf(1)
+	}
+	probe := false
+	if est.Kept {
+		if t.knownBW > 0 && math.Abs(est.Bandwidth/t.knownBW-1) > 0.25 {
+			t.probeEvery = t.probeMin // the link changed: probe again soon
+		}
+		t.knownBW = est.Bandwidth
+		now := time.Now()
+		if now.Sub(est.At) > t.probeEvery && now.Sub(t.lastProbe) > t.probeEvery && t.sinceProbe >= probeFrames*max(t.minFrames, 1) {
+			// The current recipe has not filled the link for a while: try
+			// the fastest pipeline, as if the link were unlimited. If the
+			// link is as slow as before, the writer is held back at once,
+			// the rate is measured again and the Tuner comes back.
+			bw, probe = math.Inf(1), true
+		}
+	}
+	preds := make([]Prediction, len(t.cands))
+	raw := -1
+	for i, cd := range t.cands {
+		preds[i] = t.predict(c, cd, bw)
+		if cd.r == nil {
+			raw = i
+		}
+	}
+	// A recipe that does not shrink the data cannot beat storing it raw,
+	// whatever its measured speed: the difference is noise, and raw costs
+	// the least CPU.
+	if raw >= 0 && preds[raw].Stats.Ratio > 0 {
+		for i := range preds {
+			if i != raw && preds[i].Stats.Ratio <= 1.01*preds[raw].Stats.Ratio {
+				preds[i].Throughput = min(preds[i].Throughput, 0.99*preds[raw].Throughput)
+			}
+		}
+	}
+	best, bestThr := st.cur, -1.0
+	for i, p := range preds {
+		if p.Throughput > bestThr {
+			best, bestThr = i, p.Throughput
+		}
+	}
+	cur := preds[st.cur].Throughput
+	if best == st.cur || st.since < t.minFrames || !(bestThr > cur*(1+t.hysteresis)) {
+		return
+	}
+	if probe {
+		t.lastProbe = time.Now()
+		t.probeEvery = min(2*t.probeEvery, probeMax)
+		t.probes++
+		t.sinceProbe = 0
+	}
+	d := Decision{
+		Seq: fi.Seq, Class: c, From: t.cands[st.cur].name, To: t.cands[best].name,
+		Estimate: est, Bandwidth: bw, Predictions: preds,
+		Reason: fmt.Sprintf("predicted %s against %s (+%.0f%%)", rate(bestThr), rate(cur), 100*(bestThr/max(cur, 1e-9)-1)),
+		Probe:  probe,
+	}
+	switch {
+	case probe:
+		d.Reason += fmt.Sprintf("; probe: the link rate %s was measured %v ago and the current recipe does not fill it", rate(est.Bandwidth), time.Since(est.At).Round(time.Millisecond))
+	case est.Bound || est.Bandwidth <= 0:
+		d.Reason += "; link not yet the bottleneck: fastest pipeline first"
+	}
+	st.cur, st.since = best, 0
+	t.switches++
+	t.link.Restart(fi.Seq)
+	t.lastDec, t.hasDec = d, true
+	if t.explain != nil {
+		t.explain(d)
+	}
+	if t.log != nil && t.log.Enabled(context.Background(), slog.LevelDebug) {
+		t.log.Debug("autotune: switch", "frame", d.Seq, "class", d.Class.String(), "from", d.From, "to", d.To,
+			"bandwidth", rate(bw), "source", est.Source, "reason", d.Reason)
+	}
+}
+
+// Observe implements codec.Policy.
+func (t *Tuner) Observe(fs codec.FrameStats) {
+	if fs.Err != nil {
+		return
+	}
+	t.link.ObserveWrite(fs.Info.Seq, fs.FrameBytes, fs.Blocked)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.work += fs.Encode
+	sc := t.classes[fs.Info.Seq%uint64(len(t.classes))]
+	if sc.seq == fs.Info.Seq && sc.name != "" {
+		t.prof.Observe(sc.class, sc.name, fs.RawBytes, fs.FrameBytes, fs.Info.Seq)
+	}
+}
+
+// ObserveFeedback implements transport.FeedbackObserver.
+func (t *Tuner) ObserveFeedback(fb transport.Feedback) {
+	t.link.ObserveFeedback(fb.WireBytes)
+	t.mu.Lock()
+	t.decodeFB = fb.DecodeSpeed()
+	t.feedbacks++
+	t.mu.Unlock()
+}
+
+// LastDecision returns the last switch, if any.
+func (t *Tuner) LastDecision() (Decision, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastDec, t.hasDec
+}
+
+var (
+	_ codec.Policy               = (*Tuner)(nil)
+	_ transport.FeedbackObserver = (*Tuner)(nil)
+)
