@@ -16,9 +16,9 @@ type Estimate struct {
 	// link held the writer back, and is kept because the writer has sent
 	// no faster since: the link may have become faster unnoticed.
 	Kept   bool
-	Source string // what it comes from: "hint", "blocked writes", "receiver feedback", "tcp_info"
-	RTT       time.Duration // 0 when unknown
-	At        time.Time     // when it was measured
+	Source string        // what it comes from: "hint", "blocked writes", "receiver feedback", "tcp_info"
+	RTT    time.Duration // 0 when unknown
+	At     time.Time     // when it was measured
 }
 
 // linkWindow is how far back the writer-side estimate looks.
@@ -47,7 +47,7 @@ type Link struct {
 	mu     sync.Mutex
 	hint   float64
 	frames []sent
-	from   uint64 // frames before this sequence number are not in the window
+	from   uint64   // frames before this sequence number are not in the window
 	known  Estimate // the last bandwidth measured while link-bound
 
 	fbAt    time.Time

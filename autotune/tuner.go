@@ -118,7 +118,7 @@ type Tuner struct {
 
 	states    map[Class]*classState
 	measured  map[profKey]uint64 // frame of each candidate's last sample
-	class     Class // of the last sniffed frame
+	class     Class              // of the last sniffed frame
 	sniffed   bool
 	classes   [256]seqClass // class of frame seq, for Observe
 	work      time.Duration // encode time of the frames sent
