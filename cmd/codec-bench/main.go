@@ -8,6 +8,7 @@
 //	codec-bench inspect FILE
 //	codec-bench fl [flags]            compare gradient compressors by training on Fashion-MNIST
 //	codec-bench stages
+//	codec-bench profile validate|show|list
 //
 // Run 'codec-bench COMMAND -h' for the flags of each command. Exit status: 0
 // on success, 1 when a command fails, 2 on a usage error.
@@ -41,6 +42,7 @@ var commands = []command{
 	{"inspect", "print the frames and segments of a frame file as JSON", cmdInspect},
 	{"fl", "train a model in a simulated federation and compare gradient compressors", cmdFL},
 	{"stages", "list the registered stages", cmdStages},
+	{"profile", "validate, show and list profiles (YAML)", cmdProfile},
 }
 
 // run is main without the process: it returns the exit status.

@@ -1,0 +1,41 @@
+// Package profile reads tensorpress profiles: YAML files that say which
+// recipes and gradient compressors may be used for which tensors (by name,
+// dtype, size and tags), which tensors must stay lossless, the error
+// budget, the decoder limits, the chunk size and the autotuner's bounds.
+// The schema (version 1) is specified in docs/PROFILES.md.
+//
+// # Loading
+//
+// Load, LoadFile and Builtin return a *Profile with every default filled
+// in, or an *Error that gives the line and column of the value at fault
+// and matches ErrInvalid (errors.Is). Loading is strict: unknown fields,
+// values of the wrong type or out of range, recipes that do not parse,
+// unknown recipe names, repeated names or keys, more than one YAML
+// document, and contradictions (a lossy recipe, an error budget or a
+// gradient compressor on a rule that requires lossless; min_size above
+// max_size; a rule after one that matches every tensor) are errors. Load
+// never panics; it bounds the input to MaxSize bytes, nesting to MaxDepth
+// and the YAML nodes it visits to MaxNodes (aliases count every time they
+// are used, so an alias bomb is refused quickly).
+//
+// Recipes are parsed by codec.ParseRecipe and gradient compressors by
+// gradient.Parse, so their stages must be registered: this package imports
+// the lossless, lossy and gradient packages for that.
+//
+// # Using a profile
+//
+// Profile.Match returns the first rule that matches a tensor; the last
+// rule matches every tensor (Load appends DefaultRule when the profile's
+// own rules do not end with one), so Match never returns nil. A Profile
+// is not changed after loading and is safe for concurrent use.
+// Profile.Effective renders the settings back as YAML that Load accepts.
+//
+// Built-in profiles (Builtins, Builtin) are embedded in the binary:
+// lossless-fast, lossless-max, fl-gradients and archival.
+package profile
+
+import (
+	_ "github.com/tensorpress/tensorpress/gradient" // registers the gradient stages
+	_ "github.com/tensorpress/tensorpress/lossless" // registers the lossless stages
+	_ "github.com/tensorpress/tensorpress/lossy"    // registers the lossy stages
+)
