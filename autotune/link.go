@@ -162,7 +162,9 @@ func (l *Link) Estimate() Estimate {
 	case ok && !e.Bound:
 		e.RTT = rtt
 		return e
-	case ok && l.known.Bandwidth > 0 && e.Bandwidth <= 1.25*l.known.Bandwidth:
+	case l.known.Bandwidth > 0 && (!ok || e.Bandwidth <= 1.25*l.known.Bandwidth):
+		// Not enough frames since a restart, or sending no faster than
+		// the rate measured before: that rate still holds.
 		k := l.known
 		k.RTT, k.Kept = rtt, true
 		return k
