@@ -59,7 +59,7 @@ func BenchmarkTunerOverhead(b *testing.B) {
 		for b.Loop() {
 			write()
 		}
-		b.ReportMetric(float64((cpuTime() - c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64((cpuTime()-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		if tu != nil {
 			work, spent := tu.Costs()
 			b.ReportMetric(100*float64(spent-spent0)/float64(work-work0), "explore-%")
