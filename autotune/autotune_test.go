@@ -14,6 +14,7 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/netsim"
 	_ "github.com/tensorpress/tensorpress/lossless"
+	"github.com/tensorpress/tensorpress/profile"
 	"github.com/tensorpress/tensorpress/transport"
 )
 
@@ -288,4 +289,38 @@ func TestTunerFollowsRateChanges(t *testing.T) {
 	}
 	t.Logf("xz: %.1f MB/s per core, ratio %.2f; link %.1f and %.1f MB/s: settled %d frames after the drop and %d after the rise, %d switches, %d of them probes",
 		e.Encode/1e6, e.Ratio, fast/1e6, fast/10e6, down, up, tu.Switches(), tu.Probes())
+}
+
+// A profile gives the candidates and settings: lossless-fast over a slow
+// link ends on its plane coding; archival (autotune off) always sends its
+// rule's first recipe.
+func TestTunerProfile(t *testing.T) {
+	p, err := profile.Builtin("lossless-fast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tu, err := New(WithProfile(p), WithCores(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := sendOver(t, netsim.Link{Rate: 8 << 20, Burst: 16 << 10}, tu, 30, floatBytes, nil)
+	if last := rs[len(rs)-1]; last != planes {
+		t.Fatalf("lossless-fast at 8 MiB/s ends on %s: %v", last, rs)
+	}
+	arch, err := profile.Builtin("archival")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tu, err = New(WithProfile(arch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi := codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: weights(1024, 1), First: true}
+	want := arch.Match("", codec.Byte, -1, codec.Tags{}).Recipes[0].Recipe
+	for i := range 5 {
+		fi.Seq = uint64(i)
+		if r := tu.Choose(fi); r != want {
+			t.Fatalf("archival frame %d: %v, want %v", i, r, want)
+		}
+	}
 }

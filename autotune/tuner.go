@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/profile"
 	"github.com/tensorpress/tensorpress/transport"
 )
 
@@ -85,8 +86,20 @@ type candidate struct {
 }
 
 type classState struct {
-	cur   int // index into candidates
+	cur   int // index into the rule's candidates
 	since int // frames since the last switch
+}
+
+// ruleSet is what a Tuner may choose from for the frames of one profile
+// rule (or, without a profile, for every frame).
+type ruleSet struct {
+	cands  []candidate
+	static bool // autotune off: always the first candidate
+}
+
+type stateKey struct {
+	rule  int // profile rule index, 0 without a profile
+	class Class
 }
 
 // Tuner is a codec.Policy that chooses, per frame, the recipe that moves
@@ -106,7 +119,9 @@ type classState struct {
 // transport.FeedbackObserver for the receiver's reports.
 type Tuner struct {
 	mu         sync.Mutex
-	cands      []candidate
+	cands      []candidate // without a profile
+	prof2      *profile.Profile
+	sets       map[int]*ruleSet
 	link       *Link
 	prof       *Profiler
 	cores      int
@@ -116,7 +131,7 @@ type Tuner struct {
 	explain    func(Decision)
 	log        *slog.Logger
 
-	states    map[Class]*classState
+	states    map[stateKey]*classState
 	measured  map[profKey]uint64 // frame of each candidate's last sample
 	class     Class              // of the last sniffed frame
 	sniffed   bool
@@ -245,6 +260,36 @@ func WithProbeInterval(d time.Duration) Option {
 	}
 }
 
+// WithProfile takes the autotune settings of p (cores times the CPU
+// budget, exploration share, hysteresis, min frames, link hint) and its
+// recipes: each frame's candidates are those of the rule its tensor
+// matches (a byte stream matches as an unnamed tensor of dtype bytes and
+// unknown size), with the default candidates added where the rule says
+// auto. A rule of a profile with autotune off always gets its first
+// recipe. Options after WithProfile override its settings.
+func WithProfile(p *profile.Profile) Option {
+	return func(t *Tuner) error {
+		if p == nil {
+			return fmt.Errorf("autotune: nil profile")
+		}
+		a := p.Autotune
+		t.prof2 = p
+		if a.Cores > 0 {
+			t.cores = a.Cores
+		}
+		if a.CPUBudget > 0 {
+			t.cores = max(1, int(math.Round(float64(t.cores)*a.CPUBudget)))
+		}
+		t.explore = min(a.Explore, 0.05)
+		t.hysteresis = a.Hysteresis
+		t.minFrames = a.MinFrames
+		if a.LinkHint > 0 {
+			t.link = NewLink(float64(a.LinkHint))
+		}
+		return nil
+	}
+}
+
 // WithLink uses l as the link estimator (to set a hint or TCP_INFO).
 func WithLink(l *Link) Option {
 	return func(t *Tuner) error { t.link = l; return nil }
@@ -269,7 +314,8 @@ func New(opts ...Option) (*Tuner, error) {
 		minFrames:  DefaultMinFrames,
 		explore:    DefaultExplore,
 		prof:       NewProfiler(),
-		states:     map[Class]*classState{},
+		states:     map[stateKey]*classState{},
+		sets:       map[int]*ruleSet{},
 		measured:   map[profKey]uint64{},
 		log:        slog.Default(),
 		probeMin:   DefaultProbeInterval,
@@ -317,26 +363,85 @@ func (t *Tuner) Costs() (work, explore time.Duration) {
 	return t.work, t.spent
 }
 
+// rule returns the index and candidates of the profile rule frame fi
+// falls under.
+func (t *Tuner) rule(fi *codec.FrameInfo) (int, *ruleSet) {
+	if t.prof2 == nil {
+		rs := t.sets[0]
+		if rs == nil {
+			rs = &ruleSet{cands: t.cands}
+			t.sets[0] = rs
+		}
+		return 0, rs
+	}
+	size := int64(-1)
+	if fi.Type == codec.FrameTensor {
+		size = int64(fi.DType.Size())
+		for _, d := range fi.Shape {
+			size *= d
+		}
+	}
+	r := t.prof2.Match(fi.Name, fi.DType, size, fi.Tags)
+	rs := t.sets[r.Index]
+	if rs == nil {
+		rs = &ruleSet{static: !t.prof2.Autotune.Enabled}
+		seen := map[string]bool{}
+		add := func(r *codec.Recipe) {
+			if r != nil && (r.String() == "raw" || r.String() == "*:raw") {
+				r = nil // stored raw: what the cost model treats as free
+			}
+			if name := recipeName(r); !seen[name] {
+				seen[name] = true
+				rs.cands = append(rs.cands, candidate{r: r, name: name})
+			}
+		}
+		for _, nr := range r.Recipes {
+			add(nr.Recipe)
+		}
+		if r.Auto && !rs.static {
+			for _, c := range t.cands {
+				add(c.r)
+			}
+		}
+		if len(rs.cands) == 0 {
+			add(nil)
+		}
+		t.sets[r.Index] = rs
+	}
+	return r.Index, rs
+}
+
+// allowed reports whether cd may code frame fi: never a lossy recipe on a
+// byte stream or a tensor tagged lossless (the Writer would refuse it).
+func allowed(cd candidate, fi *codec.FrameInfo) bool {
+	return cd.r == nil || !cd.r.Lossy() || !fi.Tags.Lossless && fi.Type != codec.FrameBytes
+}
+
 // Choose implements codec.Policy.
 func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	ri, rs := t.rule(&fi)
+	if rs.static {
+		return rs.cands[0].r
+	}
 	if !t.sniffed || fi.Type == codec.FrameTensor && fi.First || fi.Seq%sniffEvery == 0 {
 		t.class, t.sniffed = Sniff(fi), true
 	}
 	c := t.class
-	st := t.states[c]
+	key := stateKey{ri, c}
+	st := t.states[key]
 	if st == nil {
 		st = &classState{}
-		t.states[c] = st
-		t.bootstrap(c, &fi)
+		t.states[key] = st
+		t.bootstrap(c, rs.cands, &fi)
 	} else if t.spent < time.Duration(t.explore*float64(t.work)) {
-		t.exploreOne(c, &fi)
+		t.exploreOne(c, rs.cands, &fi)
 	}
-	t.decide(c, &fi, st)
-	cd := t.cands[st.cur]
-	if cd.r != nil && cd.r.Lossy() && (fi.Tags.Lossless || fi.Type == codec.FrameBytes) {
-		cd = candidate{name: "raw"} // never happens with lossless candidates
+	t.decide(c, rs.cands, &fi, st)
+	cd := rs.cands[st.cur]
+	if !allowed(cd, &fi) {
+		cd = candidate{name: "raw"}
 	}
 	t.classes[fi.Seq%uint64(len(t.classes))] = seqClass{seq: fi.Seq, class: c, name: cd.name}
 	st.since++
@@ -355,31 +460,37 @@ func sample(fi *codec.FrameInfo) []byte {
 
 // bootstrap measures every candidate on a sample of the first frame of a
 // class.
-func (t *Tuner) bootstrap(c Class, fi *codec.FrameInfo) {
+func (t *Tuner) bootstrap(c Class, cands []candidate, fi *codec.FrameInfo) {
 	s := sample(fi)
 	if len(s) == 0 {
 		return
 	}
-	for _, cd := range t.cands {
+	for _, cd := range cands {
+		if !allowed(cd, fi) {
+			continue
+		}
 		t.measure(c, cd, fi, s)
 	}
 }
 
 // exploreOne re-measures the candidate sampled longest ago, the current
 // one included (its frames give its ratio, not its speed).
-func (t *Tuner) exploreOne(c Class, fi *codec.FrameInfo) {
+func (t *Tuner) exploreOne(c Class, cands []candidate, fi *codec.FrameInfo) {
 	s := sample(fi)
-	if len(s) == 0 || len(t.cands) < 2 {
+	if len(s) == 0 || len(cands) < 2 {
 		return
 	}
 	pick, oldest := -1, uint64(math.MaxUint64)
-	for i, cd := range t.cands {
+	for i, cd := range cands {
+		if !allowed(cd, fi) {
+			continue
+		}
 		if at := t.measured[profKey{c, cd.name}]; at < oldest { // 0: never
 			pick, oldest = i, at
 		}
 	}
 	if pick >= 0 {
-		t.measure(c, t.cands[pick], fi, s)
+		t.measure(c, cands[pick], fi, s)
 	}
 }
 
@@ -412,7 +523,7 @@ func (t *Tuner) predict(c Class, cd candidate, bw float64) Prediction {
 	return p
 }
 
-func (t *Tuner) decide(c Class, fi *codec.FrameInfo, st *classState) {
+func (t *Tuner) decide(c Class, cands []candidate, fi *codec.FrameInfo, st *classState) {
 	est := t.link.Estimate()
 	bw := est.Bandwidth
 	if est.Bound || bw <= 0 {
@@ -433,10 +544,13 @@ func (t *Tuner) decide(c Class, fi *codec.FrameInfo, st *classState) {
 			bw, probe = math.Inf(1), true
 		}
 	}
-	preds := make([]Prediction, len(t.cands))
+	preds := make([]Prediction, len(cands))
 	raw := -1
-	for i, cd := range t.cands {
+	for i, cd := range cands {
 		preds[i] = t.predict(c, cd, bw)
+		if !allowed(cd, fi) {
+			preds[i].Throughput = 0
+		}
 		if cd.r == nil {
 			raw = i
 		}
@@ -458,7 +572,7 @@ func (t *Tuner) decide(c Class, fi *codec.FrameInfo, st *classState) {
 		}
 	}
 	cur := preds[st.cur].Throughput
-	if best == st.cur || st.since < t.minFrames || !(bestThr > cur*(1+t.hysteresis)) {
+	if best == st.cur || st.since < t.minFrames && allowed(cands[st.cur], fi) || !(bestThr > cur*(1+t.hysteresis)) {
 		return
 	}
 	if probe {
@@ -468,7 +582,7 @@ func (t *Tuner) decide(c Class, fi *codec.FrameInfo, st *classState) {
 		t.sinceProbe = 0
 	}
 	d := Decision{
-		Seq: fi.Seq, Class: c, From: t.cands[st.cur].name, To: t.cands[best].name,
+		Seq: fi.Seq, Class: c, From: cands[st.cur].name, To: cands[best].name,
 		Estimate: est, Bandwidth: bw, Predictions: preds,
 		Reason: fmt.Sprintf("predicted %s against %s (+%.0f%%)", rate(bestThr), rate(cur), 100*(bestThr/max(cur, 1e-9)-1)),
 		Probe:  probe,
