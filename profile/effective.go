@@ -52,7 +52,7 @@ func (p *Profile) Effective() ([]byte, error) {
 	add(at, "hysteresis", floatNode(a.Hysteresis))
 	add(at, "min_frames", intNode(int64(a.MinFrames)))
 	if a.LinkHint > 0 {
-		lh := strNode(formatRate(a.LinkHint))
+		lh := strNode(FormatRate(a.LinkHint))
 		lh.LineComment = fmt.Sprintf("%d bytes/s", a.LinkHint)
 		add(at, "link_hint", lh)
 	}

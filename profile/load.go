@@ -531,7 +531,7 @@ func (d *decoder) autotune(n *yaml.Node, a *Autotune) error {
 			if s.Tag != "!!str" && s.Tag != "!!int" {
 				return errAt(s, "%s: want a bandwidth such as 1Gbit, 100Mbps or 12.5MB/s, got %s", what, kindName(s))
 			}
-			if a.LinkHint, err = parseRate(s.Value); err != nil {
+			if a.LinkHint, err = ParseRate(s.Value); err != nil {
 				return errAt(s, "%s: %s: %v", what, quote(s.Value), err)
 			}
 		}

@@ -451,18 +451,18 @@ func TestUnits(t *testing.T) {
 		"100Mbps": 12_500_000, "12.5MB/s": 12_500_000, "1MiB/s": 1 << 20, "12bit": 2, "4bit": 1, "1kbit": 125,
 	}
 	for s, want := range rates {
-		if got, err := parseRate(s); err != nil || got != want {
-			t.Errorf("parseRate(%q) = %d, %v; want %d", s, got, err, want)
+		if got, err := ParseRate(s); err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %d, %v; want %d", s, got, err, want)
 		}
 	}
 	for _, s := range []string{"", "1Gb", "1GB", "1bit", "10 furlongs", "2000TB/s"} {
-		if got, err := parseRate(s); err == nil {
-			t.Errorf("parseRate(%q) = %d, want an error", s, got)
+		if got, err := ParseRate(s); err == nil {
+			t.Errorf("ParseRate(%q) = %d, want an error", s, got)
 		}
 	}
 	for _, n := range []int64{1, 2, 3, 100, 125, 125_000_000, 12_500_000, 1 << 20, maxBytes} {
-		if got, err := parseRate(formatRate(n)); err != nil || got != n {
-			t.Errorf("parseRate(formatRate(%d) = %q) = %d, %v", n, formatRate(n), got, err)
+		if got, err := ParseRate(FormatRate(n)); err != nil || got != n {
+			t.Errorf("ParseRate(FormatRate(%d) = %q) = %d, %v", n, FormatRate(n), got, err)
 		}
 		if got, err := parseSize(formatSize(n)); err != nil || got != n {
 			t.Errorf("parseSize(formatSize(%d) = %q) = %d, %v", n, formatSize(n), got, err)

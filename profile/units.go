@@ -92,11 +92,11 @@ func formatSize(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-// parseRate parses a bandwidth into bytes per second: an integer (bytes
+// ParseRate parses a bandwidth into bytes per second: an integer (bytes
 // per second), or a number with a unit ("1Gbit", "100Mbps", "12.5MB/s").
 // The result is rounded to a whole byte per second and must be in
 // [1, maxBytes].
-func parseRate(s string) (int64, error) {
+func ParseRate(s string) (int64, error) {
 	num, unit, ok := splitNumber(s)
 	if !ok {
 		return 0, fmt.Errorf("want a bandwidth such as 1Gbit, 100Mbps or 12.5MB/s")
@@ -133,10 +133,10 @@ func parseRate(s string) (int64, error) {
 	return n, nil
 }
 
-// formatRate writes a bandwidth in bytes per second as bits per second
+// FormatRate writes a bandwidth in bytes per second as bits per second
 // with the largest decimal unit that divides it ("1Gbit", "100Mbit"), so
-// that parseRate gives n back.
-func formatRate(n int64) string {
+// that ParseRate gives n back.
+func FormatRate(n int64) string {
 	bits := n * 8 // n <= maxBytes: no overflow
 	for _, u := range rateUnits[:4] {
 		if bits%u.bits == 0 {

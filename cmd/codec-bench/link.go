@@ -1,0 +1,711 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/tensorpress/tensorpress/autotune"
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/netns"
+	"github.com/tensorpress/tensorpress/internal/netsim"
+	"github.com/tensorpress/tensorpress/profile"
+	"github.com/tensorpress/tensorpress/testvectors"
+	"github.com/tensorpress/tensorpress/transport"
+)
+
+const linkText = `link sends a workload of tensors through a link and measures, per chain,
+the time until the receiver has everything: plain TCP without tensorpress,
+every static recipe the profile allows for byte streams, and the autotuner
+(with the profile's settings), interleaved, --reps times each; the table
+shows medians.
+
+The workload: float32 tensors made from the real weights and the real
+FedAvg update in testvectors/fl (each copy perturbed by a random factor of
+1 ± 1%, so no two copies share bytes), --pool bytes of them, sent in turn as
+an opaque byte stream through transport.Wrap. The pool repeats only after
+--pool bytes, beyond the window of every codec used (xz's is 8 MiB).
+
+Links (--link): sim, a token bucket over an in-memory pipe (internal/netsim);
+tc, TCP between two network namespaces over a veth pair shaped with
+'tc qdisc ... tbf' (needs root and iproute2; the only addresses used are the
+link-local 169.254.x.y/30 pair it assigns, and everything is removed
+afterwards, also on failure or Ctrl-C); both. The rate "unshaped" is TCP
+over loopback in both modes.
+
+Each run is sized by time: the bytes plain TCP sends in --duration at that
+rate (unshaped: measured first). --change adds the second scenario: the rate
+goes from 100 Mbit/s to 10 and back during one autotuned transfer, and the
+table shows how long the autotuner took to settle after each change and how
+many switches it made.
+
+Results: a table, --json rows (link, rate, chain, seconds, bytes_on_wire,
+raw_bytes, is_autotune, is_plain_tcp, repetitions, goodput) and --plot,
+goodput against bandwidth (SVG or PNG).
+`
+
+type linkRow struct {
+	Link        string  `json:"link"`
+	Rate        float64 `json:"rate"` // bits per second, 0: unshaped loopback
+	Chain       string  `json:"chain"`
+	Seconds     float64 `json:"seconds"` // median
+	BytesOnWire int64   `json:"bytes_on_wire"`
+	RawBytes    int64   `json:"raw_bytes"`
+	IsAutotune  bool    `json:"is_autotune"`
+	IsPlainTCP  bool    `json:"is_plain_tcp"`
+	Repetitions int     `json:"repetitions"`
+	Goodput     float64 `json:"goodput"` // raw bytes per second at the median
+	Switches    int     `json:"switches,omitempty"`
+	times       []float64
+}
+
+// linkChain is one way to send: plain, a fixed recipe, or the autotuner.
+type linkChain struct {
+	name   string
+	plain  bool
+	auto   bool
+	recipe *codec.Recipe
+}
+
+func cmdLink(args []string, stdout, stderr io.Writer) error {
+	f := newFlags("link", "link [flags]", linkText, stderr)
+	profName := f.String("profile", "lossless-fast", "profile `NAME|FILE` giving the static recipes and the autotuner's settings")
+	ratesFlag := f.String("rates", "1Mbit,10Mbit,100Mbit,1Gbit,unshaped", "comma-separated `rates` (bits per second: 10Mbit, 1Gbit; unshaped: loopback TCP)")
+	mode := f.String("link", "sim", "`links`: sim, tc or both")
+	duration := f.Duration("duration", 20*time.Second, "time plain TCP takes per run at each rate")
+	reps := f.Int("reps", 3, "repetitions of every chain at every rate")
+	pool := f.Int64("pool", 128<<20, "distinct workload `bytes` before the workload repeats")
+	latency := f.Duration("latency", 0, "one-way latency of the sim link")
+	change := f.Bool("change", false, "also run the rate-change scenario (100 -> 10 -> 100 Mbit/s)")
+	jsonOut := f.String("json", "", "write JSON rows to `FILE` (- for stdout, instead of the table)")
+	plotOut := f.String("plot", "", "plot goodput against bandwidth to `FILE` (.svg or .png)")
+	if _, err := f.parse(args, 0, 0); err != nil {
+		return err
+	}
+	rates, err := parseRates(*ratesFlag)
+	if err != nil {
+		return err
+	}
+	var links []string
+	switch *mode {
+	case "sim", "tc":
+		links = []string{*mode}
+	case "both":
+		links = []string{"sim", "tc"}
+	default:
+		return usagef("--link %q: want sim, tc or both", *mode)
+	}
+	if *reps < 1 || *duration <= 0 || *pool < 1<<20 {
+		return usagef("--reps, --duration must be positive, --pool at least 1 MiB")
+	}
+	if *plotOut != "" && !strings.HasSuffix(*plotOut, ".svg") && !strings.HasSuffix(*plotOut, ".png") {
+		return usagef("--plot %q: want a .svg or .png file", *plotOut)
+	}
+	prof, err := loadProfile(*profName)
+	if err != nil {
+		return err
+	}
+	chains, err := linkChains(prof)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	work, err := newWorkload(*pool)
+	if err != nil {
+		return err
+	}
+	b := &linkBench{prof: prof, work: work, stderr: stderr, latency: *latency}
+	var rows []*linkRow
+	var changes []*changeRow
+	for _, l := range links {
+		if l == "tc" {
+			if b.pair, err = netns.New(); err != nil {
+				return err
+			}
+			defer b.pair.Close()
+		}
+		for _, rate := range rates {
+			rs, err := b.rate(ctx, l, rate, chains, *duration, *reps)
+			rows = append(rows, rs...)
+			if err != nil {
+				return err
+			}
+		}
+		if *change {
+			c, err := b.changeScenario(ctx, l, *duration)
+			if err != nil {
+				return err
+			}
+			changes = append(changes, c...)
+		}
+	}
+	if *jsonOut != "-" {
+		writeLinkTable(stdout, rows)
+		writeChangeTable(stdout, changes)
+	}
+	if *jsonOut != "" {
+		w := stdout
+		if *jsonOut != "-" {
+			file, err := os.Create(*jsonOut)
+			if err != nil {
+				return err
+			}
+			defer file.Close()
+			w = file
+		}
+		enc := json.NewEncoder(w)
+		for _, r := range rows {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+		for _, c := range changes {
+			if err := enc.Encode(c); err != nil {
+				return err
+			}
+		}
+	}
+	if *plotOut != "" {
+		return plotLink(*plotOut, rows)
+	}
+	return nil
+}
+
+// parseRates reads "1Mbit,10Mbit,unshaped" into bits per second (0:
+// unshaped).
+func parseRates(s string) ([]float64, error) {
+	var out []float64
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "unshaped" || p == "0" {
+			out = append(out, 0)
+			continue
+		}
+		r, err := profile.ParseRate(p)
+		if err != nil {
+			return nil, usagef("--rates: %q: %v", p, err)
+		}
+		out = append(out, 8*float64(r))
+	}
+	if len(out) == 0 {
+		return nil, usagef("--rates: no rate")
+	}
+	return out, nil
+}
+
+// linkChains are plain TCP, the static recipes of the profile's rule for
+// byte streams, and the autotuner.
+func linkChains(p *profile.Profile) ([]linkChain, error) {
+	r := p.Match("", codec.Byte, -1, codec.Tags{})
+	out := []linkChain{{name: "plain TCP", plain: true}}
+	seen := map[string]bool{}
+	for _, nr := range r.Recipes {
+		name := nr.Recipe.String()
+		if nr.Recipe.Lossy() || seen[name] {
+			continue
+		}
+		seen[name] = true
+		out = append(out, linkChain{name: name, recipe: nr.Recipe})
+	}
+	if !p.Autotune.Enabled {
+		return out, nil
+	}
+	return append(out, linkChain{name: "autotune", auto: true}), nil
+}
+
+// workload is the pool of distinct tensors sent in turn.
+type workload struct {
+	chunks [][]byte
+	size   int64
+}
+
+func newWorkload(pool int64) (*workload, error) {
+	var base [][]float32
+	for _, load := range []func() ([]*codec.Tensor, error){testvectors.FLWeights, testvectors.FLUpdate} {
+		ts, err := load()
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts {
+			if t.DType != codec.F32 || len(t.Data) < 4096 {
+				continue
+			}
+			v := make([]float32, len(t.Data)/4)
+			for i := range v {
+				v[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
+			}
+			base = append(base, v)
+		}
+	}
+	if len(base) == 0 {
+		return nil, errors.New("link: no float32 tensors in testvectors/fl")
+	}
+	w := &workload{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; w.size < pool; i++ {
+		src := base[i%len(base)]
+		b := make([]byte, 4*len(src))
+		for j, x := range src {
+			binary.LittleEndian.PutUint32(b[4*j:], math.Float32bits(x*float32(1+0.01*rng.NormFloat64())))
+		}
+		w.chunks = append(w.chunks, b)
+		w.size += int64(len(b))
+	}
+	return w, nil
+}
+
+// send writes n bytes of the workload to w, starting at chunk from.
+func (wl *workload) send(w io.Writer, n int64) error {
+	for i := 0; n > 0; i++ {
+		c := wl.chunks[i%len(wl.chunks)]
+		if int64(len(c)) > n {
+			c = c[:n]
+		}
+		if _, err := w.Write(c); err != nil {
+			return err
+		}
+		n -= int64(len(c))
+	}
+	return nil
+}
+
+type linkBench struct {
+	prof    *profile.Profile
+	work    *workload
+	stderr  io.Writer
+	latency time.Duration
+	pair    *netns.Pair
+}
+
+// conns returns the two ends of a link at rate (bits per second, 0:
+// loopback TCP), and a function that changes the rate.
+func (b *linkBench) conns(ctx context.Context, link string, rate float64) (client, server net.Conn, setRate func(float64) error, err error) {
+	if link == "sim" && rate > 0 {
+		a, s := netsim.Pipe(netsim.Link{Rate: rate / 8, Latency: b.latency})
+		return a, s, func(r float64) error { a.SetRate(r / 8); s.SetRate(r / 8); return nil }, nil
+	}
+	var ln net.Listener
+	var dial func(string) (net.Conn, error)
+	if rate == 0 {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		dial = func(a string) (net.Conn, error) { return net.Dial("tcp", a) }
+	} else {
+		if err = b.pair.Shape(rate); err != nil {
+			return nil, nil, nil, err
+		}
+		ln, err = b.pair.Listen(0)
+		dial = b.pair.Dial
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		acc <- c
+	}()
+	client, err = dial(ln.Addr().String())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	select {
+	case server = <-acc:
+	case <-ctx.Done():
+		client.Close()
+		return nil, nil, nil, ctx.Err()
+	}
+	if server == nil {
+		client.Close()
+		return nil, nil, nil, errors.New("link: accept failed")
+	}
+	return client, server, func(r float64) error { return b.pair.Shape(r) }, nil
+}
+
+// counting counts the bytes written to a connection.
+type counting struct {
+	net.Conn
+	n atomic.Int64
+}
+
+func (c *counting) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c *counting) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
+// runResult is one transfer.
+type runResult struct {
+	seconds  float64
+	wire     int64
+	switches int
+	tuner    *autotune.Tuner
+}
+
+// transfer sends n workload bytes over a fresh link with chain ch.
+// onStart, if set, runs when the first byte is about to leave.
+func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch linkChain, n int64, opts []autotune.Option, onStart func(setRate func(float64) error)) (runResult, error) {
+	client, server, setRate, err := b.conns(ctx, link, rate)
+	if err != nil {
+		return runResult{}, err
+	}
+	defer client.Close()
+	defer server.Close()
+	cc := &counting{Conn: client}
+	var res runResult
+	var w io.Writer = cc
+	var closeWrite func() error = cc.CloseWrite
+	var rd io.Reader = server
+	if !ch.plain {
+		topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize))}
+		if ch.auto {
+			tu, err := autotune.New(append([]autotune.Option{autotune.WithProfile(b.prof)}, opts...)...)
+			if err != nil {
+				return res, err
+			}
+			if tc, ok := client.(*net.TCPConn); ok {
+				tu.Link().UseTCPInfo(tc)
+			}
+			res.tuner = tu
+			topts = append(topts, transport.WithPolicy(tu))
+		} else {
+			topts = append(topts, transport.WithRecipe(ch.recipe))
+		}
+		tc, err := transport.Wrap(cc, topts...)
+		if err != nil {
+			return res, err
+		}
+		defer tc.Close()
+		ts, err := transport.Wrap(server)
+		if err != nil {
+			return res, err
+		}
+		defer ts.Close()
+		w, closeWrite, rd = tc, tc.CloseWrite, ts
+	}
+	got := make(chan error, 1)
+	var received int64
+	go func() {
+		k, err := io.Copy(io.Discard, rd)
+		received = k
+		got <- err
+	}()
+	stopCtx := context.AfterFunc(ctx, func() { client.Close(); server.Close() })
+	defer stopCtx()
+	t0 := time.Now()
+	if onStart != nil {
+		onStart(setRate)
+	}
+	serr := b.work.send(w, n)
+	if serr == nil {
+		serr = closeWrite()
+	}
+	rerr := <-got
+	res.seconds = time.Since(t0).Seconds()
+	res.wire = cc.n.Load()
+	if res.tuner != nil {
+		res.switches = res.tuner.Switches()
+	}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	if serr != nil || rerr != nil {
+		return res, fmt.Errorf("link %s at %s, %s: send: %v, receive: %v", link, rateName(rate), ch.name, serr, rerr)
+	}
+	if received != n {
+		return res, fmt.Errorf("link %s at %s, %s: received %d of %d bytes", link, rateName(rate), ch.name, received, n)
+	}
+	return res, nil
+}
+
+func rateName(bits float64) string {
+	if bits == 0 {
+		return "unshaped"
+	}
+	return profile.FormatRate(int64(bits / 8))
+}
+
+// rate measures every chain at one rate, interleaved, reps times.
+func (b *linkBench) rate(ctx context.Context, link string, rate float64, chains []linkChain, d time.Duration, reps int) ([]*linkRow, error) {
+	n := int64(rate / 8 * d.Seconds())
+	if rate == 0 {
+		// Unshaped: as many bytes as plain TCP sends in d.
+		probe := min(b.work.size, 256<<20)
+		r, err := b.transfer(ctx, link, 0, chains[0], probe, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		n = int64(float64(probe) / r.seconds * d.Seconds())
+	}
+	n = max(n, 64<<10)
+	linkName := link
+	if rate == 0 {
+		linkName = "loopback"
+	}
+	rows := make([]*linkRow, len(chains))
+	for i, ch := range chains {
+		rows[i] = &linkRow{Link: linkName, Rate: rate, Chain: ch.name, IsAutotune: ch.auto, IsPlainTCP: ch.plain, RawBytes: n}
+	}
+	for rep := range reps {
+		for i, ch := range chains {
+			fmt.Fprintf(b.stderr, "link: %s %s rep %d/%d %-45s", linkName, rateName(rate), rep+1, reps, ch.name)
+			r, err := b.transfer(ctx, link, rate, ch, n, nil, nil)
+			if err != nil {
+				fmt.Fprintln(b.stderr)
+				return rows, err
+			}
+			fmt.Fprintf(b.stderr, " %7.2f s  %s\n", r.seconds, rateBytes(float64(n)/r.seconds))
+			row := rows[i]
+			row.times = append(row.times, r.seconds)
+			row.BytesOnWire = r.wire
+			row.Switches = max(row.Switches, r.switches)
+		}
+	}
+	for _, row := range rows {
+		row.Repetitions = len(row.times)
+		row.Seconds = median(row.times)
+		row.Goodput = float64(row.RawBytes) / row.Seconds
+	}
+	return rows, nil
+}
+
+func rateBytes(v float64) string {
+	switch {
+	case v >= 1e9:
+		return fmt.Sprintf("%.2f GB/s", v/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%.2f MB/s", v/1e6)
+	}
+	return fmt.Sprintf("%.1f kB/s", v/1e3)
+}
+
+func writeLinkTable(w io.Writer, rows []*linkRow) {
+	if len(rows) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LINK\tRATE\tCHAIN\tSECONDS\tGOODPUT\tWIRE/RAW\tVS BEST STATIC\tVS PLAIN\tREPS\t")
+	for i := 0; i < len(rows); {
+		j := i
+		for j < len(rows) && rows[j].Link == rows[i].Link && rows[j].Rate == rows[i].Rate {
+			j++
+		}
+		group := rows[i:j]
+		best, plain := math.Inf(1), math.NaN()
+		for _, r := range group {
+			if !r.IsAutotune && !r.IsPlainTCP {
+				best = min(best, r.Seconds)
+			}
+			if r.IsPlainTCP {
+				plain = r.Seconds
+			}
+		}
+		for _, r := range group {
+			chain := r.Chain
+			if r.IsAutotune {
+				chain += fmt.Sprintf(" (%d switches)", r.Switches)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%.3f\t%.3fx\t%.3fx\t%d\t\n", r.Link, rateName(r.Rate), chain, r.Seconds,
+				rateBytes(r.Goodput), float64(r.BytesOnWire)/float64(r.RawBytes), r.Seconds/best, r.Seconds/plain, r.Repetitions)
+		}
+		i = j
+	}
+	tw.Flush()
+}
+
+// changeRow reports how the autotuner followed one rate change.
+type changeRow struct {
+	Link       string  `json:"link"`
+	Scenario   string  `json:"scenario"`
+	From       float64 `json:"from_rate"`
+	To         float64 `json:"to_rate"`
+	SettleSecs float64 `json:"settle_seconds"` // from the change to the last switch of the step (0: none needed)
+	Switches   int     `json:"switches"`       // switches in the step, probes included
+	Probes     int     `json:"probes"`
+	Before     string  `json:"recipe_before"`
+	After      string  `json:"recipe_after"`
+}
+
+// changeScenario runs one autotuned transfer while the rate goes from 100
+// Mbit/s to 10 and back, each phase a third of the transfer's time at the
+// slow rate's pace.
+func (b *linkBench) changeScenario(ctx context.Context, link string, d time.Duration) ([]*changeRow, error) {
+	const hi, lo = 100e6, 10e6
+	phase := d / 3
+	var mu sync.Mutex
+	var evs []tunerEvent
+	var t0 time.Time
+	explain := autotune.WithExplain(func(d autotune.Decision) {
+		mu.Lock()
+		evs = append(evs, tunerEvent{time.Since(t0), d})
+		mu.Unlock()
+	})
+	// Bytes for a phase at 100, then at 10, then at 100 Mbit/s: the
+	// transfer ends about when the third phase does.
+	n := int64(hi/8*phase.Seconds()*2 + lo/8*phase.Seconds())
+	changesAt := make([]time.Duration, 0, 2)
+	var setRate func(float64) error
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	fmt.Fprintf(b.stderr, "link: %s rate change 100 -> 10 -> 100 Mbit/s, autotune\n", link)
+	_, err := b.transfer(ctx, link, hi, linkChain{name: "autotune", auto: true}, n, []autotune.Option{explain}, func(sr func(float64) error) {
+		setRate, t0 = sr, time.Now()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, step := range []struct {
+				at   time.Duration
+				rate float64
+			}{{phase, lo}, {2 * phase, hi}} {
+				select {
+				case <-time.After(time.Until(t0.Add(step.at))):
+				case <-done:
+					return
+				}
+				setRate(step.rate)
+				mu.Lock()
+				changesAt = append(changesAt, time.Since(t0))
+				mu.Unlock()
+			}
+		}()
+	})
+	close(done)
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var rows []*changeRow
+	rates := []float64{hi, lo, hi}
+	for i, at := range changesAt {
+		end := time.Duration(math.MaxInt64)
+		if i+1 < len(changesAt) {
+			end = changesAt[i+1]
+		}
+		row := &changeRow{Link: link, Scenario: "rate change", From: rates[i], To: rates[i+1]}
+		row.Before = recipeAt(evs, at)
+		for _, e := range evs {
+			if e.at >= at && e.at < end {
+				row.Switches++
+				if e.d.Probe {
+					row.Probes++
+				} else {
+					row.SettleSecs = (e.at - at).Seconds()
+				}
+			}
+		}
+		row.After = recipeAt(evs, end)
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// tunerEvent is a switch of the autotuner, at a time into the transfer.
+type tunerEvent struct {
+	at time.Duration
+	d  autotune.Decision
+}
+
+// recipeAt is the recipe in force at time at (the first recipe is raw).
+func recipeAt(evs []tunerEvent, at time.Duration) string {
+	cur := "raw"
+	for _, e := range evs {
+		if e.at < at {
+			cur = e.d.To
+		}
+	}
+	return cur
+}
+
+func writeChangeTable(w io.Writer, rows []*changeRow) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LINK\tCHANGE\tSETTLED AFTER\tSWITCHES\tPROBES\tBEFORE\tAFTER\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s -> %s\t%.2f s\t%d\t%d\t%s\t%s\t\n", r.Link, rateName(r.From), rateName(r.To), r.SettleSecs, r.Switches, r.Probes, r.Before, r.After)
+	}
+	tw.Flush()
+}
+
+// plotLink draws goodput against bandwidth, one line per chain and link,
+// both axes logarithmic; unshaped loopback is drawn at 10 Gbit/s.
+func plotLink(path string, rows []*linkRow) error {
+	p := plot.New()
+	p.Title.Text = "tensorpress link: goodput against bandwidth (unshaped loopback at 10 Gbit/s)"
+	p.X.Label.Text = "link rate, bit/s (log scale)"
+	p.Y.Label.Text = "goodput, decoded bytes/s (log scale)"
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p.Add(plotter.NewGrid())
+	type key struct{ link, chain string }
+	lines := map[key]plotter.XYs{}
+	var order []key
+	for _, r := range rows {
+		link := r.Link
+		if link == "loopback" {
+			link = "" // joins both links' lines
+		}
+		k := key{link, r.Chain}
+		if _, ok := lines[k]; !ok {
+			order = append(order, k)
+		}
+		x := r.Rate
+		if x == 0 {
+			x = 10e9
+		}
+		lines[k] = append(lines[k], plotter.XY{X: x, Y: r.Goodput})
+	}
+	for i, k := range order {
+		if k.link == "" {
+			continue
+		}
+		xys := append(lines[k], lines[key{"", k.chain}]...)
+		sort.Slice(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
+		l, pts, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return err
+		}
+		l.Color = plotutil.Color(i)
+		pts.Color = plotutil.Color(i)
+		pts.Shape = plotutil.Shape(i)
+		p.Add(l, pts)
+		p.Legend.Add(k.link+": "+k.chain, l, pts)
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	if err := p.Save(10*vg.Inch, 6*vg.Inch, path); err != nil {
+		return fmt.Errorf("--plot: %w", err)
+	}
+	return nil
+}
