@@ -1,6 +1,8 @@
 package autotune
 
 import (
+	"math"
+	"net"
 	"sync"
 	"time"
 )
@@ -55,8 +57,9 @@ type Link struct {
 	fbRate  float64 // receive rate from feedback, bytes per second
 	fbValid bool
 
-	tcp func() (tcpInfo, bool)
-	now func() time.Time
+	tcp      func() (tcpInfo, bool)
+	loopback bool // both ends on this host's loopback: the link is memory
+	now      func() time.Time
 }
 
 type tcpInfo struct {
@@ -150,6 +153,11 @@ func (l *Link) ObserveFeedback(wire uint64) {
 func (l *Link) Estimate() Estimate {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.loopback {
+		// Sender and receiver share this host's cores and the "link" is
+		// a memory copy: no compression can pay for itself.
+		return Estimate{Bandwidth: math.Inf(1), Source: "loopback", At: l.now()}
+	}
 	var rtt time.Duration
 	var ti tcpInfo
 	haveTCP := false
@@ -183,4 +191,35 @@ func (l *Link) Estimate() Estimate {
 	}
 	e.RTT = rtt
 	return e
+}
+
+// UseConn tells the estimator which connection it measures: on Linux TCP
+// it reads TCP_INFO (UseTCPInfo), and a connection whose two ends are
+// loopback addresses is taken as a link of unlimited bandwidth (a memory
+// copy on shared cores, where storing raw is always fastest).
+func (l *Link) UseConn(c net.Conn) {
+	if isLoopback(c.LocalAddr()) && isLoopback(c.RemoteAddr()) {
+		l.mu.Lock()
+		l.loopback = true
+		l.mu.Unlock()
+	}
+	l.UseTCPInfo(c)
+}
+
+func isLoopback(a net.Addr) bool {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UDPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	return false
+}
+
+func (l *Link) isLoopback() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.loopback
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -86,8 +88,9 @@ type candidate struct {
 }
 
 type classState struct {
-	cur   int // index into the rule's candidates
-	since int // frames since the last switch
+	cur   int  // index into the rule's candidates
+	since int  // frames since the last switch
+	fresh bool // no frame of the class was sent yet: the first choice is free
 }
 
 // ruleSet is what a Tuner may choose from for the frames of one profile
@@ -145,6 +148,8 @@ type Tuner struct {
 	decodeFB  float64 // the receiver's decode speed (feedback)
 	feedbacks int
 
+	initialBW float64 // bandwidth assumed before anything is measured
+
 	probeMin   time.Duration // first probe interval
 	probeEvery time.Duration // current probe interval (doubles up to probeMax)
 	lastProbe  time.Time
@@ -152,6 +157,12 @@ type Tuner struct {
 	sinceProbe int     // frames since the last probe
 	knownBW    float64 // bandwidth at the last probe decision
 }
+
+// DefaultInitialBandwidth is the bandwidth a Tuner assumes before it has
+// measured anything (100 Mbit/s): the first frames go with the best recipe
+// for a wide-area link rather than raw, since a slow link may carry only a
+// few frames in all, and a fast one shows itself within a few frames.
+const DefaultInitialBandwidth = 12.5e6
 
 // Probe intervals: how long a bandwidth measured earlier is trusted while
 // the current recipe does not fill the link.
@@ -290,6 +301,22 @@ func WithProfile(p *profile.Profile) Option {
 	}
 }
 
+// WithInitialBandwidth sets the bandwidth, in bytes per second, assumed
+// before any is measured (default DefaultInitialBandwidth).
+func WithInitialBandwidth(bw float64) Option {
+	return func(t *Tuner) error {
+		if !(bw > 0) {
+			return fmt.Errorf("autotune: initial bandwidth %v", bw)
+		}
+		t.initialBW = bw
+		return nil
+	}
+}
+
+// UseConn tells the Tuner's link estimator which connection it sends on
+// (see Link.UseConn); transport.Wrap calls it.
+func (t *Tuner) UseConn(c net.Conn) { t.link.UseConn(c) }
+
 // WithLink uses l as the link estimator (to set a hint or TCP_INFO).
 func WithLink(l *Link) Option {
 	return func(t *Tuner) error { t.link = l; return nil }
@@ -319,6 +346,7 @@ func New(opts ...Option) (*Tuner, error) {
 		measured:   map[profKey]uint64{},
 		log:        slog.Default(),
 		probeMin:   DefaultProbeInterval,
+		initialBW:  DefaultInitialBandwidth,
 	}
 	for _, r := range DefaultCandidates() {
 		t.cands = append(t.cands, candidate{r: r, name: recipeName(r)})
@@ -425,6 +453,9 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	if rs.static {
 		return rs.cands[0].r
 	}
+	if t.link.isLoopback() && slices.ContainsFunc(rs.cands, func(c candidate) bool { return c.r == nil }) {
+		return nil // nothing beats raw on loopback: no sampling either
+	}
 	if !t.sniffed || fi.Type == codec.FrameTensor && fi.First || fi.Seq%sniffEvery == 0 {
 		t.class, t.sniffed = Sniff(fi), true
 	}
@@ -432,7 +463,7 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	key := stateKey{ri, c}
 	st := t.states[key]
 	if st == nil {
-		st = &classState{}
+		st = &classState{fresh: true}
 		t.states[key] = st
 		t.bootstrap(c, rs.cands, &fi)
 	} else if t.spent < time.Duration(t.explore*float64(t.work)) {
@@ -526,7 +557,12 @@ func (t *Tuner) predict(c Class, cd candidate, bw float64) Prediction {
 func (t *Tuner) decide(c Class, cands []candidate, fi *codec.FrameInfo, st *classState) {
 	est := t.link.Estimate()
 	bw := est.Bandwidth
-	if est.Bound || bw <= 0 {
+	switch {
+	case bw <= 0 && est.Source == "":
+		// Nothing measured yet: assume a wide-area link.
+		bw = t.initialBW
+		est.Source = "initial guess"
+	case est.Bound || bw <= 0:
 		bw = math.Inf(1)
 	}
 	probe := false
@@ -572,7 +608,9 @@ func (t *Tuner) decide(c Class, cands []candidate, fi *codec.FrameInfo, st *clas
 		}
 	}
 	cur := preds[st.cur].Throughput
-	if best == st.cur || st.since < t.minFrames && allowed(cands[st.cur], fi) || !(bestThr > cur*(1+t.hysteresis)) {
+	fresh := st.fresh
+	st.fresh = false
+	if best == st.cur || !fresh && (st.since < t.minFrames && allowed(cands[st.cur], fi) || !(bestThr > cur*(1+t.hysteresis))) {
 		return
 	}
 	if probe {
@@ -588,6 +626,8 @@ func (t *Tuner) decide(c Class, cands []candidate, fi *codec.FrameInfo, st *clas
 		Probe:  probe,
 	}
 	switch {
+	case fresh:
+		d.Reason = "first frame of its class: the best for " + est.Source + " " + rate(bw)
 	case probe:
 		d.Reason += fmt.Sprintf("; probe: the link rate %s was measured %v ago and the current recipe does not fill it", rate(est.Bandwidth), time.Since(est.At).Round(time.Millisecond))
 	case est.Bound || est.Bandwidth <= 0:

@@ -107,7 +107,17 @@ func Wrap(c net.Conn, opts ...Option) (*Conn, error) {
 		rdl:       makeDeadline(),
 	}
 	tc.policy = &peerPolicy{c: tc, inner: o.policy, fixed: o.recipe, ok: map[*codec.Recipe]bool{}}
-	w, err := codec.NewWriter(c, append(o.codec, codec.WithPolicy(tc.policy), codec.WithHello(true, o.peerID))...)
+	if u, ok := o.policy.(interface{ UseConn(net.Conn) }); ok {
+		u.UseConn(c)
+	}
+	var copts []codec.Option
+	if loopback(c) {
+		// A trusted fast path: raw frames carry no payload CRC (the
+		// header keeps its own). Options given with WithCodec come after.
+		copts = append(copts, codec.WithPayloadCRC(codec.CRCOmitRaw))
+	}
+	copts = append(append(copts, o.codec...), codec.WithPolicy(tc.policy), codec.WithHello(true, o.peerID))
+	w, err := codec.NewWriter(c, copts...)
 	if err != nil {
 		return nil, err
 	}
@@ -565,4 +575,13 @@ func (p *peerPolicy) Observe(s codec.FrameStats) {
 	if p.inner != nil {
 		p.inner.Observe(s)
 	}
+}
+
+// loopback reports whether both ends of c are loopback addresses.
+func loopback(c net.Conn) bool {
+	ip := func(a net.Addr) bool {
+		t, ok := a.(*net.TCPAddr)
+		return ok && t.IP.IsLoopback()
+	}
+	return ip(c.LocalAddr()) && ip(c.RemoteAddr())
 }

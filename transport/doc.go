@@ -21,4 +21,7 @@
 //     for Read.
 //   - Close releases every goroutine the Conn started; blocked Reads and
 //     Writes return net.ErrClosed.
+//   - Over loopback TCP (both ends on this host) raw frames carry no
+//     payload CRC: the memory copy cannot damage them, and the header CRC
+//     still guards everything the reader allocates by.
 package transport

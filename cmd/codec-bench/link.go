@@ -391,9 +391,6 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 			if err != nil {
 				return res, err
 			}
-			if tc, ok := client.(*net.TCPConn); ok {
-				tu.Link().UseTCPInfo(tc)
-			}
 			res.tuner = tu
 			topts = append(topts, transport.WithPolicy(tu))
 		} else {
