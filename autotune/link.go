@@ -17,10 +17,13 @@ type Estimate struct {
 	// Kept is set when Bandwidth was measured earlier (at At) while the
 	// link held the writer back, and is kept because the writer has sent
 	// no faster since: the link may have become faster unnoticed.
-	Kept   bool
-	Source string        // what it comes from: "hint", "blocked writes", "receiver feedback", "tcp_info"
-	RTT    time.Duration // 0 when unknown
-	At     time.Time     // when it was measured
+	Kept bool
+	// Blocked is the share of the window the writer spent blocked in
+	// Write (writer-side estimates only).
+	Blocked float64
+	Source  string        // what it comes from: "hint", "blocked writes", "receiver feedback", "tcp_info"
+	RTT     time.Duration // 0 when unknown
+	At      time.Time     // when it was measured
 }
 
 // linkWindow is how far back the writer-side estimate looks.
@@ -123,7 +126,8 @@ func (l *Link) writerEstimate() (Estimate, bool) {
 		return Estimate{}, false
 	}
 	rate := float64(bytes) / span.Seconds()
-	return Estimate{Bandwidth: rate, Bound: blocked < time.Duration(blockedShare*float64(span)), Source: "blocked writes", At: last.at}, true
+	share := blocked.Seconds() / span.Seconds()
+	return Estimate{Bandwidth: rate, Bound: share < blockedShare, Blocked: share, Source: "blocked writes", At: last.at}, true
 }
 
 // ObserveFeedback records the receiver's total of wire bytes received.

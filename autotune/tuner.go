@@ -164,6 +164,11 @@ type Tuner struct {
 // few frames in all, and a fast one shows itself within a few frames.
 const DefaultInitialBandwidth = 12.5e6
 
+// freeShare: a writer blocked for less than this share of the time is
+// not held back by the link, whose bandwidth is then taken as unlimited
+// (between it and blockedShare, the evidence is too weak to act on).
+const freeShare = 0.1
+
 // Probe intervals: how long a bandwidth measured earlier is trusted while
 // the current recipe does not fill the link.
 const (
@@ -562,6 +567,10 @@ func (t *Tuner) decide(c Class, cands []candidate, fi *codec.FrameInfo, st *clas
 		// Nothing measured yet: assume a wide-area link.
 		bw = t.initialBW
 		est.Source = "initial guess"
+	case est.Bound && est.Blocked >= freeShare && !st.fresh:
+		// The writer waits on the link part of the time: neither clearly
+		// the bottleneck nor clearly not. Keep the recipe.
+		return
 	case est.Bound || bw <= 0:
 		bw = math.Inf(1)
 	}

@@ -151,15 +151,7 @@ func appendString(b []byte, s string) []byte {
 // appendFrame writes lead, header length, header, header CRC, the payload
 // parts and, when withCRC, the payload CRC.
 func appendFrame(dst []byte, typ FrameType, hdr []byte, payload [][]byte, withCRC bool) []byte {
-	lead := byte(Version<<leadVersionShift) | byte(typ)
-	if withCRC {
-		lead |= leadPayloadCRC
-	}
-	start := len(dst)
-	dst = append(dst, lead)
-	dst = binary.AppendUvarint(dst, uint64(len(hdr)))
-	dst = append(dst, hdr...)
-	dst = binary.LittleEndian.AppendUint32(dst, crc(dst[start:]))
+	dst = appendFrameHead(dst, typ, hdr, withCRC)
 	pstart := len(dst)
 	for _, p := range payload {
 		dst = append(dst, p...)
@@ -168,6 +160,36 @@ func appendFrame(dst []byte, typ FrameType, hdr []byte, payload [][]byte, withCR
 		dst = binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[pstart:], castagnoli))
 	}
 	return dst
+}
+
+// appendFrameHead writes what comes before a frame's payload: lead,
+// header length, header and header CRC.
+func appendFrameHead(dst []byte, typ FrameType, hdr []byte, withCRC bool) []byte {
+	lead := byte(Version<<leadVersionShift) | byte(typ)
+	if withCRC {
+		lead |= leadPayloadCRC
+	}
+	start := len(dst)
+	dst = append(dst, lead)
+	dst = binary.AppendUvarint(dst, uint64(len(hdr)))
+	dst = append(dst, hdr...)
+	return binary.LittleEndian.AppendUint32(dst, crc(dst[start:]))
+}
+
+// AppendRawBytesHead appends the head of a bytes frame that stores p as
+// it is: the frame is the head, then p, then the returned tail (the
+// payload CRC, or nothing when the Encoder omits it on raw frames). A
+// writer sends the three with one vectored write, without copying p
+// (AppendBytes with a nil recipe makes the same bytes in one buffer).
+func (e *Encoder) AppendRawBytesHead(dst, p []byte) (head, tail []byte) {
+	var hb [1 + binary.MaxVarintLen64]byte
+	hdr := binary.AppendUvarint(hb[:1], uint64(len(p))) // flags 0: stored as is
+	withCRC := e.cfg.payloadCRC == CRCAlways
+	head = appendFrameHead(dst, FrameBytes, hdr, withCRC)
+	if withCRC {
+		tail = binary.LittleEndian.AppendUint32(nil, crc32.Checksum(p, castagnoli))
+	}
+	return head, tail
 }
 
 func (e *Encoder) assemble(dst []byte, typ FrameType, hdr []byte, ents []entry) ([]byte, []SegmentStat, error) {

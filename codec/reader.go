@@ -2,7 +2,9 @@ package codec
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"time"
 )
@@ -83,6 +85,15 @@ func (r *Reader) Next() (*Frame, error) {
 	return r.next(nil)
 }
 
+// NextInto is Next with the caller's buffers: into returns, for entry i
+// of the frame with header h, a buffer (length 0, capacity at least the
+// entry's RawLen) to decode the entry into, or nil to allocate one. The
+// payload of a bytes frame stored as is is read straight into it, without
+// a copy.
+func (r *Reader) NextInto(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
+	return r.next(into)
+}
+
 func (r *Reader) next(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	if r.err != nil {
 		return nil, r.err
@@ -107,19 +118,37 @@ func (r *Reader) read(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 		}
 		return nil, r.wrapAt(start, err, "frame header")
 	}
-	raw, err := r.readPayload(h.FrameLen() - int64(h.HeaderLen))
-	if err != nil {
-		return nil, r.wrapAt(start, unexpected(err), fmt.Sprintf("%v frame payload of %d bytes", h.Type, h.FrameLen()-int64(h.HeaderLen)))
+	var f *Frame
+	var dst []byte
+	if into != nil && h.Type == FrameBytes && len(h.Entries) == 1 && !h.Entries[0].Coded {
+		dst = into(h, 0)
 	}
-	var intoEntry func(int) []byte
-	if into != nil {
-		intoEntry = func(i int) []byte { return into(h, i) }
-	}
-	t0 := time.Now()
-	f, err := decodePayload(h, raw, &r.lim, &r.arena, intoEntry)
-	r.stats.DecodeTime += time.Since(t0)
-	if err != nil {
-		return nil, r.wrapAt(start, err, fmt.Sprintf("%v frame", h.Type))
+	if dst != nil && int64(cap(dst)) >= h.Entries[0].RawLen {
+		// The caller's buffer has the room: no allocation by what the
+		// header claims, and no copy.
+		if f, err = r.readRawBytes(h, dst); err != nil {
+			return nil, r.wrapAt(start, err, fmt.Sprintf("%v frame payload of %d bytes", h.Type, h.FrameLen()-int64(h.HeaderLen)))
+		}
+	} else {
+		raw, err := r.readPayload(h.FrameLen() - int64(h.HeaderLen))
+		if err != nil {
+			return nil, r.wrapAt(start, unexpected(err), fmt.Sprintf("%v frame payload of %d bytes", h.Type, h.FrameLen()-int64(h.HeaderLen)))
+		}
+		var intoEntry func(int) []byte
+		if into != nil {
+			intoEntry = func(i int) []byte {
+				if i == 0 && dst != nil {
+					return dst // already asked for
+				}
+				return into(h, i)
+			}
+		}
+		t0 := time.Now()
+		f, err = decodePayload(h, raw, &r.lim, &r.arena, intoEntry)
+		r.stats.DecodeTime += time.Since(t0)
+		if err != nil {
+			return nil, r.wrapAt(start, err, fmt.Sprintf("%v frame", h.Type))
+		}
 	}
 	switch h.Type {
 	case FrameHello:
@@ -141,6 +170,28 @@ func (r *Reader) read(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	}
 	r.last, r.off = start, start+h.FrameLen()
 	return f, nil
+}
+
+// readRawBytes reads the payload of a bytes frame stored as is straight
+// into dst, which has the room, and checks its CRC.
+func (r *Reader) readRawBytes(h *FrameHeader, dst []byte) (*Frame, error) {
+	dst = dst[:h.Entries[0].RawLen]
+	if _, err := io.ReadFull(r.br, dst); err != nil {
+		return nil, unexpected(err)
+	}
+	if h.PayloadCRC {
+		var c [4]byte
+		if _, err := io.ReadFull(r.br, c[:]); err != nil {
+			return nil, unexpected(err)
+		}
+		t0 := time.Now()
+		got := crc32.Checksum(dst, castagnoli)
+		r.stats.DecodeTime += time.Since(t0)
+		if want := binary.LittleEndian.Uint32(c[:]); got != want {
+			return nil, fmt.Errorf("%w: payload CRC %08x, computed %08x", ErrChecksum, want, got)
+		}
+	}
+	return &Frame{Header: h, Bytes: dst}, nil
 }
 
 // readPayload reads n bytes into the reused payload buffer, growing it as

@@ -3,11 +3,13 @@ package codec_test
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 
@@ -162,5 +164,103 @@ func BenchmarkWriterMemory(b *testing.B) {
 				w.Close()
 			})
 		}
+	}
+}
+
+// A raw bytes frame written as head, data, tail is the frame AppendBytes
+// makes in one buffer, with and without the payload CRC.
+func TestAppendRawBytesHead(t *testing.T) {
+	for _, mode := range []codec.CRCMode{codec.CRCAlways, codec.CRCOmitRaw} {
+		enc, err := codec.NewEncoder(codec.WithPayloadCRC(mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{0, 1, 1000, 300000} {
+			p := bytes.Repeat([]byte{byte(n), 7}, n/2+1)[:n]
+			want, _, err := enc.AppendBytes(nil, p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			head, tail := enc.AppendRawBytesHead([]byte("x"), p)
+			got := append(append(slices.Clone(head[1:]), p...), tail...)
+			if !bytes.Equal(got, want) {
+				t.Errorf("mode %d, %d bytes: head+data+tail differs from AppendBytes", mode, n)
+			}
+		}
+	}
+}
+
+// Raw chunks of 64 KiB and more go out as head, data and tail without a
+// copy, from Write's buffers and from WriteBorrowed's caller alike: the
+// stream reads back the same, with and without payload CRCs.
+func TestWriterRawVectored(t *testing.T) {
+	for _, mode := range []codec.CRCMode{codec.CRCAlways, codec.CRCOmitRaw} {
+		var buf bytes.Buffer
+		w, err := codec.NewWriter(&buf, codec.WithChunkSize(100000), codec.WithPayloadCRC(mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := bytes.Repeat([]byte("abcdefgh"), 40000) // 320000 bytes: 3 full chunks and a part
+		b := bytes.Repeat([]byte("01234567"), 30000)
+		if _, err := w.Write(a[:5000]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.WriteBorrowed(a[5000:]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(codec.NewReader(&buf))
+		if err != nil || !bytes.Equal(got, append(slices.Clone(a), b...)) {
+			t.Fatalf("mode %d: read %d bytes, %v", mode, len(got), err)
+		}
+	}
+}
+
+// NextInto reads a raw bytes frame straight into the caller's buffer
+// (checking its CRC), and falls back to its own when the buffer is small.
+func TestNextIntoRaw(t *testing.T) {
+	var buf bytes.Buffer
+	w, _ := codec.NewWriter(&buf, codec.WithChunkSize(70000))
+	data := bytes.Repeat([]byte("0123456789abcdef"), 10000) // 160000: chunks of 70000, 70000, 20000
+	w.Write(data)
+	w.Close()
+	stream := buf.Bytes()
+	mine := make([]byte, 0, 70000)
+	var got []byte
+	direct := 0
+	r := codec.NewReader(bytes.NewReader(stream))
+	for {
+		f, err := r.NextInto(func(h *codec.FrameHeader, i int) []byte { return mine[:0] })
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Header.Type == codec.FrameBytes {
+			if &f.Bytes[0] == &mine[:1][0] {
+				direct++
+			}
+			got = append(got, f.Bytes...)
+		}
+	}
+	if !bytes.Equal(got, data) || direct != 3 {
+		t.Fatalf("read %d bytes, %d frames into the caller's buffer", len(got), direct)
+	}
+	// A damaged payload is a checksum error on the direct path too.
+	bad := slices.Clone(stream)
+	bad[len(bad)/2] ^= 1
+	r = codec.NewReader(bytes.NewReader(bad))
+	var err error
+	for err == nil {
+		_, err = r.NextInto(func(*codec.FrameHeader, int) []byte { return mine[:0] })
+	}
+	if !errors.Is(err, codec.ErrChecksum) {
+		t.Fatalf("damaged payload: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -45,8 +46,11 @@ type job struct {
 	info    FrameInfo
 	recipe  *Recipe
 	tensor  *Tensor // chunk view of the caller's tensor (tensor frames)
-	data    []byte  // owned chunk buffer (bytes frames)
-	out     []byte  // encoded frame
+	data    []byte  // chunk (bytes frames)
+	owned   bool    // data is the Writer's pooled buffer (else borrowed from the caller)
+	out     []byte  // encoded frame (or its head, when raw is set)
+	raw     []byte  // a raw frame's payload, written after out without a copy
+	tail    []byte  // what follows raw (its payload CRC)
 	stats   []SegmentStat
 	encode  time.Duration
 	err     error
@@ -86,14 +90,23 @@ func (w *Writer) worker() {
 		if need := j.info.Len + 4096; cap(out) < need {
 			out = make([]byte, 0, need) // a frame is never much larger than its chunk
 		}
-		if j.tensor != nil {
+		switch {
+		case j.tensor != nil:
 			j.out, j.stats, j.err = w.enc.AppendTensor(out, j.tensor, j.recipe)
-		} else {
+		case j.recipe == nil && len(j.data) >= vectorMin:
+			// Stored raw: the head and tail go around the data itself
+			// in one vectored write, with no copy of the data.
+			j.out, j.tail = w.enc.AppendRawBytesHead(out, j.data)
+			j.raw = j.data
+			j.stats = []SegmentStat{{Name: "data", RawLen: len(j.data), StoredLen: len(j.data)}}
+		default:
 			j.out, j.stats, j.err = w.enc.AppendBytes(out, j.data, j.recipe)
 		}
 		j.encode = time.Since(t0)
-		if j.data != nil {
-			w.putBuf(j.data)
+		if j.data != nil && j.raw == nil {
+			if j.owned {
+				w.putBuf(j.data)
+			}
 			j.data = nil
 		}
 		if j.encoded != nil {
@@ -120,9 +133,19 @@ func (w *Writer) output() {
 			continue
 		}
 		t0 := time.Now()
-		n, err := w.dst.Write(j.out)
+		var n, want int64
+		var err error
+		if j.raw != nil {
+			want = int64(len(j.out) + len(j.raw) + len(j.tail))
+			bufs := net.Buffers{j.out, j.raw, j.tail}
+			n, err = bufs.WriteTo(w.dst) // writev on sockets
+		} else {
+			var k int
+			k, err = w.dst.Write(j.out)
+			n, want = int64(k), int64(len(j.out))
+		}
 		blocked := time.Since(t0)
-		if err == nil && n != len(j.out) {
+		if err == nil && n != want {
 			err = io.ErrShortWrite
 		}
 		if err != nil {
@@ -136,8 +159,16 @@ func (w *Writer) output() {
 		}
 		w.observe(j, blocked, err)
 		w.putBuf(j.out[:0])
+		if j.raw != nil && j.owned {
+			w.putBuf(j.raw)
+		}
+		j.raw, j.data = nil, nil
 	}
 }
+
+// vectorMin is the smallest raw chunk sent without a copy: below it, one
+// copy into the frame costs less than a write of three buffers.
+const vectorMin = 64 << 10
 
 func (w *Writer) observe(j *job, blocked time.Duration, err error) {
 	if w.cfg.policy == nil || !j.data0 {
@@ -146,7 +177,7 @@ func (w *Writer) observe(j *job, blocked time.Duration, err error) {
 	info := j.info
 	info.Data = nil
 	w.cfg.policy.Observe(FrameStats{
-		Info: info, Recipe: j.recipe, RawBytes: info.Len, FrameBytes: len(j.out),
+		Info: info, Recipe: j.recipe, RawBytes: info.Len, FrameBytes: len(j.out) + len(j.raw) + len(j.tail),
 		Segments: j.stats, Encode: j.encode, Blocked: blocked, Err: err,
 	})
 }
@@ -365,14 +396,38 @@ func (w *Writer) flushPending() error {
 	}
 	data := w.pending
 	w.pending = nil
+	w.emitBytes(data, true)
+	return nil
+}
+
+// emitBytes queues data as a bytes frame; owned data is the Writer's
+// pooled buffer, else it is the caller's.
+func (w *Writer) emitBytes(data []byte, owned bool) {
 	info := FrameInfo{Seq: w.seq, Type: FrameBytes, DType: Byte, Len: len(data), First: true, Data: data}
 	r := w.choose(info)
 	if r.Lossy() {
 		r = nil // byte streams are always lossless: a lossy choice is stored raw
 	}
 	w.seq++
-	w.enqueue(&job{info: info, recipe: r, data: data, data0: true}, true)
-	return nil
+	w.enqueue(&job{info: info, recipe: r, data: data, owned: owned, data0: true}, true)
+}
+
+// WriteBorrowed writes p as bytes frames, as Write does, but without
+// copying it: p must not change until the next Flush or Close returns.
+// Data buffered by Write goes first, in a frame of its own.
+func (w *Writer) WriteBorrowed(p []byte) (int, error) {
+	if err := w.start(); err != nil {
+		return 0, err
+	}
+	if err := w.flushPending(); err != nil {
+		return 0, err
+	}
+	for off := 0; off < len(p); {
+		n := min(w.cfg.chunkSize, len(p)-off)
+		w.emitBytes(p[off:off+n], false)
+		off += n
+	}
+	return len(p), w.Err()
 }
 
 // WriteControl writes a control frame after everything written so far.
