@@ -264,3 +264,37 @@ func TestNextIntoRaw(t *testing.T) {
 		t.Fatalf("damaged payload: %v", err)
 	}
 }
+
+// WriteFrame sends a frame at once from the calling goroutine, in order
+// with what Write, WriteBorrowed and WriteTensor queued before it.
+func TestWriteFrame(t *testing.T) {
+	var buf bytes.Buffer
+	pol := &cycling{recipes: []*codec.Recipe{nil, codec.MustParseRecipe("*:zstd(1)")}}
+	w, err := codec.NewWriter(&buf, codec.WithChunkSize(100000), codec.WithPolicy(pol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	for i, n := range []int{0, 10, 99999, 100000, 70000} {
+		p := bytes.Repeat([]byte{byte('a' + i)}, n)
+		want = append(want, p...)
+		if i%2 == 0 {
+			w.Write(p[:n/2])
+			if err := w.WriteFrame(p[n/2:]); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := w.WriteBorrowed(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.WriteFrame(make([]byte, 100001)); err == nil {
+		t.Fatal("a frame over the chunk size accepted")
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(codec.NewReader(&buf))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %d of %d bytes: %v", len(got), len(want), err)
+	}
+}

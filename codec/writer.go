@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,11 +36,12 @@ type Writer struct {
 	frames uint64
 	bytes  uint64
 
-	seq     uint64
-	pending []byte // buffered byte-stream data, up to chunkSize
-	started bool
-	closed  bool
-	bufPool sync.Pool
+	seq      uint64
+	inflight atomic.Int64 // jobs queued and not yet through the output goroutine
+	pending  []byte       // buffered byte-stream data, up to chunkSize
+	started  bool
+	closed   bool
+	bufPool  sync.Pool
 }
 
 type job struct {
@@ -85,30 +87,7 @@ func NewWriter(w io.Writer, opts ...Option) (*Writer, error) {
 func (w *Writer) worker() {
 	defer w.wg.Done()
 	for j := range w.jobs {
-		t0 := time.Now()
-		out := w.getBuf()
-		if need := j.info.Len + 4096; cap(out) < need {
-			out = make([]byte, 0, need) // a frame is never much larger than its chunk
-		}
-		switch {
-		case j.tensor != nil:
-			j.out, j.stats, j.err = w.enc.AppendTensor(out, j.tensor, j.recipe)
-		case j.recipe == nil && len(j.data) >= vectorMin:
-			// Stored raw: the head and tail go around the data itself
-			// in one vectored write, with no copy of the data.
-			j.out, j.tail = w.enc.AppendRawBytesHead(out, j.data)
-			j.raw = j.data
-			j.stats = []SegmentStat{{Name: "data", RawLen: len(j.data), StoredLen: len(j.data)}}
-		default:
-			j.out, j.stats, j.err = w.enc.AppendBytes(out, j.data, j.recipe)
-		}
-		j.encode = time.Since(t0)
-		if j.data != nil && j.raw == nil {
-			if j.owned {
-				w.putBuf(j.data)
-			}
-			j.data = nil
-		}
+		w.encodeJob(j)
 		if j.encoded != nil {
 			j.encoded.Done()
 		}
@@ -116,54 +95,95 @@ func (w *Writer) worker() {
 	}
 }
 
+// encodeJob encodes a job's frame.
+func (w *Writer) encodeJob(j *job) {
+	t0 := time.Now()
+	vectored := j.tensor == nil && j.recipe == nil && len(j.data) >= vectorMin
+	out := w.getBuf()
+	need := j.info.Len + 4096 // a frame is never much larger than its chunk
+	if vectored {
+		need = 64 // the head only
+	}
+	if cap(out) < need {
+		out = make([]byte, 0, need)
+	}
+	switch {
+	case j.tensor != nil:
+		j.out, j.stats, j.err = w.enc.AppendTensor(out, j.tensor, j.recipe)
+	case vectored:
+		// Stored raw: the head and tail go around the data itself
+		// in one vectored write, with no copy of the data.
+		j.out, j.tail = w.enc.AppendRawBytesHead(out, j.data)
+		j.raw = j.data
+		j.stats = []SegmentStat{{Name: "data", RawLen: len(j.data), StoredLen: len(j.data)}}
+	default:
+		j.out, j.stats, j.err = w.enc.AppendBytes(out, j.data, j.recipe)
+	}
+	j.encode = time.Since(t0)
+	if j.data != nil && j.raw == nil {
+		if j.owned {
+			w.putBuf(j.data)
+		}
+		j.data = nil
+	}
+}
+
 func (w *Writer) output() {
 	defer close(w.done)
 	for j := range w.order {
 		<-j.ready
+		w.writeJob(j)
+		w.inflight.Add(-1)
 		if j.flushed != nil {
 			close(j.flushed)
-			continue
 		}
-		if err := w.Err(); err != nil {
-			continue // drain: after an error nothing more is written
-		}
-		if j.err != nil {
-			w.setErr(j.err)
-			w.observe(j, 0, j.err)
-			continue
-		}
-		t0 := time.Now()
-		var n, want int64
-		var err error
-		if j.raw != nil {
-			want = int64(len(j.out) + len(j.raw) + len(j.tail))
-			bufs := net.Buffers{j.out, j.raw, j.tail}
-			n, err = bufs.WriteTo(w.dst) // writev on sockets
-		} else {
-			var k int
-			k, err = w.dst.Write(j.out)
-			n, want = int64(k), int64(len(j.out))
-		}
-		blocked := time.Since(t0)
-		if err == nil && n != want {
-			err = io.ErrShortWrite
-		}
-		if err != nil {
-			err = fmt.Errorf("codec: write: %w", err)
-			w.setErr(err)
-		} else if j.data0 {
-			w.mu.Lock()
-			w.frames++
-			w.bytes += uint64(j.info.Len)
-			w.mu.Unlock()
-		}
-		w.observe(j, blocked, err)
-		w.putBuf(j.out[:0])
-		if j.raw != nil && j.owned {
-			w.putBuf(j.raw)
-		}
-		j.raw, j.data = nil, nil
 	}
+}
+
+// writeJob writes an encoded job to the destination and reports it.
+func (w *Writer) writeJob(j *job) {
+	if j.flushed != nil {
+		return
+	}
+	if err := w.Err(); err != nil {
+		return // drain: after an error nothing more is written
+	}
+	if j.err != nil {
+		w.setErr(j.err)
+		w.observe(j, 0, j.err)
+		return
+	}
+	t0 := time.Now()
+	var n, want int64
+	var err error
+	if j.raw != nil {
+		want = int64(len(j.out) + len(j.raw) + len(j.tail))
+		bufs := net.Buffers{j.out, j.raw, j.tail}
+		n, err = bufs.WriteTo(w.dst) // writev on sockets
+	} else {
+		var k int
+		k, err = w.dst.Write(j.out)
+		n, want = int64(k), int64(len(j.out))
+	}
+	blocked := time.Since(t0)
+	if err == nil && n != want {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		err = fmt.Errorf("codec: write: %w", err)
+		w.setErr(err)
+	} else if j.data0 {
+		w.mu.Lock()
+		w.frames++
+		w.bytes += uint64(j.info.Len)
+		w.mu.Unlock()
+	}
+	w.observe(j, blocked, err)
+	w.putBuf(j.out[:0])
+	if j.raw != nil && j.owned {
+		w.putBuf(j.raw)
+	}
+	j.raw, j.data = nil, nil
 }
 
 // vectorMin is the smallest raw chunk sent without a copy: below it, one
@@ -218,6 +238,7 @@ func (w *Writer) enqueue(j *job, encode bool) {
 	if j.ready == nil {
 		j.ready = make(chan struct{})
 	}
+	w.inflight.Add(1)
 	w.order <- j
 	if encode {
 		w.jobs <- j
@@ -410,6 +431,42 @@ func (w *Writer) emitBytes(data []byte, owned bool) {
 	}
 	w.seq++
 	w.enqueue(&job{info: info, recipe: r, data: data, owned: owned, data0: true}, true)
+}
+
+// ChunkSize is the decoded bytes per frame the Writer cuts data into.
+func (w *Writer) ChunkSize() int { return w.cfg.chunkSize }
+
+// WriteFrame writes p as one bytes frame (at most the chunk size) before
+// it returns, encoding it on the calling goroutine: for a connection that
+// sends each message at once, it saves the pipeline's hand-offs between
+// goroutines, which cost more than the encoding of a small message. Data
+// buffered by Write and frames still in the pipeline go first. The
+// policy's Observe is called from the calling goroutine for such frames.
+func (w *Writer) WriteFrame(p []byte) error {
+	if len(p) > w.cfg.chunkSize {
+		return fmt.Errorf("codec: WriteFrame: %d bytes, more than the chunk size %d", len(p), w.cfg.chunkSize)
+	}
+	if err := w.start(); err != nil {
+		return err
+	}
+	if err := w.flushPending(); err != nil {
+		return err
+	}
+	if w.inflight.Load() > 0 {
+		if err := w.barrier(); err != nil {
+			return err
+		}
+	}
+	info := FrameInfo{Seq: w.seq, Type: FrameBytes, DType: Byte, Len: len(p), First: true, Data: p}
+	r := w.choose(info)
+	if r.Lossy() {
+		r = nil
+	}
+	w.seq++
+	j := &job{info: info, recipe: r, data: p, data0: true}
+	w.encodeJob(j)
+	w.writeJob(j)
+	return w.Err()
 }
 
 // WriteBorrowed writes p as bytes frames, as Write does, but without

@@ -57,6 +57,8 @@ type Conn struct {
 	// Read side.
 	rmu      sync.Mutex
 	rest     []byte      // unread part of the current chunk; under rmu
+	cur      []byte      // the current chunk's buffer, back to bufs once read; under rmu
+	bufs     sync.Pool   // *[]byte: decoded chunk buffers
 	data     chan []byte // decoded chunks from the pump
 	rerr     error       // why the pump stopped; written before pumpDone closes
 	pumpDone chan struct{}
@@ -178,7 +180,17 @@ func (c *Conn) Write(p []byte) (int, error) {
 	if err := c.awaitPeer(); err != nil {
 		return 0, err
 	}
-	if _, err := c.w.Write(p); err != nil {
+	// p is sent before Write returns, so the frames may borrow it: raw
+	// chunks go out without a copy. One frame's worth is encoded and sent
+	// right here; more go through the Writer's pipeline (chunk k+1 is
+	// encoded while chunk k is sent).
+	if len(p) <= c.w.ChunkSize() {
+		if err := c.w.WriteFrame(p); err != nil {
+			return 0, c.writeErr(err)
+		}
+		return len(p), nil
+	}
+	if _, err := c.w.WriteBorrowed(p); err != nil {
 		return 0, c.writeErr(err)
 	}
 	if err := c.w.Flush(); err != nil {
@@ -257,27 +269,88 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if err := c.fill(); err != nil {
+		return 0, err
+	}
+	n := copy(p, c.rest)
+	c.consumed.Add(uint64(n))
+	c.advance(n)
+	return n, nil
+}
+
+// fill waits, under rmu, until c.rest holds unread data.
+func (c *Conn) fill() error {
 	for len(c.rest) == 0 {
 		select {
 		case b, ok := <-c.data:
 			if !ok {
-				return 0, c.readErr()
+				return c.readErr()
 			}
-			c.rest = b
+			c.rest, c.cur = b, b
 		case <-c.closed:
-			return 0, net.ErrClosed
+			return net.ErrClosed
 		case <-c.rdl.wait():
-			return 0, os.ErrDeadlineExceeded
+			return os.ErrDeadlineExceeded
 		}
 	}
-	n := copy(p, c.rest)
+	return nil
+}
+
+// advance consumes n bytes of c.rest; a chunk read to its end goes back
+// to the pool and asks for a feedback report.
+func (c *Conn) advance(n int) {
 	c.rest = c.rest[n:]
-	c.consumed.Add(uint64(n))
 	if len(c.rest) == 0 {
-		c.rest = nil
+		c.putBuf(c.cur)
+		c.rest, c.cur = nil, nil
 		c.wantFeedback()
 	}
-	return n, nil
+}
+
+// WriteTo writes the decoded data to w until the peer's end frame (io.Copy
+// uses it): each chunk goes to w as it is, without a copy into a read
+// buffer. It returns nil at the end of the stream.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.closing.Load() {
+		return 0, net.ErrClosed
+	}
+	var total int64
+	for {
+		if err := c.fill(); err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return total, err
+		}
+		n, err := w.Write(c.rest)
+		total += int64(n)
+		c.consumed.Add(uint64(n))
+		c.advance(n)
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// maxPooled is the largest decoded chunk read into a pooled buffer: a
+// header's claim is not a reason to allocate more before the bytes come.
+const maxPooled = 4 << 20
+
+func (c *Conn) getBuf(n int) []byte {
+	if b, ok := c.bufs.Get().(*[]byte); ok && cap(*b) >= n {
+		return (*b)[:0]
+	}
+	return codec.AlignedBytes(n)[:0]
+}
+
+func (c *Conn) putBuf(b []byte) {
+	if cap(b) == 0 || cap(b) > maxPooled {
+		return
+	}
+	b = b[:0]
+	c.bufs.Put(&b)
 }
 
 func (c *Conn) readErr() error {
@@ -374,8 +447,14 @@ func (c *Conn) pump() {
 		close(c.data)
 	}()
 	r := codec.NewReader(c.raw, codec.WithLimits(c.o.limits))
+	into := func(h *codec.FrameHeader, i int) []byte {
+		if n := h.Entries[i].RawLen; h.Type == codec.FrameBytes && n <= maxPooled {
+			return c.getBuf(int(n))
+		}
+		return nil // larger frames: the Reader's buffers, grown as bytes arrive
+	}
 	for first := true; ; first = false {
-		f, e := r.Next()
+		f, e := r.NextInto(into)
 		if e != nil {
 			err = e
 			if first && e == io.EOF {
@@ -398,11 +477,13 @@ func (c *Conn) pump() {
 			st := r.Stats()
 			c.rstats.Store(&st)
 			if len(f.Bytes) == 0 {
+				c.putBuf(f.Bytes)
 				continue
 			}
 			select {
 			case c.data <- f.Bytes:
 			case <-c.discard: // closing: keep reading for the ack
+				c.putBuf(f.Bytes)
 			case <-c.closed:
 				err = net.ErrClosed
 				return

@@ -523,3 +523,26 @@ func TestFeedbackRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// io.Copy takes the chunks through WriteTo, as they are, to the end of
+// the stream.
+func TestWriteTo(t *testing.T) {
+	a, b := tcpPair(t)
+	ca, cb := pair(t, a, b, WithRecipe(zstd1), WithCodec(codec.WithChunkSize(100000)))
+	defer ca.Close()
+	defer cb.Close()
+	want := floats(1<<20, 31)
+	go func() {
+		ca.Write(want[:12345])
+		ca.Write(want[12345:])
+		ca.CloseWrite()
+	}()
+	var got bytes.Buffer
+	n, err := io.Copy(&got, cb)
+	if err != nil || n != int64(len(want)) || !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("copied %d of %d bytes: %v", n, len(want), err)
+	}
+	if fb := cb.Feedback(); fb.Consumed != uint64(len(want)) {
+		t.Fatalf("consumed %d", fb.Consumed)
+	}
+}

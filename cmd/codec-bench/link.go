@@ -384,6 +384,7 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	var w io.Writer = cc
 	var closeWrite func() error = cc.CloseWrite
 	var rd io.Reader = server
+	var ts *transport.Conn
 	if !ch.plain {
 		topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize))}
 		if ch.auto {
@@ -396,12 +397,14 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 		} else {
 			topts = append(topts, transport.WithRecipe(ch.recipe))
 		}
-		tc, err := transport.Wrap(cc, topts...)
+		// The sender wraps the connection itself (a counting wrapper would
+		// hide its vectored writes); the receiver counts the wire bytes.
+		tc, err := transport.Wrap(client, topts...)
 		if err != nil {
 			return res, err
 		}
 		defer tc.Close()
-		ts, err := transport.Wrap(server)
+		ts, err = transport.Wrap(server)
 		if err != nil {
 			return res, err
 		}
@@ -428,6 +431,9 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	rerr := <-got
 	res.seconds = time.Since(t0).Seconds()
 	res.wire = cc.n.Load()
+	if ts != nil {
+		res.wire = int64(ts.Feedback().WireBytes)
+	}
 	if res.tuner != nil {
 		res.switches = res.tuner.Switches()
 	}
