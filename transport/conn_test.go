@@ -77,17 +77,22 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 	return a.(*net.TCPConn), r.c.(*net.TCPConn)
 }
 
+// conns returns both ends of a net.Pipe ("pipe") or of a loopback TCP
+// connection (anything else).
+func conns(t *testing.T, link string) (net.Conn, net.Conn) {
+	if link == "pipe" {
+		return net.Pipe()
+	}
+	a, b := tcpPair(t)
+	return a, b
+}
+
 // Both directions at once, over net.Pipe and loopback TCP, with writes of
 // every size from 0 to several chunks: everything arrives, in order.
 func TestRoundTripBothWays(t *testing.T) {
 	for _, link := range []string{"pipe", "tcp"} {
 		t.Run(link, func(t *testing.T) {
-			var a, b net.Conn
-			if link == "pipe" {
-				a, b = net.Pipe()
-			} else {
-				a, b = tcpPair(t)
-			}
+			a, b := conns(t, link)
 			ca, cb := pair(t, a, b, WithRecipe(zstd1), WithCodec(codec.WithChunkSize(64<<10)))
 			defer ca.Close()
 			defer cb.Close()
@@ -152,12 +157,7 @@ func TestCloseDeliversAndEOF(t *testing.T) {
 func TestHalfClose(t *testing.T) {
 	for _, link := range []string{"pipe", "tcp"} {
 		t.Run(link, func(t *testing.T) {
-			var a, b net.Conn
-			if link == "pipe" {
-				a, b = net.Pipe()
-			} else {
-				a, b = tcpPair(t)
-			}
+			a, b := conns(t, link)
 			ca, cb := pair(t, a, b, WithRecipe(zstd1))
 			defer ca.Close()
 			defer cb.Close()
@@ -210,13 +210,7 @@ func TestPeerCutMidFrame(t *testing.T) {
 	stream := cutStream(t, data)
 	for _, link := range []string{"pipe", "tcp-reset"} {
 		t.Run(link, func(t *testing.T) {
-			var a, b net.Conn
-			if link == "pipe" {
-				a, b = net.Pipe()
-			} else {
-				ta, tb := tcpPair(t)
-				a, b = ta, tb
-			}
+			a, b := conns(t, link)
 			cb, err := Wrap(b)
 			if err != nil {
 				t.Fatal(err)

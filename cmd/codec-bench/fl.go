@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -159,20 +158,12 @@ func cmdFL(args []string, stdout, stderr io.Writer) error {
 		writeFLTable(stdout, rows)
 	}
 	if *jsonOut != "" {
-		w := stdout
-		if *jsonOut != "-" {
-			file, err := os.Create(*jsonOut)
-			if err != nil {
-				return err
-			}
-			defer file.Close()
-			w = file
+		all := make([]any, len(rows))
+		for i, r := range rows {
+			all[i] = r
 		}
-		enc := json.NewEncoder(w)
-		for _, r := range rows {
-			if err := enc.Encode(r); err != nil {
-				return err
-			}
+		if err := writeJSONRows(*jsonOut, stdout, all); err != nil {
+			return err
 		}
 	}
 	if *plotOut != "" {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -165,25 +164,15 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 		writeChangeTable(stdout, changes)
 	}
 	if *jsonOut != "" {
-		w := stdout
-		if *jsonOut != "-" {
-			file, err := os.Create(*jsonOut)
-			if err != nil {
-				return err
-			}
-			defer file.Close()
-			w = file
-		}
-		enc := json.NewEncoder(w)
+		var all []any
 		for _, r := range rows {
-			if err := enc.Encode(r); err != nil {
-				return err
-			}
+			all = append(all, r)
 		}
 		for _, c := range changes {
-			if err := enc.Encode(c); err != nil {
-				return err
-			}
+			all = append(all, c)
+		}
+		if err := writeJSONRows(*jsonOut, stdout, all); err != nil {
+			return err
 		}
 	}
 	if *plotOut != "" {

@@ -16,6 +16,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -176,4 +177,29 @@ func (f *flags) isSet(name string) bool {
 	set := false
 	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
 	return set
+}
+
+// writeJSONRows writes one JSON object per line to the file dst, or to
+// stdout when dst is "-".
+func writeJSONRows(dst string, stdout io.Writer, rows []any) (err error) {
+	w := stdout
+	if dst != "-" {
+		f, err := os.Create(dst)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}()
+		w = f
+	}
+	enc := json.NewEncoder(w)
+	for _, r := range rows {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
