@@ -145,6 +145,9 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 			defer b.pair.Close()
 		}
 		for _, rate := range rates {
+			if rate == 0 && l != links[0] {
+				continue // loopback is the same for both links: measured once
+			}
 			rs, err := b.rate(ctx, l, rate, chains, *duration, *reps)
 			rows = append(rows, rs...)
 			if err != nil {
