@@ -65,6 +65,10 @@ type Link struct {
 	now      func() time.Time
 }
 
+// notSentQueued is how many bytes waiting unsent in a TCP send buffer
+// show that the link, not the writer, sets the pace.
+const notSentQueued = 64 << 10
+
 type tcpInfo struct {
 	DeliveryRate float64 // bytes per second
 	RTT          time.Duration
@@ -149,8 +153,9 @@ func (l *Link) ObserveFeedback(wire uint64) {
 	}
 }
 
-// Estimate returns the current estimate. The writer's own blocking is the
-// most direct evidence; a rate measured while link-bound is kept while the
+// Estimate returns the current estimate. On TCP, bytes queued unsent in
+// the kernel mean the link is the bottleneck, at the kernel's delivery
+// rate. Otherwise the writer's own blocking is the most direct evidence; a rate measured while link-bound is kept while the
 // writer sends no faster than it; otherwise what was sent is a lower bound,
 // raised by the kernel's delivery rate or the receiver's rate when those
 // are higher; a configured hint above all that is taken as the bandwidth.
@@ -168,6 +173,14 @@ func (l *Link) Estimate() Estimate {
 	if l.tcp != nil {
 		ti, haveTCP = l.tcp()
 		rtt = ti.RTT
+	}
+	if haveTCP && ti.NotSent >= notSentQueued && ti.DeliveryRate > 0 {
+		// Data waits in the kernel's send buffer: the link is the
+		// bottleneck even while writes return at once (the buffer hides
+		// it for its first megabytes), and the kernel measures its rate.
+		e := Estimate{Bandwidth: ti.DeliveryRate, Source: "tcp_info", RTT: rtt, At: l.now()}
+		l.known = e
+		return e
 	}
 	e, ok := l.writerEstimate()
 	switch {

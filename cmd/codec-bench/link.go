@@ -96,6 +96,7 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	pool := f.Int64("pool", 128<<20, "distinct workload `bytes` before the workload repeats")
 	latency := f.Duration("latency", 0, "one-way latency of the sim link")
 	change := f.Bool("change", false, "also run the rate-change scenario (100 -> 10 -> 100 Mbit/s)")
+	explain := f.Bool("explain", false, "print every switch of the autotuner and the estimates behind it to stderr")
 	jsonOut := f.String("json", "", "write JSON rows to `FILE` (- for stdout, instead of the table)")
 	plotOut := f.String("plot", "", "plot goodput against bandwidth to `FILE` (.svg or .png)")
 	if _, err := f.parse(args, 0, 0); err != nil {
@@ -134,7 +135,7 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b := &linkBench{prof: prof, work: work, stderr: stderr, latency: *latency}
+	b := &linkBench{prof: prof, work: work, stderr: stderr, latency: *latency, explain: *explain}
 	var rows []*linkRow
 	var changes []*changeRow
 	for _, l := range links {
@@ -288,6 +289,7 @@ type linkBench struct {
 	stderr  io.Writer
 	latency time.Duration
 	pair    *netns.Pair
+	explain bool
 }
 
 // conns returns the two ends of a link at rate (bits per second, 0:
@@ -380,7 +382,11 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	if !ch.plain {
 		topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize))}
 		if ch.auto {
-			tu, err := autotune.New(append([]autotune.Option{autotune.WithProfile(b.prof)}, opts...)...)
+			all := []autotune.Option{autotune.WithProfile(b.prof)}
+			if b.explain {
+				all = append(all, autotune.WithExplain(func(d autotune.Decision) { fmt.Fprintf(b.stderr, "\nautotune: %v", d) }))
+			}
+			tu, err := autotune.New(append(all, opts...)...)
 			if err != nil {
 				return res, err
 			}
