@@ -34,6 +34,10 @@ const (
 	// blockedShare is the share of the window the writer must spend
 	// blocked in Write for the link to count as the bottleneck.
 	blockedShare = 0.5
+	// freeShare: a writer blocked for less than this share of the time is
+	// not held back by the link at all, whose bandwidth is then unknown
+	// (at least the rate sent).
+	freeShare = 0.1
 )
 
 type sent struct {
@@ -105,8 +109,8 @@ func (l *Link) ObserveWrite(seq uint64, n int, blocked time.Duration) {
 		drop++
 	}
 	l.frames = append(l.frames[:0], l.frames[drop:]...)
-	if e, ok := l.writerEstimate(); ok && !e.Bound {
-		l.known = e
+	if e, ok := l.writerEstimate(); ok && !e.Bound && e.Blocked >= blockedShare {
+		l.known = e // only a rate measured while held back is kept
 	}
 }
 
@@ -131,7 +135,19 @@ func (l *Link) writerEstimate() (Estimate, bool) {
 	}
 	rate := float64(bytes) / span.Seconds()
 	share := blocked.Seconds() / span.Seconds()
-	return Estimate{Bandwidth: rate, Bound: share < blockedShare, Blocked: share, Source: "blocked writes", At: last.at}, true
+	e := Estimate{Bandwidth: rate, Blocked: share, Source: "blocked writes", At: last.at}
+	switch {
+	case share >= blockedShare:
+		// Held back most of the time: the link's rate.
+	case share >= freeShare:
+		// A writer slower than the link still waits while each frame
+		// drains: the link drained the frames' bytes in the time it
+		// waited (an over-estimate where buffers absorbed some).
+		e.Bandwidth, e.Source = float64(bytes)/blocked.Seconds(), "blocked time"
+	default:
+		e.Bound = true
+	}
+	return e, true
 }
 
 // ObserveFeedback records the receiver's total of wire bytes received.

@@ -9,11 +9,16 @@ import (
 
 // Stats are the running estimates for one recipe on one class of data.
 type Stats struct {
-	Ratio   float64 // decoded bytes per wire byte (header included)
-	Encode  float64 // decoded bytes per second, on one core
-	Decode  float64 // decoded bytes per second, on one core (0: not measured)
-	Samples int     // measurements behind the estimates
-	Seq     uint64  // frame sequence number of the last measurement
+	Ratio  float64 // decoded bytes per wire byte (header included)
+	Encode float64 // decoded bytes per second, on one core
+	Decode float64 // decoded bytes per second, on one core (0: not measured)
+	// Live is the encode speed of the frames actually sent with the
+	// recipe (0: none sent yet). It includes waiting for a core, so it is
+	// only used to cap Encode where a sample was far too optimistic
+	// (slow levels run faster on a 64 KiB sample than on whole frames).
+	Live    float64
+	Samples int    // measurements behind the estimates
+	Seq     uint64 // frame sequence number of the last measurement
 }
 
 // ewma is the weight of a new measurement in the running estimates.
@@ -83,17 +88,25 @@ func (p *Profiler) entry(c Class, name string) *Stats {
 	return s
 }
 
-// Observe records the ratio of a frame sent with recipe name: raw decoded
-// bytes and wire bytes. Speeds come from Measure only: a frame's encode
-// time in the writer's pipeline includes waiting for a core, which the
-// samples of the other candidates do not, and comparing the two would
-// favour whatever is not running.
-func (p *Profiler) Observe(c Class, name string, raw, wire int, seq uint64) {
+// Observe records a frame sent with recipe name: raw decoded bytes, wire
+// bytes and encode time. The ratio joins the estimates; the speed is kept
+// apart (Live): a frame's encode time in the writer's pipeline includes
+// waiting for a core, which the samples of the other candidates do not,
+// and comparing the two would favour whatever is not running.
+func (p *Profiler) Observe(c Class, name string, raw, wire int, encode time.Duration, seq uint64) {
 	if raw <= 0 || wire <= 0 {
 		return
 	}
 	p.mu.Lock()
-	p.entry(c, name).add(float64(raw)/float64(wire), 0, 0, seq)
+	s := p.entry(c, name)
+	s.add(float64(raw)/float64(wire), 0, 0, seq)
+	if encode > 0 {
+		v := float64(raw) / encode.Seconds()
+		if s.Live > 0 {
+			v = (1-ewma)*s.Live + ewma*v
+		}
+		s.Live = v
+	}
 	p.mu.Unlock()
 }
 

@@ -164,10 +164,9 @@ type Tuner struct {
 // few frames in all, and a fast one shows itself within a few frames.
 const DefaultInitialBandwidth = 12.5e6
 
-// freeShare: a writer blocked for less than this share of the time is
-// not held back by the link, whose bandwidth is then taken as unlimited
-// (between it and blockedShare, the evidence is too weak to act on).
-const freeShare = 0.1
+// liveMargin: the encode speed of frames sent caps a sample's estimate
+// at this multiple (frames wait for cores, samples do not).
+const liveMargin = 1.5
 
 // Probe intervals: how long a bandwidth measured earlier is trusted while
 // the current recipe does not fill the link.
@@ -542,8 +541,13 @@ func (t *Tuner) measure(c Class, cd candidate, fi *codec.FrameInfo, s []byte) {
 func (t *Tuner) predict(c Class, cd candidate, bw float64) Prediction {
 	s, _ := t.prof.Get(c, cd.name)
 	p := Prediction{Recipe: cd.name, Throughput: math.Inf(1), Limit: "encode", Stats: s}
-	if s.Encode > 0 {
-		p.Throughput = s.Encode * float64(t.cores)
+	if enc := s.Encode; enc > 0 {
+		if s.Live > 0 {
+			// Frames sent show the sample far too optimistic: trust
+			// them, with a margin for their waiting for a core.
+			enc = min(enc, liveMargin*s.Live)
+		}
+		p.Throughput = enc * float64(t.cores)
 	}
 	if s.Ratio > 0 {
 		if v := bw * s.Ratio; v < p.Throughput {
@@ -567,10 +571,6 @@ func (t *Tuner) decide(c Class, cands []candidate, fi *codec.FrameInfo, st *clas
 		// Nothing measured yet: assume a wide-area link.
 		bw = t.initialBW
 		est.Source = "initial guess"
-	case est.Bound && est.Blocked >= freeShare && !st.fresh:
-		// The writer waits on the link part of the time: neither clearly
-		// the bottleneck nor clearly not. Keep the recipe.
-		return
 	case est.Bound || bw <= 0:
 		bw = math.Inf(1)
 	}
@@ -666,7 +666,7 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 	t.work += fs.Encode
 	sc := t.classes[fs.Info.Seq%uint64(len(t.classes))]
 	if sc.seq == fs.Info.Seq && sc.name != "" {
-		t.prof.Observe(sc.class, sc.name, fs.RawBytes, fs.FrameBytes, fs.Info.Seq)
+		t.prof.Observe(sc.class, sc.name, fs.RawBytes, fs.FrameBytes, fs.Encode, fs.Info.Seq)
 	}
 }
 
