@@ -33,6 +33,19 @@ func weights(n int, seed uint64) []byte {
 	return b
 }
 
+func npyHeader(descr string) []byte {
+	h := "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (125,), }"
+	h += strings.Repeat(" ", 63-(10+len(h))%64) + "\n"
+	b := append([]byte("\x93NUMPY\x01\x00"), byte(len(h)), byte(len(h)>>8))
+	return append(b, h...)
+}
+
+func stHeader(dtype string, rest []byte) []byte {
+	h := `{"w":{"dtype":"` + dtype + `","shape":[500],"data_offsets":[0,1000]}}`
+	b := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
+	return append(append(b, h...), rest...)
+}
+
 func TestSniff(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	f64 := make([]byte, 64<<10)
@@ -63,6 +76,8 @@ func TestSniff(t *testing.T) {
 		{"sparse float32 bytes", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: sparse}, 4, true},
 		{"f32 tensor", codec.FrameInfo{Type: codec.FrameTensor, DType: codec.F32, Data: sparse}, 4, true},
 		{"empty", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte}, 1, false},
+		{".npy header", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: append(npyHeader("<f8"), text[:1000]...)}, 8, false},
+		{"safetensors header", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: stHeader("BF16", text[:1000])}, 2, false},
 	} {
 		got := Sniff(c.fi)
 		if got.Period != c.period || got.Sparse != c.sparse {

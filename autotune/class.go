@@ -1,6 +1,8 @@
 package autotune
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/tensorpress/tensorpress/codec"
@@ -31,10 +33,12 @@ const sniffSample = 8 << 10
 
 // Sniff classifies a frame from its info and a sample of its data. For
 // tensor frames the dtype gives the element width; for opaque byte
-// streams (protobuf, .npy, anything) it looks for typed numeric runs: an
-// element width of 2, 4 or 8 whose byte planes have clearly lower entropy
-// than the bytes taken together, as float and integer arrays do, so that
-// shuffle and plane coding are tried where they help.
+// streams (protobuf, .npy, anything) it reads the element width from a
+// known header at the start of the frame (.npy, safetensors), or else
+// looks for typed numeric runs: an element width of 2, 4 or 8 whose byte
+// planes have clearly lower entropy than the bytes taken together, as
+// float and integer arrays do, so that shuffle and plane coding are tried
+// where they help.
 func Sniff(fi codec.FrameInfo) Class {
 	c := Class{DType: fi.DType, Period: 1}
 	b := fi.Data
@@ -44,6 +48,8 @@ func Sniff(fi codec.FrameInfo) Class {
 	}
 	if fi.DType != codec.Byte {
 		c.Period = uint8(fi.DType.Size())
+	} else if w := headerWidth(fi.Data); w > 0 {
+		c.Period = w
 	} else if len(b) >= 512 {
 		_, best := entropy.PlaneBound(b, 1)
 		for _, w := range []int{2, 4, 8} {
@@ -69,4 +75,53 @@ func Sniff(fi codec.FrameInfo) Class {
 		c.Sparse = 2*zero >= n
 	}
 	return c
+}
+
+// headerWidth returns the element width announced by a .npy or safetensors
+// header at the start of b (all the arrays of a safetensors file: the
+// first dtype of its header), or 0.
+func headerWidth(b []byte) uint8 {
+	const npyMagic = "\x93NUMPY"
+	var hdr []byte
+	switch {
+	case len(b) >= 10 && string(b[:6]) == npyMagic:
+		hdr = b[min(len(b), 10):min(len(b), 10+int(binary.LittleEndian.Uint16(b[8:10])))]
+		i := bytes.Index(hdr, []byte("'descr'"))
+		if i < 0 {
+			return 0
+		}
+		hdr = hdr[i+7:]
+		// 'descr': '<f4': the digits after the kind letter are the width.
+		j := bytes.IndexAny(hdr, "0123456789")
+		if j < 0 {
+			return 0
+		}
+		switch hdr[j] {
+		case '2':
+			return 2
+		case '4':
+			return 4
+		case '8':
+			return 8
+		}
+	case len(b) >= 10 && b[8] == '{':
+		n := binary.LittleEndian.Uint64(b[:8])
+		if n < 2 || n > uint64(len(b)-8) || n > 100<<20 {
+			return 0
+		}
+		hdr = b[8 : 8+n]
+		i := bytes.Index(hdr, []byte(`"dtype"`))
+		if i < 0 {
+			return 0
+		}
+		for _, d := range []struct {
+			name string
+			w    uint8
+		}{{`"F16"`, 2}, {`"BF16"`, 2}, {`"I16"`, 2}, {`"F32"`, 4}, {`"I32"`, 4}, {`"F64"`, 8}, {`"I64"`, 8}} {
+			if bytes.HasPrefix(bytes.TrimLeft(hdr[i+7:], ": "), []byte(d.name)) {
+				return d.w
+			}
+		}
+	}
+	return 0
 }
