@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -18,20 +17,18 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/netsim"
 	_ "github.com/tensorpress/tensorpress/lossless"
+	"github.com/tensorpress/tensorpress/testvectors"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var zstd1 = codec.MustParseRecipe("*:zstd(1)")
 
-// floats returns n bytes of N(0, 0.02) float32s: data that compresses a little.
+// floats returns n bytes of N(0, 0.02) float32s (testvectors.Normal): data
+// that compresses a little. A partial last element stays zero.
 func floats(n int, seed uint64) []byte {
-	rng := rand.New(rand.NewPCG(seed, 1))
 	b := make([]byte, n)
-	for i := 0; i+4 <= n; i += 4 {
-		v := math.Float32bits(float32(rng.NormFloat64() * 0.02))
-		b[i], b[i+1], b[i+2], b[i+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
-	}
+	copy(b, testvectors.Normal("w", n/4, 0.02, seed).Data)
 	return b
 }
 
