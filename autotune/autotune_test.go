@@ -2,6 +2,7 @@ package autotune
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -251,6 +252,27 @@ func TestTunerSlowLinkCompresses(t *testing.T) {
 // The Tuner settles within a few frames of each change, in at most two
 // switches per change.
 func TestTunerFollowsRateChanges(t *testing.T) {
+	// The rates are set from xz's speed measured just before the run; a
+	// machine whose load changes a lot between that measurement and the
+	// run (other packages' tests) can move the crossover, so a miss is
+	// tried again before it counts.
+	const attempts = 3
+	var errs []string
+	for a := range attempts {
+		msg, ok := followRateChanges(t)
+		if ok {
+			t.Log(msg)
+			return
+		}
+		errs = append(errs, fmt.Sprintf("attempt %d: %s", a+1, msg))
+	}
+	t.Fatal(strings.Join(errs, "\n"))
+}
+
+// followRateChanges sends text over a link that drops 10x and rises
+// again, and reports how the Tuner followed; ok is false when a phase
+// does not end on its best choice or there were too many switches.
+func followRateChanges(t *testing.T) (msg string, ok bool) {
 	var ds []string
 	var decs []Decision
 	tu, err := New(WithCores(2), WithCandidates(nil, xz), WithProbeInterval(50*time.Millisecond),
@@ -258,9 +280,10 @@ func TestTunerFollowsRateChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Rates relative to xz's speed on this machine (e, per core): at 8e
-	// raw is 4x faster than xz on two cores, at 0.8e xz (ratio about 4)
-	// is 2.5x faster than raw.
+	// Rates relative to xz's speed on this machine (e, per core): at 6e
+	// raw is 3x faster than xz on two cores, at 0.6e xz (ratio about 4)
+	// is 3.3x faster than raw. The crossover tolerates xz running from
+	// 0.33x to 2.7x the measured speed during the run.
 	p := NewProfiler()
 	fi := codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte}
 	for i := range 2 {
@@ -269,7 +292,7 @@ func TestTunerFollowsRateChanges(t *testing.T) {
 		}
 	}
 	e, _ := p.Get(Class{}, "xz")
-	fast := 8 * e.Encode
+	fast := 6 * e.Encode
 	const drop, rise, end = 20, 60, 200
 	rs := sendOver(t, netsim.Link{Rate: fast, Burst: 16 << 10}, tu, end, text, func(i int, a *netsim.Conn) {
 		switch i {
@@ -279,6 +302,7 @@ func TestTunerFollowsRateChanges(t *testing.T) {
 			a.SetRate(fast)
 		}
 	})
+	var miss string
 	// settle returns how many frames after from the Tuner first chose
 	// want; the phase must end on it (probes in between are allowed).
 	settle := func(from, to int, want string) int {
@@ -294,19 +318,23 @@ func TestTunerFollowsRateChanges(t *testing.T) {
 		if last != nil && last.Probe && last.To != want && last.Seq > uint64(from) {
 			end = int(last.Seq)
 		}
-		if rs[end-1] != want {
-			t.Fatalf("frames %d to %d end on %s, not %s: %v\ndecisions:\n%s", from, to, rs[to-1], want, rs[from:to], strings.Join(ds, "\n"))
+		if rs[end-1] != want && miss == "" {
+			miss = fmt.Sprintf("frames %d to %d end on %s, not %s: %v", from, to, rs[to-1], want, rs[from:to])
 		}
 		return slices.Index(rs[from:end], want)
 	}
 	settle(0, drop, "raw")
 	down := settle(drop, rise, xz.String())
 	up := settle(rise, end, "raw")
-	if n := tu.Switches() - 2*tu.Probes(); n > 4 {
-		t.Errorf("%d switches besides %d probes for two rate changes: %v", tu.Switches(), tu.Probes(), rs)
+	if n := tu.Switches() - 2*tu.Probes(); n > 4 && miss == "" {
+		miss = fmt.Sprintf("%d switches besides %d probes for two rate changes: %v", tu.Switches(), tu.Probes(), rs)
 	}
-	t.Logf("xz: %.1f MB/s per core, ratio %.2f; link %.1f and %.1f MB/s: settled %d frames after the drop and %d after the rise, %d switches, %d of them probes",
-		e.Encode/1e6, e.Ratio, fast/1e6, fast/10e6, down, up, tu.Switches(), tu.Probes())
+	summary := fmt.Sprintf("xz: %.1f MB/s per core, ratio %.2f; link %.1f and %.1f MB/s", e.Encode/1e6, e.Ratio, fast/1e6, fast/10e6)
+	if miss != "" {
+		return fmt.Sprintf("%s; %s\ndecisions:\n%s", summary, miss, strings.Join(ds, "\n")), false
+	}
+	return fmt.Sprintf("%s: settled %d frames after the drop and %d after the rise, %d switches, %d of them probes",
+		summary, down, up, tu.Switches(), tu.Probes()), true
 }
 
 // A profile gives the candidates and settings: lossless-fast over a slow
