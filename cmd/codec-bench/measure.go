@@ -2,15 +2,13 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/internal/float16"
+	"github.com/tensorpress/tensorpress/internal/errstat"
 )
 
 // chain is a recipe to measure.
@@ -46,7 +44,7 @@ type trial struct {
 	nframes int
 	enc     []float64 // seconds per pass, one per rep
 	dec     []float64
-	err     errStats // lossy chains: how far the decoded values are from the input
+	err     errstat.Stats // lossy chains: how far the decoded values are from the input
 }
 
 // newTrial cuts s into chunks the way codec.Writer does (whole-tensor and
@@ -142,7 +140,7 @@ func (b *bench) verify(tr *trial) error {
 			if len(data) != len(want) {
 				return fmt.Errorf("%w: %s %d decoded to %d bytes, want %d", errMismatch, what, i, len(data), len(want))
 			}
-			if err := tr.err.add(tr.s.dtype, want, data); err != nil {
+			if err := tr.err.Add(tr.s.dtype, want, data); err != nil {
 				return err
 			}
 			got += len(data)
@@ -229,87 +227,9 @@ func (tr *trial) row() row {
 		Lossy: tr.c.recipe.Lossy(),
 	}
 	if r.Lossy {
-		r.MaxAbsErr, r.RelL2Err = metric(tr.err.maxAbs), metric(tr.err.relL2())
+		r.MaxAbsErr, r.RelL2Err = metric(tr.err.MaxAbs), metric(tr.err.RelL2())
 	}
 	return r
-}
-
-// errStats accumulates the error of decoded float values against the
-// input: the largest absolute difference and the sums for the relative
-// L2 error ||x - y|| / ||x||. Matching NaNs and equal infinities count as
-// exact; any other non-finite mismatch makes the maximum +Inf.
-type errStats struct {
-	nonFinite   bool // a non-finite value came back different
-	maxAbs      float64
-	sumSqErr    float64
-	sumSqSignal float64
-}
-
-func (e *errStats) add(dt codec.DType, want, got []byte) error {
-	var x, y []float64
-	switch dt {
-	case codec.F32:
-		x, y = make([]float64, len(want)/4), make([]float64, len(got)/4)
-		for i := range x {
-			x[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(want[4*i:])))
-			y[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(got[4*i:])))
-		}
-	case codec.F64:
-		x, y = make([]float64, len(want)/8), make([]float64, len(got)/8)
-		for i := range x {
-			x[i] = math.Float64frombits(binary.LittleEndian.Uint64(want[8*i:]))
-			y[i] = math.Float64frombits(binary.LittleEndian.Uint64(got[8*i:]))
-		}
-	case codec.F16, codec.BF16:
-		conv := float16.F16ToF64
-		if dt == codec.BF16 {
-			conv = float16.BF16ToF64
-		}
-		x, y = make([]float64, len(want)/2), make([]float64, len(got)/2)
-		for i := range x {
-			x[i] = conv(binary.LittleEndian.Uint16(want[2*i:]))
-			y[i] = conv(binary.LittleEndian.Uint16(got[2*i:]))
-		}
-	default:
-		return fmt.Errorf("lossy chain on %v data: errors are measured on floats only", dt)
-	}
-	for i := range x {
-		a, b := x[i], y[i]
-		switch {
-		case math.IsNaN(a) && math.IsNaN(b), a == b:
-			e.sumSqSignal += sq(a)
-			continue
-		case math.IsNaN(a) || math.IsNaN(b) || math.IsInf(a, 0) || math.IsInf(b, 0):
-			e.maxAbs, e.nonFinite = math.Inf(1), true
-			continue
-		}
-		d := math.Abs(a - b)
-		e.maxAbs = max(e.maxAbs, d)
-		e.sumSqErr += d * d
-		e.sumSqSignal += a * a
-	}
-	return nil
-}
-
-func sq(a float64) float64 {
-	if math.IsNaN(a) || math.IsInf(a, 0) {
-		return 0
-	}
-	return a * a
-}
-
-// relL2 is ||x - y|| / ||x|| (0 for an all-zero input decoded exactly).
-func (e *errStats) relL2() float64 {
-	if e.nonFinite {
-		return math.Inf(1)
-	}
-	if e.sumSqSignal == 0 {
-		if e.sumSqErr == 0 {
-			return 0
-		}
-		return math.Inf(1)
-	}
-	return math.Sqrt(e.sumSqErr / e.sumSqSignal)
 }
 
 func mbps(n int64, sec float64) float64 {
