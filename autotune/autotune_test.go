@@ -1,6 +1,7 @@
 package autotune
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -415,5 +417,149 @@ func TestLinkLoopback(t *testing.T) {
 	l.UseConn(a)
 	if e := l.Estimate(); e.Source == "loopback" {
 		t.Fatalf("a pipe taken for loopback: %+v", e)
+	}
+}
+
+// budgetProfile lets tensors named *.grad go lossy within budget (auto:
+// the lossless defaults and the lossy ones of the listed widths) and
+// keeps everything else lossless.
+func budgetProfile(t *testing.T, budget string, bits string) *profile.Profile {
+	t.Helper()
+	y := "version: 1\nrules:\n  - match: {name: ['*.grad']}\n    error_budget: " + budget + "\n"
+	if bits != "" {
+		y += "    bits: " + bits + "\n"
+	}
+	y += "  - require_lossless: true\n"
+	p, err := profile.Load([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// sendTensors writes n pairs of float32 tensors (weights w.i and
+// gradients w.i.grad, 32 KiB each) through a codec.Writer over link and
+// returns the recipe of every frame by tensor name, after checking that
+// the weights arrive bit-exact.
+func sendTensors(t *testing.T, link netsim.Link, tu *Tuner, n int) map[string][]string {
+	t.Helper()
+	a, b := netsim.Pipe(link)
+	got := map[string][]string{}
+	var mu sync.Mutex
+	pol := &namedSpy{Tuner: tu, got: got, mu: &mu}
+	w, err := codec.NewWriter(a, codec.WithPolicy(pol), codec.WithChunkSize(32<<10), codec.WithConcurrency(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := map[string][]byte{}
+	done := make(chan error, 1)
+	go func() {
+		r := codec.NewReader(b)
+		for {
+			f, err := r.Next()
+			if err == io.EOF {
+				done <- nil
+				return
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+			for _, ten := range f.Tensors {
+				mu.Lock()
+				want, ok := sent[ten.Name]
+				mu.Unlock()
+				if ok && !bytes.Equal(ten.Data, want) {
+					done <- fmt.Errorf("%s: weights not bit-exact", ten.Name)
+					return
+				}
+			}
+		}
+	}()
+	for i := range n {
+		for _, name := range []string{"w", "w.grad"} {
+			data := weights(8<<10, uint64(i))
+			ten := &codec.Tensor{Name: fmt.Sprintf("l%d.%s", i, name), DType: codec.F32, Shape: []int64{8 << 10}, Data: data}
+			if name == "w" {
+				mu.Lock()
+				sent[ten.Name] = data
+				mu.Unlock()
+			}
+			if err := w.WriteTensor(ten); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a.CloseWrite()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	return got
+}
+
+// namedSpy records the recipe of every frame by the kind of tensor.
+type namedSpy struct {
+	*Tuner
+	mu  *sync.Mutex
+	got map[string][]string
+}
+
+func (s *namedSpy) Observe(fs codec.FrameStats) {
+	s.Tuner.Observe(fs)
+	kind := "weights"
+	if strings.HasSuffix(fs.Info.Name, ".grad") {
+		kind = "grad"
+	}
+	s.mu.Lock()
+	s.got[kind] = append(s.got[kind], recipeName(fs.Recipe))
+	s.mu.Unlock()
+}
+
+// On a slow link gradients take the smallest lossy recipe whose error,
+// measured on the live data, is within the rule's budget and whose width
+// is allowed; weights stay lossless.
+func TestTunerErrorBudget(t *testing.T) {
+	for _, c := range []struct {
+		budget, bits string
+		want         string // the last gradient frame's recipe
+	}{
+		// int8 blocks of 4096 err about 0.9% on normal data, nf4 about 10%.
+		{"0.02", "", "int8(4096) | *:zstd(1)"},
+		// Only fp16 (about 0.02%) is within 0.1%; bf16 errs about 0.2%.
+		{"0.001", "", "fp16 | shuffle2 | plane1:huff0 | plane0:raw"},
+		// nf4 would be within 20%, but 4 bits are not allowed.
+		{"0.2", "[8, 16]", "int8(4096) | *:zstd(1)"},
+		{"0.2", "", "nf4(64) | *:zstd(1)"},
+	} {
+		t.Run(c.budget+c.bits, func(t *testing.T) {
+			var ds []string
+			tu, err := New(WithProfile(budgetProfile(t, c.budget, c.bits)), WithCores(2),
+				WithExplain(func(d Decision) { ds = append(ds, d.String()) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := sendTensors(t, netsim.Link{Rate: 2 << 20, Burst: 16 << 10}, tu, 12)
+			for _, r := range got["weights"] {
+				if codec.MustParseRecipe(r).Lossy() {
+					t.Fatalf("weights sent with %s", r)
+				}
+			}
+			g := got["grad"]
+			if len(g) == 0 || g[len(g)-1] != codec.MustParseRecipe(c.want).String() {
+				t.Fatalf("gradients end on %v, want %s\ndecisions:\n%s", g, c.want, strings.Join(ds, "\n"))
+			}
+			b, _ := strconv.ParseFloat(c.budget, 64)
+			for _, r := range slices.Compact(slices.Clone(g)) {
+				s, _ := tu.Profiler().Get(Class{DType: codec.F32, Period: 4}, r)
+				if codec.MustParseRecipe(r).Lossy() && (s.ErrorSamples == 0 || s.Error > b) {
+					t.Errorf("%s sent with error %.3g (%d samples), budget %s", r, s.Error, s.ErrorSamples, c.budget)
+				}
+				t.Logf("gradients: %s, error %.2g", r, s.Error)
+			}
+		})
 	}
 }

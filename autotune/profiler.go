@@ -1,10 +1,12 @@
 package autotune
 
 import (
+	"math"
 	"sync"
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/errstat"
 )
 
 // Stats are the running estimates for one recipe on one class of data.
@@ -19,6 +21,12 @@ type Stats struct {
 	Live    float64
 	Samples int    // measurements behind the estimates
 	Seq     uint64 // frame sequence number of the last measurement
+	// Error is the largest relative RMS error ||x - y|| / ||x|| of the
+	// decoded values over the samples of a lossy recipe (+Inf where it
+	// cannot be measured: a lossy recipe on data that is not float);
+	// ErrorSamples counts them. Lossless recipes keep 0 and 0.
+	Error        float64
+	ErrorSamples int
 }
 
 // ewma is the weight of a new measurement in the running estimates.
@@ -119,10 +127,12 @@ func (p *Profiler) Measure(c Class, name string, r *codec.Recipe, fi *codec.Fram
 	t0 := time.Now()
 	var out []byte
 	var err error
+	in := sample // the values coded
 	if fi.Type == codec.FrameTensor && fi.DType != codec.Byte {
 		esz := fi.DType.Size()
 		n := len(sample) / esz
-		t := &codec.Tensor{Name: fi.Name, DType: fi.DType, Shape: []int64{int64(n)}, Data: sample[:n*esz]}
+		in = sample[:n*esz]
+		t := &codec.Tensor{Name: fi.Name, DType: fi.DType, Shape: []int64{int64(n)}, Data: in}
 		out, _, err = p.enc.AppendTensor(p.buf[:0], t, r)
 	} else {
 		out, _, err = p.enc.AppendBytes(p.buf[:0], sample, r)
@@ -132,12 +142,25 @@ func (p *Profiler) Measure(c Class, name string, r *codec.Recipe, fi *codec.Fram
 		return t1.Sub(t0), err
 	}
 	p.buf = out
-	if _, _, err := p.dec.DecodeFrame(out); err != nil {
+	f, _, err := p.dec.DecodeFrame(out)
+	if err != nil {
 		return time.Since(t0), err
 	}
 	t2 := time.Now()
 	ratio := float64(len(sample)) / float64(len(out))
-	p.entry(c, name).add(ratio, float64(len(sample))/max(t1.Sub(t0), time.Microsecond).Seconds(),
+	s := p.entry(c, name)
+	if r.Lossy() {
+		e := math.Inf(1)
+		if len(f.Tensors) == 1 {
+			var es errstat.Stats
+			if es.Add(fi.DType, in, f.Tensors[0].Data) == nil {
+				e = es.RelL2()
+			}
+		}
+		s.Error = max(s.Error, e)
+		s.ErrorSamples++
+	}
+	s.add(ratio, float64(len(sample))/max(t1.Sub(t0), time.Microsecond).Seconds(),
 		float64(len(sample))/max(t2.Sub(t1), time.Microsecond).Seconds(), seq)
 	return t2.Sub(t0), nil
 }

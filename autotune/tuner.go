@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/lossy"
 	"github.com/tensorpress/tensorpress/profile"
 	"github.com/tensorpress/tensorpress/transport"
 )
@@ -26,6 +27,19 @@ func DefaultCandidates() []*codec.Recipe {
 		codec.MustParseRecipe("shuffle4 | plane3:huff0 | plane0..2:raw"),
 		codec.MustParseRecipe("*:s2"),
 		codec.MustParseRecipe("*:zstd(1)"),
+	}
+}
+
+// DefaultLossyCandidates are the lossy recipes a profile rule with an
+// error budget and auto adds (those of a width the rule's bits allow):
+// half-precision floats with plane coding, blockwise int8 and nf4 with
+// zstd. Each is measured for its error on the live data before use.
+func DefaultLossyCandidates() []*codec.Recipe {
+	return []*codec.Recipe{
+		codec.MustParseRecipe("fp16 | shuffle2 | plane1:huff0 | plane0:raw"),
+		codec.MustParseRecipe("bf16 | shuffle2 | plane1:huff0 | plane0:raw"),
+		codec.MustParseRecipe("int8(4096) | *:zstd(1)"),
+		codec.MustParseRecipe("nf4(64) | *:zstd(1)"),
 	}
 }
 
@@ -57,7 +71,7 @@ type Decision struct {
 type Prediction struct {
 	Recipe     string
 	Throughput float64 // decoded bytes per second through the whole pipeline
-	Limit      string  // what bounds it: "encode", "link" or "decode"
+	Limit      string  // what bounds it: "encode", "link" or "decode"; "error" over the error budget
 	Stats      Stats
 }
 
@@ -65,7 +79,11 @@ func (d Decision) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "frame %d (%v): %s -> %s: %s; bandwidth %s (%s)", d.Seq, d.Class, d.From, d.To, d.Reason, rate(d.Bandwidth), d.Estimate.Source)
 	for _, p := range d.Predictions {
-		fmt.Fprintf(&b, "; %s %s (%s-bound, ratio %.3f)", p.Recipe, rate(p.Throughput), p.Limit, p.Stats.Ratio)
+		fmt.Fprintf(&b, "; %s %s (%s-bound, ratio %.3f", p.Recipe, rate(p.Throughput), p.Limit, p.Stats.Ratio)
+		if p.Stats.ErrorSamples > 0 {
+			fmt.Fprintf(&b, ", error %.2g", p.Stats.Error)
+		}
+		b.WriteByte(')')
 	}
 	return b.String()
 }
@@ -98,6 +116,9 @@ type classState struct {
 type ruleSet struct {
 	cands  []candidate
 	static bool // autotune off: always the first candidate
+	// budget is the largest relative RMS error a lossy candidate may
+	// show on samples; 0 allows lossless candidates only.
+	budget float64
 }
 
 type stateKey struct {
@@ -149,6 +170,7 @@ type Tuner struct {
 	feedbacks int
 
 	initialBW float64 // bandwidth assumed before anything is measured
+	budget    float64 // error budget of the candidates without a profile
 
 	probeMin   time.Duration // first probe interval
 	probeEvery time.Duration // current probe interval (doubles up to probeMax)
@@ -207,6 +229,21 @@ func recipeName(r *codec.Recipe) string {
 		return "raw"
 	}
 	return r.String()
+}
+
+// WithErrorBudget sets the largest relative RMS error ||x - y|| / ||x||
+// a lossy candidate given by WithCandidates may show on samples of the
+// data before the Tuner uses it (default: no limit, the caller chose the
+// candidates). 0 keeps to the lossless candidates. Profiles set a budget
+// per rule instead (error_budget).
+func WithErrorBudget(e float64) Option {
+	return func(t *Tuner) error {
+		if !(e >= 0) {
+			return fmt.Errorf("autotune: error budget %v", e)
+		}
+		t.budget = e
+		return nil
+	}
 }
 
 // WithCores sets the cores encoding may use (default min(4, GOMAXPROCS),
@@ -351,6 +388,7 @@ func New(opts ...Option) (*Tuner, error) {
 		log:        slog.Default(),
 		probeMin:   DefaultProbeInterval,
 		initialBW:  DefaultInitialBandwidth,
+		budget:     math.Inf(1),
 	}
 	for _, r := range DefaultCandidates() {
 		t.cands = append(t.cands, candidate{r: r, name: recipeName(r)})
@@ -401,7 +439,7 @@ func (t *Tuner) rule(fi *codec.FrameInfo) (int, *ruleSet) {
 	if t.prof2 == nil {
 		rs := t.sets[0]
 		if rs == nil {
-			rs = &ruleSet{cands: t.cands}
+			rs = &ruleSet{cands: t.cands, budget: t.budget}
 			t.sets[0] = rs
 		}
 		return 0, rs
@@ -416,7 +454,7 @@ func (t *Tuner) rule(fi *codec.FrameInfo) (int, *ruleSet) {
 	r := t.prof2.Match(fi.Name, fi.DType, size, fi.Tags)
 	rs := t.sets[r.Index]
 	if rs == nil {
-		rs = &ruleSet{static: !t.prof2.Autotune.Enabled}
+		rs = &ruleSet{static: !t.prof2.Autotune.Enabled, budget: r.ErrorBudget}
 		seen := map[string]bool{}
 		add := func(r *codec.Recipe) {
 			if r != nil && (r.String() == "raw" || r.String() == "*:raw") {
@@ -434,6 +472,13 @@ func (t *Tuner) rule(fi *codec.FrameInfo) (int, *ruleSet) {
 			for _, c := range t.cands {
 				add(c.r)
 			}
+			if r.ErrorBudget > 0 {
+				for _, l := range DefaultLossyCandidates() {
+					if len(r.Bits) == 0 || slices.Contains(r.Bits, lossy.Bits(l)) {
+						add(l)
+					}
+				}
+			}
 		}
 		if len(rs.cands) == 0 {
 			add(nil)
@@ -443,10 +488,23 @@ func (t *Tuner) rule(fi *codec.FrameInfo) (int, *ruleSet) {
 	return r.Index, rs
 }
 
-// allowed reports whether cd may code frame fi: never a lossy recipe on a
-// byte stream or a tensor tagged lossless (the Writer would refuse it).
-func allowed(cd candidate, fi *codec.FrameInfo) bool {
-	return cd.r == nil || !cd.r.Lossy() || !fi.Tags.Lossless && fi.Type != codec.FrameBytes
+// allows reports whether cd may code frame fi: a lossy recipe only on a
+// float tensor not tagged lossless (the Writer refuses the rest), and
+// only under a rule with an error budget.
+func (rs *ruleSet) allows(cd candidate, fi *codec.FrameInfo) bool {
+	return cd.r == nil || !cd.r.Lossy() ||
+		rs.budget > 0 && !fi.Tags.Lossless && fi.Type == codec.FrameTensor && fi.DType.IsFloat()
+}
+
+// withinBudget reports whether cd's error, measured on samples of class
+// c, is within the rule's budget; a lossy candidate not yet measured is
+// not.
+func (t *Tuner) withinBudget(c Class, cd candidate, rs *ruleSet) bool {
+	if cd.r == nil || !cd.r.Lossy() {
+		return true
+	}
+	s, _ := t.prof.Get(c, cd.name)
+	return s.ErrorSamples > 0 && s.Error <= rs.budget
 }
 
 // Choose implements codec.Policy.
@@ -469,13 +527,13 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	if st == nil {
 		st = &classState{fresh: true}
 		t.states[key] = st
-		t.bootstrap(c, rs.cands, &fi)
+		t.bootstrap(c, rs, &fi)
 	} else if t.spent < time.Duration(t.explore*float64(t.work)) {
-		t.exploreOne(c, rs.cands, &fi)
+		t.exploreOne(c, rs, &fi)
 	}
-	t.decide(c, rs.cands, &fi, st)
+	t.decide(c, rs, &fi, st)
 	cd := rs.cands[st.cur]
-	if !allowed(cd, &fi) {
+	if !rs.allows(cd, &fi) || !t.withinBudget(c, cd, rs) {
 		cd = candidate{name: "raw"}
 	}
 	t.classes[fi.Seq%uint64(len(t.classes))] = seqClass{seq: fi.Seq, class: c, name: cd.name}
@@ -495,13 +553,13 @@ func sample(fi *codec.FrameInfo) []byte {
 
 // bootstrap measures every candidate on a sample of the first frame of a
 // class.
-func (t *Tuner) bootstrap(c Class, cands []candidate, fi *codec.FrameInfo) {
+func (t *Tuner) bootstrap(c Class, rs *ruleSet, fi *codec.FrameInfo) {
 	s := sample(fi)
 	if len(s) == 0 {
 		return
 	}
-	for _, cd := range cands {
-		if !allowed(cd, fi) {
+	for _, cd := range rs.cands {
+		if !rs.allows(cd, fi) {
 			continue
 		}
 		t.measure(c, cd, fi, s)
@@ -510,14 +568,15 @@ func (t *Tuner) bootstrap(c Class, cands []candidate, fi *codec.FrameInfo) {
 
 // exploreOne re-measures the candidate sampled longest ago, the current
 // one included (its frames give its ratio, not its speed).
-func (t *Tuner) exploreOne(c Class, cands []candidate, fi *codec.FrameInfo) {
+func (t *Tuner) exploreOne(c Class, rs *ruleSet, fi *codec.FrameInfo) {
+	cands := rs.cands
 	s := sample(fi)
 	if len(s) == 0 || len(cands) < 2 {
 		return
 	}
 	pick, oldest := -1, uint64(math.MaxUint64)
 	for i, cd := range cands {
-		if !allowed(cd, fi) {
+		if !rs.allows(cd, fi) {
 			continue
 		}
 		if at := t.measured[profKey{c, cd.name}]; at < oldest { // 0: never
@@ -563,7 +622,8 @@ func (t *Tuner) predict(c Class, cd candidate, bw float64) Prediction {
 	return p
 }
 
-func (t *Tuner) decide(c Class, cands []candidate, fi *codec.FrameInfo, st *classState) {
+func (t *Tuner) decide(c Class, rs *ruleSet, fi *codec.FrameInfo, st *classState) {
+	cands := rs.cands
 	est := t.link.Estimate()
 	bw := est.Bandwidth
 	switch {
@@ -593,8 +653,11 @@ func (t *Tuner) decide(c Class, cands []candidate, fi *codec.FrameInfo, st *clas
 	raw := -1
 	for i, cd := range cands {
 		preds[i] = t.predict(c, cd, bw)
-		if !allowed(cd, fi) {
+		switch {
+		case !rs.allows(cd, fi):
 			preds[i].Throughput = 0
+		case !t.withinBudget(c, cd, rs):
+			preds[i].Throughput, preds[i].Limit = 0, "error"
 		}
 		if cd.r == nil {
 			raw = i
@@ -619,7 +682,7 @@ func (t *Tuner) decide(c Class, cands []candidate, fi *codec.FrameInfo, st *clas
 	cur := preds[st.cur].Throughput
 	fresh := st.fresh
 	st.fresh = false
-	if best == st.cur || !fresh && (st.since < t.minFrames && allowed(cands[st.cur], fi) || !(bestThr > cur*(1+t.hysteresis))) {
+	if best == st.cur || !fresh && (st.since < t.minFrames && preds[st.cur].Throughput > 0 || !(bestThr > cur*(1+t.hysteresis))) {
 		return
 	}
 	if probe {

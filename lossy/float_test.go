@@ -930,3 +930,27 @@ func TestFloatRecipes(t *testing.T) {
 	tn := codec.NewTensor("empty", codec.F32, 0)
 	floatRoundTrip(t, tn, "fp16")
 }
+
+func TestBits(t *testing.T) {
+	for _, c := range []struct {
+		recipe string
+		want   int
+	}{
+		{"zstd(1)", 0},
+		{"fp16 | shuffle2 | plane1:huff0 | plane0:raw", 16},
+		{"bf16", 16},
+		{"int8(4096) | *:zstd(1)", 8},
+		{"qsgd(4)", 8},
+		{"nf4(64) | scale:int8(256)", 4},
+		{"fp4", 4},
+		{"ternary(64)", 2},
+		{"sign(64) | *:zstd(1)", 1},
+	} {
+		if got := Bits(codec.MustParseRecipe(c.recipe)); got != c.want {
+			t.Errorf("Bits(%s) = %d, want %d", c.recipe, got, c.want)
+		}
+	}
+	if Bits(nil) != 0 {
+		t.Error("Bits(nil) != 0")
+	}
+}

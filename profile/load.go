@@ -17,6 +17,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
+	tplossy "github.com/tensorpress/tensorpress/lossy"
 )
 
 // Load parses and validates a profile (see docs/PROFILES.md). Every
@@ -616,6 +617,7 @@ func (d *decoder) rule(n *yaml.Node, index int, p *Profile) (*Rule, error) {
 	var recipesNode, budgetNode, gradNode, densNode, bitsNode *yaml.Node
 	var lossyNode *yaml.Node // the first lossy recipe listed
 	var lossy *codec.Recipe
+	quantNodes := map[*yaml.Node]*codec.Recipe{} // recipes with a quantizer
 	err := d.mapping(n, what, ruleFields, func(key string, _, v *yaml.Node) error {
 		fw := what + ": " + key
 		switch key {
@@ -661,6 +663,9 @@ func (d *decoder) rule(n *yaml.Node, index int, p *Profile) (*Rule, error) {
 				seen[key] = true
 				if lossyNode == nil && nr.Recipe.Lossy() {
 					lossyNode, lossy = in, nr.Recipe
+				}
+				if tplossy.Bits(nr.Recipe) > 0 {
+					quantNodes[in] = nr.Recipe
 				}
 				r.Recipes = append(r.Recipes, nr)
 				return nil
@@ -753,6 +758,19 @@ func (d *decoder) rule(n *yaml.Node, index int, p *Profile) (*Rule, error) {
 	}
 	if bitsNode != nil && gradNode == nil && r.ErrorBudget == 0 {
 		return nil, errAt(bitsNode, "%s: bits without an error_budget or a gradient compressor", what)
+	}
+	if len(r.Bits) > 0 {
+		// A listed quantizer of a width the rule does not allow: the
+		// first in the file is the one reported.
+		var bad *yaml.Node
+		for in, rec := range quantNodes {
+			if !slices.Contains(r.Bits, tplossy.Bits(rec)) && (bad == nil || in.Line < bad.Line || in.Line == bad.Line && in.Column < bad.Column) {
+				bad = in
+			}
+		}
+		if bad != nil {
+			return nil, errAt(bad, "%s: recipe %s quantizes to %d bits, not among bits %v", what, quote(quantNodes[bad].String()), tplossy.Bits(quantNodes[bad]), r.Bits)
+		}
 	}
 	if m := &r.Match; m.MaxSize > 0 && m.MinSize > m.MaxSize {
 		return nil, errAt(n, "%s: match: min_size %s is more than max_size %s", what, formatSize(m.MinSize), formatSize(m.MaxSize))
