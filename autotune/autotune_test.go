@@ -19,6 +19,7 @@ import (
 	"github.com/tensorpress/tensorpress/internal/netsim"
 	_ "github.com/tensorpress/tensorpress/lossless"
 	"github.com/tensorpress/tensorpress/profile"
+	"github.com/tensorpress/tensorpress/testvectors"
 	"github.com/tensorpress/tensorpress/transport"
 )
 
@@ -27,14 +28,7 @@ const planes = "shuffle4 | plane3:huff0 | plane0..2:raw"
 func floatBytes(n int, seed uint64) []byte { return weights(n/4, seed) }
 
 // weights returns n float32 N(0, 0.02) values as bytes: model weights.
-func weights(n int, seed uint64) []byte {
-	rng := rand.New(rand.NewPCG(seed, 7))
-	b := make([]byte, 4*n)
-	for i := range n {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
-	}
-	return b
-}
+func weights(n int, seed uint64) []byte { return testvectors.Normal("w", n, 0.02, seed).Data }
 
 func npyHeader(descr string) []byte {
 	h := "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (125,), }"
@@ -66,12 +60,37 @@ func TestSniff(t *testing.T) {
 			copy(sparse[i:i+4], []byte{0, 0, 0, 0})
 		}
 	}
+	// Sparse float32 bytes of many seeds: the width stays 4.
+	for seed := uint64(100); seed < 120; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		b := weights(16<<10, seed)
+		for i := 0; i < len(b); i += 4 {
+			if r.IntN(10) != 0 {
+				copy(b[i:i+4], []byte{0, 0, 0, 0})
+			}
+		}
+		if got := Sniff(codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: b}); got.Period != 4 || !got.Sparse {
+			t.Errorf("sparse float32 bytes, seed %d: %v, want period 4, sparse", seed, got)
+		}
+	}
+	// The same for 8- and 2-byte elements.
+	sparsen := func(b []byte, w int) []byte {
+		b = slices.Clone(b)
+		for i := 0; i+w <= len(b); i += w {
+			if rng.IntN(10) != 0 {
+				clear(b[i : i+w])
+			}
+		}
+		return b
+	}
 	for _, c := range []struct {
 		name   string
 		fi     codec.FrameInfo
 		period uint8
 		sparse bool
 	}{
+		{"sparse float64 bytes", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: sparsen(f64, 8)}, 8, true},
+		{"sparse int16 bytes", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: sparsen(i16, 2)}, 2, true},
 		{"float32 bytes", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: weights(16<<10, 1)}, 4, false},
 		{"float64 bytes", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: f64}, 8, false},
 		{"int16 bytes", codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: i16}, 2, false},

@@ -50,6 +50,10 @@ func Sniff(fi codec.FrameInfo) Class {
 		c.Period = uint8(fi.DType.Size())
 	} else if w := headerWidth(fi.Data); w > 0 {
 		c.Period = w
+	} else if w, ok := runPeriod(b); ok {
+		// Sparse: the zeros make every plane look alike, but the runs
+		// of non-zero bytes start on element boundaries.
+		c.Period = w
 	} else if len(b) >= 512 {
 		_, best := entropy.PlaneBound(b, 1)
 		for _, w := range []int{2, 4, 8} {
@@ -75,6 +79,49 @@ func Sniff(fi codec.FrameInfo) Class {
 		c.Sparse = 2*zero >= n
 	}
 	return c
+}
+
+// runPeriod finds the element width of sparse data from where its runs of
+// non-zero bytes start: in an array of mostly zero elements of width w,
+// a run starts at an element's first byte, so the starts fall on one
+// residue modulo w. ok is false when the data is not sparse (fewer than a
+// quarter of its 8-byte words are zero) or has too few runs to tell; the
+// width is then judged on the byte planes.
+func runPeriod(b []byte) (w uint8, ok bool) {
+	words, zero := len(b)/8, 0
+	for i := 0; i+8 <= len(b); i += 8 {
+		if binary.LittleEndian.Uint64(b[i:]) == 0 {
+			zero++
+		}
+	}
+	if words == 0 || 4*zero < words {
+		return 0, false
+	}
+	var mod [8]int
+	starts := 0
+	for i := 1; i < len(b); i++ {
+		if b[i] != 0 && b[i-1] == 0 {
+			mod[i%8]++
+			starts++
+		}
+	}
+	if starts < 32 {
+		return 0, false
+	}
+	for _, w := range []int{8, 4, 2} {
+		top := 0
+		for r := range w {
+			n := 0
+			for j := r; j < 8; j += w {
+				n += mod[j]
+			}
+			top = max(top, n)
+		}
+		if 10*top >= 8*starts {
+			return uint8(w), true
+		}
+	}
+	return 1, true
 }
 
 // headerWidth returns the element width announced by a .npy or safetensors
