@@ -1,11 +1,15 @@
 package autotune
 
 import (
+	"io"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/netsim"
+	"github.com/tensorpress/tensorpress/transport"
 )
 
 // cpuTime is the process's user and system CPU time.
@@ -76,4 +80,162 @@ func BenchmarkTunerOverhead(b *testing.B) {
 		}
 		run(b, tu, tu)
 	})
+}
+
+// timedSpy records when each frame was written and with which recipe.
+type timedSpy struct {
+	*Tuner
+	mu     sync.Mutex
+	at     []time.Time
+	recipe []string
+}
+
+func (s *timedSpy) Observe(fs codec.FrameStats) {
+	s.Tuner.Observe(fs)
+	s.mu.Lock()
+	s.at = append(s.at, time.Now())
+	s.recipe = append(s.recipe, recipeName(fs.Recipe))
+	s.mu.Unlock()
+}
+
+// BenchmarkTunerRateChange sends text (64 KiB frames) through
+// transport.Wrap over a simulated link whose rate drops 10x after 1 s and
+// rises back 4.5 s later, with xz and raw to choose from and the default
+// probe interval: raw is best at the high rate (6x xz's measured speed
+// per core), xz at the low one. It reports how long after each change the
+// Tuner first sent with the new best recipe (drop-ms, rise-ms) and how
+// many switches it made per step besides probes (a probe is a switch to
+// the fastest recipe and back).
+func BenchmarkTunerRateChange(b *testing.B) {
+	p := NewProfiler()
+	fi := codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte}
+	for i := range 2 {
+		if _, err := p.Measure(Class{}, "xz", xz, &fi, text(64<<10, uint64(100+i)), 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	e, _ := p.Get(Class{}, "xz")
+	fast := 6 * e.Encode
+	const before, low, after = time.Second, 4500 * time.Millisecond, 2 * time.Second
+	for b.Loop() {
+		var decs []Decision
+		tu, err := New(WithCores(2), WithCandidates(nil, xz), WithExplain(func(d Decision) { decs = append(decs, d) }))
+		if err != nil {
+			b.Fatal(err)
+		}
+		sp := &timedSpy{Tuner: tu}
+		a, c := netsim.Pipe(netsim.Link{Rate: fast, Burst: 16 << 10})
+		ca, err := transport.Wrap(a, transport.WithPolicy(sp), transport.WithCodec(codec.WithChunkSize(64<<10), codec.WithConcurrency(2)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cb, err := transport.Wrap(c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := io.Copy(io.Discard, cb)
+			done <- err
+		}()
+		start := time.Now()
+		drop, rise := start.Add(before), start.Add(before+low)
+		phase := 0
+		for i := 0; time.Since(start) < before+low+after; i++ {
+			if phase == 0 && time.Now().After(drop) {
+				a.SetRate(fast / 10)
+				phase = 1
+			}
+			if phase == 1 && time.Now().After(rise) {
+				a.SetRate(fast)
+				phase = 2
+			}
+			if _, err := ca.Write(text(64<<10, uint64(i))); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := ca.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		cb.Close()
+		sp.mu.Lock()
+		// settle: time from the change to the first frame sent with want,
+		// and whether the phase's last frame outside a probe used it.
+		settle := func(from, to time.Time, want string) time.Duration {
+			first := -1
+			last := ""
+			for i, at := range sp.at {
+				if at.Before(from) || !at.Before(to) {
+					continue
+				}
+				if first < 0 && sp.recipe[i] == want {
+					first = i
+				}
+				last = sp.recipe[i]
+			}
+			if first < 0 {
+				b.Fatalf("no frame with %s between %v and %v", want, from.Sub(start), to.Sub(start))
+			}
+			if last != want && !lastIsProbe(decs, sp.at, from, to) {
+				b.Fatalf("the phase from %v ends on %s, not %s", from.Sub(start), last, want)
+			}
+			return sp.at[first].Sub(from)
+		}
+		end := start.Add(time.Hour)
+		d, r := settle(drop, rise, xz.String()), settle(rise, end, "raw")
+		sp.mu.Unlock()
+		// steps counts the switches in [from, to) that changed the
+		// choice: a probe and its return count for none, a probe that
+		// found a faster link and stayed for one.
+		steps := func(from, to time.Time) (sw, pr int) {
+			for i, d := range decs {
+				if at := decisionTime(d, sp.at); at.Before(from) || !at.Before(to) {
+					continue
+				}
+				returned := i+1 < len(decs) && !decs[i+1].Probe && decs[i+1].To == d.From
+				isReturn := i > 0 && decs[i-1].Probe && !d.Probe && d.To == decs[i-1].From
+				switch {
+				case d.Probe:
+					pr++
+					if !returned {
+						sw++
+					}
+				case !isReturn:
+					sw++
+				}
+			}
+			return sw, pr
+		}
+		dsw, dpr := steps(drop, rise)
+		rsw, rpr := steps(rise, end)
+		b.ReportMetric(float64(d.Milliseconds()), "drop-ms")
+		b.ReportMetric(float64(r.Milliseconds()), "rise-ms")
+		b.ReportMetric(float64(dsw), "drop-switches")
+		b.ReportMetric(float64(rsw), "rise-switches")
+		b.ReportMetric(float64(dpr+rpr), "probes")
+		b.ReportMetric(e.Encode/1e6, "xz-MB/s")
+	}
+}
+
+// decisionTime is when the frame a decision applied to was written.
+func decisionTime(d Decision, at []time.Time) time.Time {
+	if int(d.Seq) < len(at) {
+		return at[d.Seq]
+	}
+	return at[len(at)-1]
+}
+
+// lastIsProbe reports whether the last decision in [from, to) was a probe
+// (its frames are exploration, not the choice).
+func lastIsProbe(decs []Decision, at []time.Time, from, to time.Time) bool {
+	var last *Decision
+	for i := range decs {
+		if t := decisionTime(decs[i], at); !t.Before(from) && t.Before(to) {
+			last = &decs[i]
+		}
+	}
+	return last != nil && last.Probe
 }

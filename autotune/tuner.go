@@ -173,8 +173,9 @@ type Tuner struct {
 	budget    float64 // error budget of the candidates without a profile
 
 	probeMin   time.Duration // first probe interval
-	probeEvery time.Duration // current probe interval (doubles up to probeMax)
+	probeEvery time.Duration // current probe interval (probeMin to probeMax)
 	lastProbe  time.Time
+	probing    bool // a probe is under way: the next switch ends it
 	probes     int
 	sinceProbe int     // frames since the last probe
 	knownBW    float64 // bandwidth at the last probe decision
@@ -195,6 +196,10 @@ const liveMargin = 1.5
 const (
 	DefaultProbeInterval = time.Second
 	probeMax             = 8 * time.Second
+	// probeShare: a probe that did not find a faster link took this share
+	// of the time until the next one at most, so probes with large frames
+	// on a slow link come seldom and those with small frames often.
+	probeShare = 0.05
 	// probeFrames: a probe comes at least this many times MinFrames
 	// frames after the last one, so probes stay a small share of the
 	// frames however slow each frame is.
@@ -299,9 +304,12 @@ func WithExplore(share float64) Option {
 // WithProbeInterval sets how long a bandwidth measured earlier is trusted
 // while the current recipe, limited by its own speed, does not fill the
 // link (default DefaultProbeInterval). Then the fastest candidate is tried
-// for a few frames, to find out whether the link became faster; the
-// interval doubles (up to 8 s) each time it did not, and starts again when
-// the bandwidth changes.
+// for a few frames, to find out whether the link became faster. When it
+// did not, the next probe waits 20 times as long as that one took (at
+// least d, at most 8 s), so probing stays within 5% of the time: with
+// small frames the link is probed every d, with large frames on a slow
+// link more seldom. The interval starts again at d when the bandwidth
+// changes.
 func WithProbeInterval(d time.Duration) Option {
 	return func(t *Tuner) error {
 		if d <= 0 {
@@ -635,12 +643,15 @@ func (t *Tuner) decide(c Class, rs *ruleSet, fi *codec.FrameInfo, st *classState
 		bw = math.Inf(1)
 	}
 	probe := false
+	now := time.Now()
+	if t.probing && now.Sub(t.lastProbe) > probeMax {
+		t.probing = false // the probe found a faster link and stayed
+	}
 	if est.Kept {
 		if t.knownBW > 0 && math.Abs(est.Bandwidth/t.knownBW-1) > 0.25 {
 			t.probeEvery = t.probeMin // the link changed: probe again soon
 		}
 		t.knownBW = est.Bandwidth
-		now := time.Now()
 		if now.Sub(est.At) > t.probeEvery && now.Sub(t.lastProbe) > t.probeEvery && t.sinceProbe >= probeFrames*max(t.minFrames, 1) {
 			// The current recipe has not filled the link for a while: try
 			// the fastest pipeline, as if the link were unlimited. If the
@@ -685,11 +696,16 @@ func (t *Tuner) decide(c Class, rs *ruleSet, fi *codec.FrameInfo, st *classState
 	if best == st.cur || !fresh && (st.since < t.minFrames && preds[st.cur].Throughput > 0 || !(bestThr > cur*(1+t.hysteresis))) {
 		return
 	}
-	if probe {
-		t.lastProbe = time.Now()
-		t.probeEvery = min(2*t.probeEvery, probeMax)
+	switch {
+	case probe:
+		t.lastProbe, t.probing = now, true
 		t.probes++
 		t.sinceProbe = 0
+	case t.probing:
+		// Back from a probe that found the link as slow as before: wait
+		// long enough that probing stays within probeShare of the time.
+		t.probing = false
+		t.probeEvery = min(max(time.Duration(float64(now.Sub(t.lastProbe))/probeShare), t.probeMin), probeMax)
 	}
 	d := Decision{
 		Seq: fi.Seq, Class: c, From: cands[st.cur].name, To: cands[best].name,
