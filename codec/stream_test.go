@@ -298,3 +298,73 @@ func TestWriteFrame(t *testing.T) {
 		t.Fatalf("read %d of %d bytes: %v", len(got), len(want), err)
 	}
 }
+
+// Frames encoded elsewhere join a Writer's stream with WriteEncoded: they
+// arrive in order and the end frame counts them; anything but one whole
+// data frame is refused and leaves the stream as it was.
+func TestWriteEncoded(t *testing.T) {
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := codec.NewTensor("foreign", codec.F32, 256)
+	for i := range foreign.Data {
+		foreign.Data[i] = byte(i * 7)
+	}
+	frame, _, err := enc.AppendTensor(nil, foreign, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w, err := codec.NewWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]byte{
+		nil,
+		frame[:len(frame)-1],                       // cut short
+		append(slices.Clone(frame), 0),             // a byte more
+		codec.AppendControl(nil, 1024, []byte{1}), // not data
+		[]byte("not a frame at all"),
+	} {
+		if err := w.WriteEncoded(bad); err == nil {
+			t.Errorf("WriteEncoded(%q) accepted", bad)
+		}
+	}
+	if err := w.WriteEncoded(frame); err != nil {
+		t.Fatal(err)
+	}
+	clear(frame) // copied: the caller's buffer is free at once
+	if _, err := w.Write([]byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := codec.NewReader(&buf)
+	var got []string
+	for {
+		f, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		switch {
+		case f.Bytes != nil:
+			got = append(got, string(f.Bytes))
+		case len(f.Tensors) == 1:
+			if !bytes.Equal(f.Tensors[0].Data, foreign.Data) {
+				t.Fatal("the foreign tensor changed")
+			}
+			got = append(got, f.Tensors[0].Name)
+		}
+	}
+	if want := []string{"before", "foreign", "after"}; !slices.Equal(got, want) {
+		t.Fatalf("frames %v, want %v", got, want)
+	}
+}

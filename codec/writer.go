@@ -1,9 +1,11 @@
 package codec
 
 import (
+	"bytes"
 	"crypto/rand"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"slices"
 	"sync"
@@ -60,6 +62,7 @@ type job struct {
 	encoded *sync.WaitGroup
 	flushed chan struct{} // barrier: closed when all earlier frames are written
 	data0   bool          // a data frame (counted in the end frame)
+	foreign bool          // a data frame encoded elsewhere (WriteEncoded): counted, not observed
 }
 
 // NewWriter returns a Writer that writes frames to w.
@@ -172,7 +175,7 @@ func (w *Writer) writeJob(j *job) {
 	if err != nil {
 		err = fmt.Errorf("codec: write: %w", err)
 		w.setErr(err)
-	} else if j.data0 {
+	} else if j.data0 || j.foreign {
 		w.mu.Lock()
 		w.frames++
 		w.bytes += uint64(j.info.Len)
@@ -485,6 +488,38 @@ func (w *Writer) WriteBorrowed(p []byte) (int, error) {
 		off += n
 	}
 	return len(p), w.Err()
+}
+
+// WriteEncoded writes frame, one whole data frame encoded elsewhere (the
+// frames of a gradient.Sender), after everything written so far, as part
+// of the stream: the end frame counts it. The policy does not see it. The
+// frame is copied; a frame that is not one whole tensor, tensors or bytes
+// frame is an error, and the stream is left as it was.
+func (w *Writer) WriteEncoded(frame []byte) error {
+	r := bytes.NewReader(frame)
+	// The frame is the caller's own: only its header's shape is checked.
+	h, _, err := ReadFrameHeader(r, r, Limits{MaxFrameSize: math.MaxInt64, MaxDecodedSize: math.MaxInt64, MaxTensorSize: math.MaxInt64}, nil)
+	if err != nil {
+		return fmt.Errorf("codec: WriteEncoded: %w", err)
+	}
+	switch {
+	case h.Type != FrameTensor && h.Type != FrameTensors && h.Type != FrameBytes:
+		return fmt.Errorf("codec: WriteEncoded: a %v frame, want a data frame", h.Type)
+	case h.FrameLen() != int64(len(frame)):
+		return fmt.Errorf("codec: WriteEncoded: %d bytes hold a frame of %d", len(frame), h.FrameLen())
+	}
+	var n int
+	for _, e := range h.Entries {
+		n += int(e.RawLen)
+	}
+	if err := w.start(); err != nil {
+		return err
+	}
+	if err := w.flushPending(); err != nil {
+		return err
+	}
+	w.enqueue(&job{info: FrameInfo{Type: h.Type, Len: n}, out: append(w.getBuf(), frame...), foreign: true}, false)
+	return w.Err()
 }
 
 // WriteControl writes a control frame after everything written so far.

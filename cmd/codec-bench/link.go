@@ -96,6 +96,7 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	pool := f.Int64("pool", 128<<20, "distinct workload `bytes` before the workload repeats")
 	latency := f.Duration("latency", 0, "one-way latency of the sim link")
 	change := f.Bool("change", false, "also run the rate-change scenario (100 -> 10 -> 100 Mbit/s)")
+	workloadFlag := f.String("workload", "bytes", "`kind`: bytes (an opaque stream through transport.Wrap) or tensors (tensor frames; updates may go through the profile's gradient compressors)")
 	explain := f.Bool("explain", false, "print every switch of the autotuner and the estimates behind it to stderr")
 	jsonOut := f.String("json", "", "write JSON rows to `FILE` (- for stdout, instead of the table)")
 	plotOut := f.String("plot", "", "plot goodput against bandwidth to `FILE` (.svg or .png)")
@@ -125,7 +126,15 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	chains, err := linkChains(prof)
+	var tensors bool
+	switch *workloadFlag {
+	case "bytes":
+	case "tensors":
+		tensors = true
+	default:
+		return usagef("--workload %q: want bytes or tensors", *workloadFlag)
+	}
+	chains, err := linkChains(prof, tensors)
 	if err != nil {
 		return err
 	}
@@ -135,7 +144,7 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b := &linkBench{prof: prof, work: work, stderr: stderr, latency: *latency, explain: *explain}
+	b := &linkBench{tensors: tensors, prof: prof, work: work, stderr: stderr, latency: *latency, explain: *explain}
 	var rows []*linkRow
 	var changes []*changeRow
 	for _, l := range links {
@@ -208,18 +217,27 @@ func parseRates(s string) ([]float64, error) {
 }
 
 // linkChains are plain TCP, the static recipes of the profile's rule for
-// byte streams, and the autotuner.
-func linkChains(p *profile.Profile) ([]linkChain, error) {
-	r := p.Match("", codec.Byte, -1, codec.Tags{})
+// byte streams (tensors: the lossless recipes of every rule), and the
+// autotuner.
+func linkChains(p *profile.Profile, tensors bool) ([]linkChain, error) {
+	rules := []*profile.Rule{p.Match("", codec.Byte, -1, codec.Tags{})}
+	if tensors {
+		rules = rules[:0]
+		for i := range p.Rules {
+			rules = append(rules, &p.Rules[i])
+		}
+	}
 	out := []linkChain{{name: "plain TCP", plain: true}}
 	seen := map[string]bool{}
-	for _, nr := range r.Recipes {
-		name := nr.Recipe.String()
-		if nr.Recipe.Lossy() || seen[name] {
-			continue
+	for _, r := range rules {
+		for _, nr := range r.Recipes {
+			name := nr.Recipe.String()
+			if nr.Recipe.Lossy() || seen[name] {
+				continue
+			}
+			seen[name] = true
+			out = append(out, linkChain{name: name, recipe: nr.Recipe})
 		}
-		seen[name] = true
-		out = append(out, linkChain{name: name, recipe: nr.Recipe})
 	}
 	if !p.Autotune.Enabled {
 		return out, nil
@@ -230,12 +248,19 @@ func linkChains(p *profile.Profile) ([]linkChain, error) {
 // workload is the pool of distinct tensors sent in turn.
 type workload struct {
 	chunks [][]byte
+	names  []string // the tensor each chunk is a copy of (updates: NAME.update)
+	shapes [][]int64
 	size   int64
 }
 
 func newWorkload(pool int64) (*workload, error) {
-	var base [][]float32
-	for _, load := range []func() ([]*codec.Tensor, error){testvectors.FLWeights, testvectors.FLUpdate} {
+	type base struct {
+		name  string
+		shape []int64
+		v     []float32
+	}
+	var bases []base
+	for k, load := range []func() ([]*codec.Tensor, error){testvectors.FLWeights, testvectors.FLUpdate} {
 		ts, err := load()
 		if err != nil {
 			return nil, err
@@ -248,21 +273,27 @@ func newWorkload(pool int64) (*workload, error) {
 			for i := range v {
 				v[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
 			}
-			base = append(base, v)
+			name := t.Name
+			if k == 1 {
+				name += ".update"
+			}
+			bases = append(bases, base{name, t.Shape, v})
 		}
 	}
-	if len(base) == 0 {
+	if len(bases) == 0 {
 		return nil, errors.New("link: no float32 tensors in testvectors/fl")
 	}
 	w := &workload{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; w.size < pool; i++ {
-		src := base[i%len(base)]
-		b := make([]byte, 4*len(src))
-		for j, x := range src {
+		src := bases[i%len(bases)]
+		b := make([]byte, 4*len(src.v))
+		for j, x := range src.v {
 			binary.LittleEndian.PutUint32(b[4*j:], math.Float32bits(x*float32(1+0.01*rng.NormFloat64())))
 		}
 		w.chunks = append(w.chunks, b)
+		w.names = append(w.names, src.name)
+		w.shapes = append(w.shapes, src.shape)
 		w.size += int64(len(b))
 	}
 	return w, nil
@@ -284,6 +315,7 @@ func (wl *workload) send(w io.Writer, n int64) error {
 }
 
 type linkBench struct {
+	tensors bool // send tensor frames (--workload tensors), not a byte stream
 	prof    *profile.Profile
 	work    *workload
 	stderr  io.Writer
@@ -367,6 +399,9 @@ type runResult struct {
 // transfer sends n workload bytes over a fresh link with chain ch.
 // onStart, if set, runs when the first byte is about to leave.
 func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch linkChain, n int64, opts []autotune.Option, onStart func(setRate func(float64) error)) (runResult, error) {
+	if b.tensors {
+		n = b.work.tensorBytes(n)
+	}
 	client, server, setRate, err := b.conns(ctx, link, rate)
 	if err != nil {
 		return runResult{}, err
@@ -379,19 +414,31 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	var closeWrite func() error = cc.CloseWrite
 	var rd io.Reader = server
 	var ts *transport.Conn
-	if !ch.plain {
+	if ch.auto {
+		all := []autotune.Option{autotune.WithProfile(b.prof)}
+		if b.explain {
+			all = append(all, autotune.WithExplain(func(d autotune.Decision) { fmt.Fprintf(b.stderr, "\nautotune: %v", d) }))
+		}
+		tu, err := autotune.New(append(all, opts...)...)
+		if err != nil {
+			return res, err
+		}
+		res.tuner = tu
+	}
+	send := func() error { return b.work.send(w, n) }
+	receive := func() (int64, error) { return io.Copy(io.Discard, rd) }
+	switch {
+	case b.tensors && !ch.plain:
+		// Tensor frames straight on the connection (no wrapper).
+		if res.tuner != nil {
+			res.tuner.UseConn(client)
+		}
+		send = func() error { return b.sendTensors(cc, ch, res.tuner, n) }
+		receive = func() (int64, error) { return receiveTensors(server) }
+	case !ch.plain:
 		topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize))}
-		if ch.auto {
-			all := []autotune.Option{autotune.WithProfile(b.prof)}
-			if b.explain {
-				all = append(all, autotune.WithExplain(func(d autotune.Decision) { fmt.Fprintf(b.stderr, "\nautotune: %v", d) }))
-			}
-			tu, err := autotune.New(append(all, opts...)...)
-			if err != nil {
-				return res, err
-			}
-			res.tuner = tu
-			topts = append(topts, transport.WithPolicy(tu))
+		if res.tuner != nil {
+			topts = append(topts, transport.WithPolicy(res.tuner))
 		} else {
 			topts = append(topts, transport.WithRecipe(ch.recipe))
 		}
@@ -412,7 +459,7 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	got := make(chan error, 1)
 	var received int64
 	go func() {
-		k, err := io.Copy(io.Discard, rd)
+		k, err := receive()
 		received = k
 		got <- err
 	}()
@@ -422,7 +469,7 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	if onStart != nil {
 		onStart(setRate)
 	}
-	serr := b.work.send(w, n)
+	serr := send()
 	if serr == nil {
 		serr = closeWrite()
 	}
@@ -467,6 +514,9 @@ func (b *linkBench) rate(ctx context.Context, link string, rate float64, chains 
 		n = int64(float64(probe) / r.seconds * d.Seconds())
 	}
 	n = max(n, 64<<10)
+	if b.tensors {
+		n = b.work.tensorBytes(n)
+	}
 	linkName := link
 	if rate == 0 {
 		linkName = "loopback"

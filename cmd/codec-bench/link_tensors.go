@@ -1,0 +1,97 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"strings"
+
+	"github.com/tensorpress/tensorpress/autotune"
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gradient"
+)
+
+// tensorBytes is the size of the whole workload tensors, in turn, that
+// cover n bytes: the tensor workload sends whole tensors only.
+func (wl *workload) tensorBytes(n int64) int64 {
+	var s int64
+	for i := 0; s < n; i++ {
+		s += int64(len(wl.chunks[i%len(wl.chunks)]))
+	}
+	return s
+}
+
+// sendTensors writes whole workload tensors (n bytes: see tensorBytes) to
+// conn as tensor frames: a codec.Writer with the Tuner, or with ch's
+// recipe, codes the tensors the profile keeps dense; updates (tagged
+// role=update) whose rule lists gradient compressors go through the
+// rule's first compressor with error feedback (one gradient.Sender per
+// transfer, its memory per tensor name, so each copy of an update is the
+// next round's), their frames written in turn with the Writer's.
+func (b *linkBench) sendTensors(conn io.Writer, ch linkChain, tu *autotune.Tuner, n int64) error {
+	pol := codec.Policy(codec.FixedPolicy{Recipe: ch.recipe})
+	if tu != nil {
+		pol = tu
+	}
+	w, err := codec.NewWriter(conn, codec.WithPolicy(pol), codec.WithChunkSize(b.prof.ChunkSize))
+	if err != nil {
+		return err
+	}
+	senders := map[*gradient.Spec]*gradient.Sender{}
+	var buf []byte
+	for i := 0; n > 0; i++ {
+		k := i % len(b.work.chunks)
+		t := &codec.Tensor{Name: b.work.names[k], DType: codec.F32, Shape: b.work.shapes[k], Data: b.work.chunks[k]}
+		n -= int64(len(t.Data))
+		if strings.HasSuffix(t.Name, ".update") {
+			t.Tags.Extra = []codec.Tag{{Key: "role", Value: "update"}}
+		}
+		r := b.prof.Match(t.Name, t.DType, int64(len(t.Data)), t.Tags)
+		t.Tags.Lossless = r.RequireLossless
+		if len(r.Gradients) == 0 {
+			if err := w.WriteTensor(t); err != nil {
+				w.Close()
+				return err
+			}
+			continue
+		}
+		spec := r.Gradients[0]
+		s := senders[spec]
+		if s == nil {
+			if s, err = spec.NewSender(); err != nil {
+				w.Close()
+				return err
+			}
+			senders[spec] = s
+		}
+		if buf, err = s.Append(buf[:0], t); err != nil {
+			w.Close()
+			return err
+		}
+		if err := w.WriteEncoded(buf); err != nil {
+			s.Abort()
+			w.Close()
+			return err
+		}
+		s.Commit()
+	}
+	return w.Close()
+}
+
+// receiveTensors reads frames until the end of the stream and returns the
+// decoded tensor bytes (sparse updates count at their dense size).
+func receiveTensors(r io.Reader) (int64, error) {
+	rd := codec.NewReader(r)
+	var n int64
+	for {
+		f, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		for _, t := range f.Tensors {
+			n += int64(len(t.Data))
+		}
+	}
+}
