@@ -325,8 +325,8 @@ func TestWriteEncoded(t *testing.T) {
 	}
 	for _, bad := range [][]byte{
 		nil,
-		frame[:len(frame)-1],                       // cut short
-		append(slices.Clone(frame), 0),             // a byte more
+		frame[:len(frame)-1],           // cut short
+		append(slices.Clone(frame), 0), // a byte more
 		codec.AppendControl(nil, 1024, []byte{1}), // not data
 		[]byte("not a frame at all"),
 	} {
