@@ -57,6 +57,9 @@ const (
 
 // Decision explains one switch of recipe.
 type Decision struct {
+	// Tensor is set for a density decision (Tuner.Density): From and To
+	// are densities, Seq and Class are not used.
+	Tensor      string
 	Seq         uint64
 	Class       Class
 	From, To    string
@@ -77,6 +80,10 @@ type Prediction struct {
 
 func (d Decision) String() string {
 	var b strings.Builder
+	if d.Tensor != "" {
+		fmt.Fprintf(&b, "tensor %s: %s -> %s: %s; bandwidth %s (%s)", d.Tensor, d.From, d.To, d.Reason, rate(d.Bandwidth), d.Estimate.Source)
+		return b.String()
+	}
 	fmt.Fprintf(&b, "frame %d (%v): %s -> %s: %s; bandwidth %s (%s)", d.Seq, d.Class, d.From, d.To, d.Reason, rate(d.Bandwidth), d.Estimate.Source)
 	for _, p := range d.Predictions {
 		fmt.Fprintf(&b, "; %s %s (%s-bound, ratio %.3f", p.Recipe, rate(p.Throughput), p.Limit, p.Stats.Ratio)
@@ -171,6 +178,10 @@ type Tuner struct {
 
 	initialBW float64 // bandwidth assumed before anything is measured
 	budget    float64 // error budget of the candidates without a profile
+
+	densities       map[string]*densityState // by tensor name
+	keptBytes       float64                  // wire bytes per gradient element kept (0: not measured)
+	densitySwitches int
 
 	probeMin   time.Duration // first probe interval
 	probeEvery time.Duration // current probe interval (probeMin to probeMax)
@@ -740,6 +751,9 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 		return
 	}
 	t.link.ObserveWrite(fs.Info.Seq, fs.FrameBytes, fs.Blocked)
+	if fs.Foreign {
+		return // its bytes took the link; its recipe was not ours
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.work += fs.Encode

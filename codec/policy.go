@@ -27,6 +27,9 @@ type FrameStats struct {
 	Encode     time.Duration // time spent encoding
 	Blocked    time.Duration // time spent in the underlying Write
 	Err        error         // a failed frame reports its error here
+	// Foreign: the frame was encoded elsewhere (Writer.WriteEncoded);
+	// Recipe is nil, and Choose was not asked for it.
+	Foreign bool
 }
 
 // Policy chooses the recipe for each frame and learns from the result.

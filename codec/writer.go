@@ -62,7 +62,7 @@ type job struct {
 	encoded *sync.WaitGroup
 	flushed chan struct{} // barrier: closed when all earlier frames are written
 	data0   bool          // a data frame (counted in the end frame)
-	foreign bool          // a data frame encoded elsewhere (WriteEncoded): counted, not observed
+	foreign bool          // a data frame encoded elsewhere (WriteEncoded): counted, observed as Foreign
 }
 
 // NewWriter returns a Writer that writes frames to w.
@@ -194,14 +194,14 @@ func (w *Writer) writeJob(j *job) {
 const vectorMin = 64 << 10
 
 func (w *Writer) observe(j *job, blocked time.Duration, err error) {
-	if w.cfg.policy == nil || !j.data0 {
+	if w.cfg.policy == nil || !j.data0 && !j.foreign {
 		return
 	}
 	info := j.info
 	info.Data = nil
 	w.cfg.policy.Observe(FrameStats{
 		Info: info, Recipe: j.recipe, RawBytes: info.Len, FrameBytes: len(j.out) + len(j.raw) + len(j.tail),
-		Segments: j.stats, Encode: j.encode, Blocked: blocked, Err: err,
+		Segments: j.stats, Encode: j.encode, Blocked: blocked, Err: err, Foreign: j.foreign,
 	})
 }
 
@@ -492,8 +492,9 @@ func (w *Writer) WriteBorrowed(p []byte) (int, error) {
 
 // WriteEncoded writes frame, one whole data frame encoded elsewhere (the
 // frames of a gradient.Sender), after everything written so far, as part
-// of the stream: the end frame counts it. The policy does not see it. The
-// frame is copied; a frame that is not one whole tensor, tensors or bytes
+// of the stream: the end frame counts it. The policy does not choose its
+// recipe but observes it (FrameStats.Foreign), so that link estimates
+// count its bytes. The frame is copied; a frame that is not one whole tensor, tensors or bytes
 // frame is an error, and the stream is left as it was.
 func (w *Writer) WriteEncoded(frame []byte) error {
 	r := bytes.NewReader(frame)
@@ -518,7 +519,9 @@ func (w *Writer) WriteEncoded(frame []byte) error {
 	if err := w.flushPending(); err != nil {
 		return err
 	}
-	w.enqueue(&job{info: FrameInfo{Type: h.Type, Len: n}, out: append(w.getBuf(), frame...), foreign: true}, false)
+	info := FrameInfo{Seq: w.seq, Type: h.Type, Len: n, First: true}
+	w.seq++
+	w.enqueue(&job{info: info, out: append(w.getBuf(), frame...), foreign: true}, false)
 	return w.Err()
 }
 

@@ -131,3 +131,32 @@ func DefaultTail(c Compressor) *codec.Recipe {
 	}
 	return codec.MustParseRecipe("*:huff0")
 }
+
+// AtDensity returns c set to keep the share d of each tensor's elements,
+// for the compressors that select by a ratio (TopK, RandK, DGC: the
+// others report false). The error-feedback memory does not depend on the
+// compressor, and DGC's momentum is kept under the same name whatever its
+// ratio, so a Sender may change density between updates (SetCompressor).
+func AtDensity(c Compressor, d float32) (Compressor, bool) {
+	if !(d > 0 && d <= 1) {
+		return c, false
+	}
+	switch c := c.(type) {
+	case TopK:
+		return TopK{Ratio: d}, true
+	case *TopK:
+		return TopK{Ratio: d}, true
+	case RandK:
+		c.Ratio = d
+		return c, true
+	case *RandK:
+		r := *c
+		r.Ratio = d
+		return r, true
+	case *DGC:
+		g := *c
+		g.Ratio = d
+		return &g, true
+	}
+	return c, false
+}

@@ -500,3 +500,30 @@ func TestDenseVectors(t *testing.T) {
 		t.Fatal("dense1d twice accepted")
 	}
 }
+
+func TestAtDensity(t *testing.T) {
+	for _, c := range []struct {
+		in   Compressor
+		want string
+		ok   bool
+	}{
+		{TopK{Ratio: 0.01}, "topk(0.003)", true},
+		{RandK{Ratio: 0.01, Seed: 5}, "randk(0.003,seed=5)", true},
+		{NewDGC(0.001), "dgc(0.003)", true},
+		{Threshold{T: 0.1}, "", false},
+	} {
+		got, ok := AtDensity(c.in, 0.003)
+		if ok != c.ok || ok && got.String() != c.want {
+			t.Errorf("AtDensity(%v, 0.003) = %v, %v; want %s, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+	if _, ok := AtDensity(TopK{Ratio: 0.01}, 0); ok {
+		t.Error("density 0 accepted")
+	}
+	// A DGC copy leaves the original alone.
+	d := NewDGC(0.001)
+	AtDensity(d, 0.5)
+	if d.Ratio != 0.001 {
+		t.Errorf("original DGC changed: %v", d)
+	}
+}

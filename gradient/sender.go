@@ -128,6 +128,10 @@ func (s *Sender) Memory() *Memory { return s.mem }
 // Compressor is the Sender's compressor.
 func (s *Sender) Compressor() Compressor { return s.comp }
 
+// SetCompressor makes c the compressor of the next updates (a density
+// chosen per update: AtDensity). The residuals stay.
+func (s *Sender) SetCompressor(c Compressor) { s.comp = c }
+
 // SetEpoch tells schedules (DGC's warm-up) where training is; fractions
 // are fine.
 func (s *Sender) SetEpoch(e float64) { s.epoch = e }

@@ -97,6 +97,7 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	latency := f.Duration("latency", 0, "one-way latency of the sim link")
 	change := f.Bool("change", false, "also run the rate-change scenario (100 -> 10 -> 100 Mbit/s)")
 	workloadFlag := f.String("workload", "bytes", "`kind`: bytes (an opaque stream through transport.Wrap) or tensors (tensor frames; updates may go through the profile's gradient compressors)")
+	updateWithin := f.Duration("update-within", 0, "tensors: with the autotuner, choose each update's density among the profile rule's densities, the largest whose frame arrives within this `time` (0: the rule's compressor as it is)")
 	explain := f.Bool("explain", false, "print every switch of the autotuner and the estimates behind it to stderr")
 	jsonOut := f.String("json", "", "write JSON rows to `FILE` (- for stdout, instead of the table)")
 	plotOut := f.String("plot", "", "plot goodput against bandwidth to `FILE` (.svg or .png)")
@@ -144,7 +145,10 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b := &linkBench{tensors: tensors, prof: prof, work: work, stderr: stderr, latency: *latency, explain: *explain}
+	if *updateWithin < 0 || *updateWithin > 0 && !tensors {
+		return usagef("--update-within: a positive time, with --workload tensors")
+	}
+	b := &linkBench{tensors: tensors, updateWithin: *updateWithin, prof: prof, work: work, stderr: stderr, latency: *latency, explain: *explain}
 	var rows []*linkRow
 	var changes []*changeRow
 	for _, l := range links {
@@ -299,29 +303,33 @@ func newWorkload(pool int64) (*workload, error) {
 	return w, nil
 }
 
-// send writes n bytes of the workload to w, starting at chunk from.
-func (wl *workload) send(w io.Writer, n int64) error {
-	for i := 0; n > 0; i++ {
+// send writes n bytes of the workload to w, from its first chunk, or
+// fewer when stop, checked before each chunk, reports true. It returns
+// the bytes written.
+func (wl *workload) send(w io.Writer, n int64, stop func() bool) (int64, error) {
+	var sent int64
+	for i := 0; sent < n && !stop(); i++ {
 		c := wl.chunks[i%len(wl.chunks)]
-		if int64(len(c)) > n {
-			c = c[:n]
+		if int64(len(c)) > n-sent {
+			c = c[:n-sent]
 		}
 		if _, err := w.Write(c); err != nil {
-			return err
+			return sent, err
 		}
-		n -= int64(len(c))
+		sent += int64(len(c))
 	}
-	return nil
+	return sent, nil
 }
 
 type linkBench struct {
-	tensors bool // send tensor frames (--workload tensors), not a byte stream
-	prof    *profile.Profile
-	work    *workload
-	stderr  io.Writer
-	latency time.Duration
-	pair    *netns.Pair
-	explain bool
+	tensors      bool          // send tensor frames (--workload tensors), not a byte stream
+	updateWithin time.Duration // --update-within: the autotuner chooses update densities
+	prof         *profile.Profile
+	work         *workload
+	stderr       io.Writer
+	latency      time.Duration
+	pair         *netns.Pair
+	explain      bool
 }
 
 // conns returns the two ends of a link at rate (bits per second, 0:
@@ -390,15 +398,18 @@ func (c *counting) CloseWrite() error {
 
 // runResult is one transfer.
 type runResult struct {
+	sent     int64 // workload bytes sent
 	seconds  float64
 	wire     int64
 	switches int
 	tuner    *autotune.Tuner
 }
 
-// transfer sends n workload bytes over a fresh link with chain ch.
+// transfer sends n workload bytes over a fresh link with chain ch, or,
+// when until is not 0, what goes before until has passed (the tensor
+// workload rounds n up to whole tensors).
 // onStart, if set, runs when the first byte is about to leave.
-func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch linkChain, n int64, opts []autotune.Option, onStart func(setRate func(float64) error)) (runResult, error) {
+func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch linkChain, n int64, until time.Duration, opts []autotune.Option, onStart func(setRate func(float64) error)) (runResult, error) {
 	if b.tensors {
 		n = b.work.tensorBytes(n)
 	}
@@ -425,7 +436,9 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 		}
 		res.tuner = tu
 	}
-	send := func() error { return b.work.send(w, n) }
+	var t0 time.Time
+	stop := func() bool { return until > 0 && time.Since(t0) >= until }
+	send := func() (int64, error) { return b.work.send(w, n, stop) }
 	receive := func() (int64, error) { return io.Copy(io.Discard, rd) }
 	switch {
 	case b.tensors && !ch.plain:
@@ -433,7 +446,7 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 		if res.tuner != nil {
 			res.tuner.UseConn(client)
 		}
-		send = func() error { return b.sendTensors(cc, ch, res.tuner, n) }
+		send = func() (int64, error) { return b.sendTensors(cc, ch, res.tuner, n, stop) }
 		receive = func() (int64, error) { return receiveTensors(server) }
 	case !ch.plain:
 		topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize))}
@@ -465,11 +478,11 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	}()
 	stopCtx := context.AfterFunc(ctx, func() { client.Close(); server.Close() })
 	defer stopCtx()
-	t0 := time.Now()
+	t0 = time.Now()
 	if onStart != nil {
 		onStart(setRate)
 	}
-	serr := send()
+	sent, serr := send()
 	if serr == nil {
 		serr = closeWrite()
 	}
@@ -480,7 +493,7 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 		res.wire = int64(ts.Feedback().WireBytes)
 	}
 	if res.tuner != nil {
-		res.switches = res.tuner.Switches()
+		res.switches = res.tuner.Switches() + res.tuner.DensitySwitches()
 	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()
@@ -488,9 +501,10 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	if serr != nil || rerr != nil {
 		return res, fmt.Errorf("link %s at %s, %s: send: %v, receive: %v", link, rateName(rate), ch.name, serr, rerr)
 	}
-	if received != n {
-		return res, fmt.Errorf("link %s at %s, %s: received %d of %d bytes", link, rateName(rate), ch.name, received, n)
+	if received != sent {
+		return res, fmt.Errorf("link %s at %s, %s: received %d of %d bytes", link, rateName(rate), ch.name, received, sent)
 	}
+	res.sent = sent
 	return res, nil
 }
 
@@ -507,7 +521,7 @@ func (b *linkBench) rate(ctx context.Context, link string, rate float64, chains 
 	if rate == 0 {
 		// Unshaped: as many bytes as plain TCP sends in d.
 		probe := min(b.work.size, 256<<20)
-		r, err := b.transfer(ctx, link, 0, chains[0], probe, nil, nil)
+		r, err := b.transfer(ctx, link, 0, chains[0], probe, 0, nil, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -528,7 +542,7 @@ func (b *linkBench) rate(ctx context.Context, link string, rate float64, chains 
 	for rep := range reps {
 		for i, ch := range chains {
 			fmt.Fprintf(b.stderr, "link: %s %s rep %d/%d %-45s", linkName, rateName(rate), rep+1, reps, ch.name)
-			r, err := b.transfer(ctx, link, rate, ch, n, nil, nil)
+			r, err := b.transfer(ctx, link, rate, ch, n, 0, nil, nil)
 			if err != nil {
 				fmt.Fprintln(b.stderr)
 				return rows, err
@@ -619,15 +633,15 @@ func (b *linkBench) changeScenario(ctx context.Context, link string, d time.Dura
 		evs = append(evs, tunerEvent{time.Since(t0), d})
 		mu.Unlock()
 	})
-	// Bytes for a phase at 100, then at 10, then at 100 Mbit/s: the
-	// transfer ends about when the third phase does.
-	n := int64(hi/8*phase.Seconds()*2 + lo/8*phase.Seconds())
+	// The transfer runs until the third phase ends, whatever the
+	// compression: n is more than any ratio lets through.
+	n := int64(1000 * hi / 8 * phase.Seconds())
 	changesAt := make([]time.Duration, 0, 2)
 	var setRate func(float64) error
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	fmt.Fprintf(b.stderr, "link: %s rate change 100 -> 10 -> 100 Mbit/s, autotune\n", link)
-	_, err := b.transfer(ctx, link, hi, linkChain{name: "autotune", auto: true}, n, []autotune.Option{explain}, func(sr func(float64) error) {
+	_, err := b.transfer(ctx, link, hi, linkChain{name: "autotune", auto: true}, n, 3*phase, []autotune.Option{explain}, func(sr func(float64) error) {
 		setRate, t0 = sr, time.Now()
 		wg.Add(1)
 		go func() {
@@ -688,7 +702,7 @@ type tunerEvent struct {
 
 // recipeAt is the recipe in force at time at (the first recipe is raw).
 func recipeAt(evs []tunerEvent, at time.Duration) string {
-	cur := "raw"
+	cur := "-" // no switch yet: each rule's first recipe
 	for _, e := range evs {
 		if e.at < at {
 			cur = e.d.To

@@ -20,28 +20,32 @@ func (wl *workload) tensorBytes(n int64) int64 {
 	return s
 }
 
-// sendTensors writes whole workload tensors (n bytes: see tensorBytes) to
-// conn as tensor frames: a codec.Writer with the Tuner, or with ch's
+// sendTensors writes whole workload tensors (n bytes: see tensorBytes, or
+// fewer when stop, checked before each tensor, reports true) to conn as
+// tensor frames and returns their bytes: a codec.Writer with the Tuner, or with ch's
 // recipe, codes the tensors the profile keeps dense; updates (tagged
 // role=update) whose rule lists gradient compressors go through the
 // rule's first compressor with error feedback (one gradient.Sender per
 // transfer, its memory per tensor name, so each copy of an update is the
-// next round's), their frames written in turn with the Writer's.
-func (b *linkBench) sendTensors(conn io.Writer, ch linkChain, tu *autotune.Tuner, n int64) error {
+// next round's), their frames written in turn with the Writer's. With
+// --update-within and the autotuner, each update's density is the
+// Tuner's choice among the rule's densities (Tuner.Density).
+func (b *linkBench) sendTensors(conn io.Writer, ch linkChain, tu *autotune.Tuner, n int64, stop func() bool) (int64, error) {
 	pol := codec.Policy(codec.FixedPolicy{Recipe: ch.recipe})
 	if tu != nil {
 		pol = tu
 	}
 	w, err := codec.NewWriter(conn, codec.WithPolicy(pol), codec.WithChunkSize(b.prof.ChunkSize))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	senders := map[*gradient.Spec]*gradient.Sender{}
 	var buf []byte
-	for i := 0; n > 0; i++ {
+	var sent int64
+	for i := 0; sent < n && !stop(); i++ {
 		k := i % len(b.work.chunks)
 		t := &codec.Tensor{Name: b.work.names[k], DType: codec.F32, Shape: b.work.shapes[k], Data: b.work.chunks[k]}
-		n -= int64(len(t.Data))
+		sent += int64(len(t.Data))
 		if strings.HasSuffix(t.Name, ".update") {
 			t.Tags.Extra = []codec.Tag{{Key: "role", Value: "update"}}
 		}
@@ -50,7 +54,7 @@ func (b *linkBench) sendTensors(conn io.Writer, ch linkChain, tu *autotune.Tuner
 		if len(r.Gradients) == 0 {
 			if err := w.WriteTensor(t); err != nil {
 				w.Close()
-				return err
+				return sent, err
 			}
 			continue
 		}
@@ -59,22 +63,35 @@ func (b *linkBench) sendTensors(conn io.Writer, ch linkChain, tu *autotune.Tuner
 		if s == nil {
 			if s, err = spec.NewSender(); err != nil {
 				w.Close()
-				return err
+				return sent, err
 			}
 			senders[spec] = s
 		}
+		density := 0.0
+		if tu != nil && b.updateWithin > 0 {
+			d, ok := tu.Density(t.Name, t.DType, int64(len(t.Data)/4), t.Tags, b.updateWithin)
+			if ok {
+				if c, ok := gradient.AtDensity(spec.Compressor, float32(d)); ok {
+					s.SetCompressor(c)
+					density = d
+				}
+			}
+		}
 		if buf, err = s.Append(buf[:0], t); err != nil {
 			w.Close()
-			return err
+			return sent, err
 		}
 		if err := w.WriteEncoded(buf); err != nil {
 			s.Abort()
 			w.Close()
-			return err
+			return sent, err
 		}
 		s.Commit()
+		if density > 0 {
+			tu.ObserveDensity(density, int64(len(t.Data)/4), len(buf))
+		}
 	}
-	return w.Close()
+	return sent, w.Close()
 }
 
 // receiveTensors reads frames until the end of the stream and returns the
