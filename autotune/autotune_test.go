@@ -582,3 +582,59 @@ func TestTunerErrorBudget(t *testing.T) {
 		})
 	}
 }
+
+// A static rule whose first recipe is lossy sends a tensor tagged
+// lossless (or an integer tensor) with the next recipe the frame allows;
+// an empty frame goes raw and leaves the class's first choice to the
+// first frame with data; a frame the Writer sent with another recipe than
+// the one chosen teaches nothing about the chosen one.
+func TestTunerEdgeCases(t *testing.T) {
+	p, err := profile.Load([]byte(`version: 1
+autotune: {enabled: false}
+rules:
+  - error_budget: 0.05
+    recipes: ["int8(4096) | *:zstd(1)", "zstd(1)"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tu, err := New(WithProfile(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := weights(1024, 1)
+	for _, c := range []struct {
+		fi   codec.FrameInfo
+		want string
+	}{
+		{codec.FrameInfo{Type: codec.FrameTensor, DType: codec.F32, Data: data, First: true}, "int8(4096) | *:zstd(1)"},
+		{codec.FrameInfo{Type: codec.FrameTensor, DType: codec.F32, Data: data, First: true, Tags: codec.Tags{Lossless: true}}, "zstd(1)"},
+		{codec.FrameInfo{Type: codec.FrameTensor, DType: codec.I32, Data: data, First: true}, "zstd(1)"},
+		{codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: data, First: true}, "zstd(1)"},
+	} {
+		if got := recipeName(tu.Choose(c.fi)); got != codec.MustParseRecipe(c.want).String() {
+			t.Errorf("static, %v %v lossless=%v: %s, want %s", c.fi.Type, c.fi.DType, c.fi.Tags.Lossless, got, c.want)
+		}
+	}
+
+	var ds []Decision
+	tu, err = New(WithCores(2), WithExplore(0), WithExplain(func(d Decision) { ds = append(ds, d) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, First: true}
+	if r := tu.Choose(empty); r != nil {
+		t.Errorf("empty frame: %v, want raw", r)
+	}
+	fi := codec.FrameInfo{Seq: 1, Type: codec.FrameBytes, DType: codec.Byte, Data: floatBytes(64<<10, 3), First: true}
+	chosen := tu.Choose(fi)
+	if chosen == nil || len(ds) != 1 || !strings.Contains(ds[0].Reason, "first frame") {
+		t.Fatalf("first frame with data: %v, decisions %v", chosen, ds)
+	}
+	before, _ := tu.Profiler().Get(ds[0].Class, recipeName(chosen))
+	tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: 1, Type: codec.FrameBytes, DType: codec.Byte, Len: 64 << 10},
+		Recipe: nil, RawBytes: 64 << 10, FrameBytes: 1 << 10, Encode: time.Millisecond})
+	if after, _ := tu.Profiler().Get(ds[0].Class, recipeName(chosen)); after != before {
+		t.Errorf("a raw frame taught %s: %+v -> %+v", recipeName(chosen), before, after)
+	}
+}

@@ -128,8 +128,7 @@ func (p *Profiler) Measure(c Class, name string, r *codec.Recipe, fi *codec.Fram
 	var out []byte
 	var err error
 	in := sample // the values coded
-	if fi.Type == codec.FrameTensor && fi.DType != codec.Byte {
-		esz := fi.DType.Size()
+	if esz := fi.DType.Size(); fi.Type == codec.FrameTensor && fi.DType != codec.Byte && esz > 0 {
 		n := len(sample) / esz
 		in = sample[:n*esz]
 		t := &codec.Tensor{Name: fi.Name, DType: fi.DType, Shape: []int64{int64(n)}, Data: in}

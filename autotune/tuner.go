@@ -162,19 +162,18 @@ type Tuner struct {
 	explain    func(Decision)
 	log        *slog.Logger
 
-	states    map[stateKey]*classState
-	measured  map[profKey]uint64 // frame of each candidate's last sample
-	class     Class              // of the last sniffed frame
-	sniffed   bool
-	classes   [256]seqClass // class of frame seq, for Observe
-	work      time.Duration // encode time of the frames sent
-	spent     time.Duration // time spent measuring samples
-	rr        int
-	switches  int
-	lastDec   Decision
-	hasDec    bool
-	decodeFB  float64 // the receiver's decode speed (feedback)
-	feedbacks int
+	states   map[stateKey]*classState
+	measured map[profKey]uint64 // frame of each candidate's last sample
+	class    Class              // of the last sniffed frame
+	lastType codec.FrameType    // of the last sniffed frame
+	sniffed  bool
+	classes  [256]seqClass // class of frame seq, for Observe
+	work     time.Duration // encode time of the frames sent
+	spent    time.Duration // time spent measuring samples
+	rr       int
+	switches int
+	lastDec  Decision
+	hasDec   bool
 
 	initialBW float64 // bandwidth assumed before anything is measured
 	budget    float64 // error budget of the candidates without a profile
@@ -532,13 +531,24 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	defer t.mu.Unlock()
 	ri, rs := t.rule(&fi)
 	if rs.static {
-		return rs.cands[0].r
+		// The rule's first recipe the frame allows (a lossy one codes
+		// float tensors not tagged lossless only), else raw.
+		for _, cd := range rs.cands {
+			if rs.allows(cd, &fi) {
+				return cd.r
+			}
+		}
+		return nil
 	}
 	if t.link.isLoopback() && slices.ContainsFunc(rs.cands, func(c candidate) bool { return c.r == nil }) {
 		return nil // nothing beats raw on loopback: no sampling either
 	}
-	if !t.sniffed || fi.Type == codec.FrameTensor && fi.First || fi.Seq%sniffEvery == 0 {
-		t.class, t.sniffed = Sniff(fi), true
+	if len(fi.Data) == 0 {
+		return nil // nothing to code, nor to learn from
+	}
+	if !t.sniffed || fi.Type != t.lastType || fi.DType != t.class.DType ||
+		fi.Type == codec.FrameTensor && fi.First || fi.Seq%sniffEvery == 0 {
+		t.class, t.sniffed, t.lastType = Sniff(fi), true, fi.Type
 	}
 	c := t.class
 	key := stateKey{ri, c}
@@ -758,7 +768,10 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 	defer t.mu.Unlock()
 	t.work += fs.Encode
 	sc := t.classes[fs.Info.Seq%uint64(len(t.classes))]
-	if sc.seq == fs.Info.Seq && sc.name != "" {
+	// The Writer may have sent another recipe than the one chosen (a
+	// tensor keeps a lossy or block recipe for all its chunks; a peer
+	// that lacks a stage gets raw): only the chosen one's frames teach.
+	if sc.seq == fs.Info.Seq && sc.name != "" && sc.name == recipeName(fs.Recipe) {
 		t.prof.Observe(sc.class, sc.name, fs.RawBytes, fs.FrameBytes, fs.Encode, fs.Info.Seq)
 	}
 }
@@ -766,10 +779,6 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 // ObserveFeedback implements transport.FeedbackObserver.
 func (t *Tuner) ObserveFeedback(fb transport.Feedback) {
 	t.link.ObserveFeedback(fb.WireBytes)
-	t.mu.Lock()
-	t.decodeFB = fb.DecodeSpeed()
-	t.feedbacks++
-	t.mu.Unlock()
 }
 
 // LastDecision returns the last switch, if any.
