@@ -156,10 +156,14 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 }
 
 // SetWriteDeadline sets the deadline for Write on the underlying
-// connection. A Write that times out breaks the stream.
+// connection. A Write that times out breaks the stream. While the
+// deadline has passed, the connection sends no feedback or end-ack
+// frames of its own (they would time out and break the stream too).
 func (c *Conn) SetWriteDeadline(t time.Time) error {
 	c.wdl.set(t)
-	return c.raw.SetWriteDeadline(t)
+	err := c.raw.SetWriteDeadline(t)
+	c.poke() // control frames held back by a passed deadline may go now
+	return err
 }
 
 // Write encodes p into frames and sends them before it returns.
@@ -555,12 +559,28 @@ func (c *Conn) control() {
 		if !c.sendFeedback() {
 			return
 		}
+		// At most one feedback frame per interval; the end-ack does not
+		// wait (the peer's Close does).
 		t := time.NewTimer(max(c.o.feedbackEvery, 0))
-		select {
-		case <-c.closed:
-			t.Stop()
-			return
-		case <-t.C:
+		kicked := false
+	wait:
+		for {
+			select {
+			case <-c.closed:
+				t.Stop()
+				return
+			case <-t.C:
+				break wait
+			case <-c.kick:
+				kicked = true
+				if c.ackWanted.Load() {
+					t.Stop()
+					break wait
+				}
+			}
+		}
+		if kicked {
+			c.poke()
 		}
 	}
 }
@@ -573,6 +593,11 @@ func (c *Conn) sendFeedback() bool {
 	defer c.wmu.Unlock()
 	if c.shut || c.w.Err() != nil || c.closing.Load() || c.ackSent {
 		return false
+	}
+	if isClosed(c.wdl.wait()) {
+		// The application's write deadline has passed: a frame now would
+		// time out and break the stream. SetWriteDeadline pokes again.
+		return true
 	}
 	if c.ackWanted.Load() {
 		c.ackSent = true

@@ -537,3 +537,71 @@ func TestWriteTo(t *testing.T) {
 		t.Fatalf("consumed %d", fb.Consumed)
 	}
 }
+
+// A write deadline that passes while the application only reads does not
+// break the stream: the feedback the reads trigger waits until the
+// deadline moves, and writes after that go through.
+func TestPassedWriteDeadlineKeepsStream(t *testing.T) {
+	a, b := tcpPair(t)
+	ca, cb := pair(t, a, b, WithFeedbackInterval(0))
+	defer ca.Close()
+	defer cb.Close()
+	ca.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := ca.Write([]byte("request")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 100)
+	if n, err := cb.Read(buf); err != nil || string(buf[:n]) != "request" {
+		t.Fatalf("request: %q, %v", buf[:n], err)
+	}
+	time.Sleep(100 * time.Millisecond) // the deadline passes
+	if _, err := cb.Write([]byte("response")); err != nil {
+		t.Fatal(err)
+	}
+	// Reading asks ca to send feedback, past its write deadline.
+	if n, err := ca.Read(buf); err != nil || string(buf[:n]) != "response" {
+		t.Fatalf("response: %q, %v", buf[:n], err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	ca.SetWriteDeadline(time.Time{})
+	if _, err := ca.Write([]byte("next")); err != nil {
+		t.Fatalf("write after the deadline was cleared: %v", err)
+	}
+	if n, err := cb.Read(buf); err != nil || string(buf[:n]) != "next" {
+		t.Fatalf("next: %q, %v", buf[:n], err)
+	}
+}
+
+// The end-ack does not wait for the feedback interval: a peer that sends
+// feedback seldom still acknowledges the end at once, so Close gets its
+// acknowledgement well within its timeout.
+func TestEndAckNotHeldByFeedbackInterval(t *testing.T) {
+	a, b := tcpPair(t)
+	ca, err := Wrap(a, WithCloseTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := Wrap(b, WithFeedbackInterval(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, cb) // sends feedback once, then waits a minute
+		done <- err
+	}()
+	if _, err := ca.Write(floats(1<<20, 1)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // cb's feedback went; its interval runs
+	if err := ca.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !isClosed(ca.acked) {
+		t.Fatal("Close returned without the peer's end-ack")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
