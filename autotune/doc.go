@@ -16,8 +16,17 @@
 //   - a selector with hysteresis (a 10% predicted gain, 3 frames between
 //     switches by default).
 //
+// With a profile (WithProfile), each frame's candidates are those of the
+// rule its tensor matches: lossy ones only on float tensors not tagged
+// lossless, and only once their relative RMS error, measured on samples
+// of the live data, is within the rule's error budget (auto adds fp16,
+// bf16, int8 and nf4 recipes of the widths in the rule's bits). Density
+// chooses the density of each gradient update among the rule's densities:
+// the largest whose frame arrives within the time the caller allows.
+//
 // Every switch can be explained (WithExplain, and a slog debug line) with
-// the estimates behind it. Candidates are lossless unless the caller gives
-// lossy ones; the Writer refuses lossy recipes on tensors tagged lossless
-// whatever a policy returns.
+// the estimates behind it. Without a profile, candidates are lossless
+// unless the caller gives lossy ones (WithErrorBudget bounds them); the
+// Writer refuses lossy recipes on tensors tagged lossless whatever a
+// policy returns.
 package autotune

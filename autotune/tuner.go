@@ -140,11 +140,13 @@ type stateKey struct {
 // throughput (min of cores×encode speed, bandwidth×ratio, decode speed),
 // and switches when another candidate is predicted to be better by the
 // hysteresis margin, no sooner than MinFrames frames after the last
-// switch. Until the link has held the writer back, its bandwidth is
-// unknown and taken as unlimited, so the fastest recipe is sent first: if
-// the link then becomes the bottleneck, its rate is measured and
-// compressing recipes win (the backpressure path, as zstd --adapt moves
-// its level with the output's pace).
+// switch. The first frame of a class goes with the best recipe for an
+// assumed link (DefaultInitialBandwidth); a writer that is then not held
+// back takes the link as unlimited, so the fastest recipe wins until the
+// link becomes the bottleneck, its rate is measured and compressing
+// recipes win (the backpressure path, as zstd --adapt moves its level
+// with the output's pace). Receiver feedback and an application-limited
+// TCP_INFO rate only show that the link is at least that fast.
 //
 // A Tuner serves one writer (one connection). It implements
 // transport.FeedbackObserver for the receiver's reports.

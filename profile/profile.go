@@ -108,8 +108,8 @@ type Autotune struct {
 	// CPUBudget is the fraction of those cores compression may keep busy,
 	// in (0, 1].
 	CPUBudget float64
-	// Explore is the fraction of frames sampled to measure alternatives,
-	// in [0, MaxExplore].
+	// Explore is the time spent coding samples with other recipes, as a
+	// share of the time spent encoding the frames sent, in [0, MaxExplore].
 	Explore float64
 	// Hysteresis is the relative gain a new recipe must show before the
 	// autotuner switches to it, in [0, 1].

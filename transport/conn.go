@@ -24,8 +24,9 @@ var ErrWriteClosed = errors.New("transport: write side closed")
 // peer lacks is replaced by raw storage. A background goroutine reads the
 // peer's frames: decoded data waits for Read in a queue of a few frames
 // (then the peer is held back by the network, as without the wrapper), and
-// control frames are handled as they arrive, so the receiver feedback that
-// drives the sender's choices flows even while the application is busy.
+// control frames are handled as they arrive, so the receiver feedback
+// (bytes received, decode time; a lower bound of the link rate for the
+// sender's autotuner) flows even while the application is busy.
 //
 // Write sends its data before it returns (the frames are flushed; a large
 // Write is encoded in chunks while earlier chunks are sent). Write, Read
