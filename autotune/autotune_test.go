@@ -176,23 +176,42 @@ func (s *spy) Observe(fs codec.FrameStats) {
 	s.rec.Observe(fs)
 }
 
-func sendOver(t *testing.T, link netsim.Link, tu *Tuner, chunks int, gen func(n int, seed uint64) []byte, during func(i int, a *netsim.Conn)) []string {
-	t.Helper()
+// wrappedLink wraps both ends of a simulated link, the sender's with
+// policy p, chunk bytes per frame and two encoders, and drains the
+// receiver's end into io.Discard. finish closes the sender, waits until
+// the receiver has everything and closes it.
+func wrappedLink(tb testing.TB, link netsim.Link, p codec.Policy, chunk int) (a *netsim.Conn, ca *transport.Conn, finish func()) {
+	tb.Helper()
 	a, b := netsim.Pipe(link)
-	sp := &spy{Tuner: tu}
-	ca, err := transport.Wrap(a, transport.WithPolicy(sp), transport.WithCodec(codec.WithChunkSize(32<<10), codec.WithConcurrency(2)))
+	ca, err := transport.Wrap(a, transport.WithPolicy(p), transport.WithCodec(codec.WithChunkSize(chunk), codec.WithConcurrency(2)))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	cb, err := transport.Wrap(b)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
 		_, err := io.Copy(io.Discard, cb)
 		done <- err
 	}()
+	return a, ca, func() {
+		tb.Helper()
+		if err := ca.Close(); err != nil {
+			tb.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			tb.Fatal(err)
+		}
+		cb.Close()
+	}
+}
+
+func sendOver(t *testing.T, link netsim.Link, tu *Tuner, chunks int, gen func(n int, seed uint64) []byte, during func(i int, a *netsim.Conn)) []string {
+	t.Helper()
+	sp := &spy{Tuner: tu}
+	a, ca, finish := wrappedLink(t, link, sp, 32<<10)
 	for i := range chunks {
 		if during != nil {
 			during(i, a)
@@ -201,13 +220,7 @@ func sendOver(t *testing.T, link netsim.Link, tu *Tuner, chunks int, gen func(n 
 			t.Fatal(err)
 		}
 	}
-	if err := ca.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	cb.Close()
+	finish()
 	sp.rec.mu.Lock()
 	defer sp.rec.mu.Unlock()
 	return sp.rec.recipes
@@ -227,6 +240,20 @@ func text(n int, seed uint64) []byte {
 }
 
 var xz = codec.MustParseRecipe("*:xz")
+
+// xzOnText measures xz on two 64 KiB samples of text, as a Tuner would.
+func xzOnText(tb testing.TB) Stats {
+	tb.Helper()
+	p := NewProfiler()
+	fi := codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte}
+	for i := range 2 {
+		if _, err := p.Measure(Class{}, "xz", xz, &fi, text(64<<10, uint64(100+i)), 0); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	e, _ := p.Get(Class{}, "xz")
+	return e
+}
 
 // When the codec is the bottleneck (xz on an unshaped link), storing raw
 // is fastest, and stays.
@@ -316,14 +343,7 @@ func followRateChanges(t *testing.T) (msg string, ok bool) {
 	// raw is 3x faster than xz on two cores, at 0.6e xz (ratio about 4)
 	// is 3.3x faster than raw. The crossover tolerates xz running from
 	// 0.33x to 2.7x the measured speed during the run.
-	p := NewProfiler()
-	fi := codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte}
-	for i := range 2 {
-		if _, err := p.Measure(Class{}, "xz", xz, &fi, text(64<<10, uint64(100+i)), 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e, _ := p.Get(Class{}, "xz")
+	e := xzOnText(t)
 	fast := 6 * e.Encode
 	const drop, rise, end = 20, 60, 200
 	rs := sendOver(t, netsim.Link{Rate: fast, Burst: 16 << 10}, tu, end, text, func(i int, a *netsim.Conn) {

@@ -1,7 +1,6 @@
 package autotune
 
 import (
-	"io"
 	"sync"
 	"syscall"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/netsim"
-	"github.com/tensorpress/tensorpress/transport"
 )
 
 // cpuTime is the process's user and system CPU time.
@@ -107,14 +105,7 @@ func (s *timedSpy) Observe(fs codec.FrameStats) {
 // many switches it made per step besides probes (a probe is a switch to
 // the fastest recipe and back).
 func BenchmarkTunerRateChange(b *testing.B) {
-	p := NewProfiler()
-	fi := codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte}
-	for i := range 2 {
-		if _, err := p.Measure(Class{}, "xz", xz, &fi, text(64<<10, uint64(100+i)), 0); err != nil {
-			b.Fatal(err)
-		}
-	}
-	e, _ := p.Get(Class{}, "xz")
+	e := xzOnText(b)
 	fast := 6 * e.Encode
 	const before, low, after = time.Second, 4500 * time.Millisecond, 2 * time.Second
 	for b.Loop() {
@@ -124,20 +115,7 @@ func BenchmarkTunerRateChange(b *testing.B) {
 			b.Fatal(err)
 		}
 		sp := &timedSpy{Tuner: tu}
-		a, c := netsim.Pipe(netsim.Link{Rate: fast, Burst: 16 << 10})
-		ca, err := transport.Wrap(a, transport.WithPolicy(sp), transport.WithCodec(codec.WithChunkSize(64<<10), codec.WithConcurrency(2)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		cb, err := transport.Wrap(c)
-		if err != nil {
-			b.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() {
-			_, err := io.Copy(io.Discard, cb)
-			done <- err
-		}()
+		a, ca, finish := wrappedLink(b, netsim.Link{Rate: fast, Burst: 16 << 10}, sp, 64<<10)
 		start := time.Now()
 		drop, rise := start.Add(before), start.Add(before+low)
 		phase := 0
@@ -154,13 +132,7 @@ func BenchmarkTunerRateChange(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if err := ca.Close(); err != nil {
-			b.Fatal(err)
-		}
-		if err := <-done; err != nil {
-			b.Fatal(err)
-		}
-		cb.Close()
+		finish()
 		sp.mu.Lock()
 		// settle: time from the change to the first frame sent with want,
 		// and whether the phase's last frame outside a probe used it.
