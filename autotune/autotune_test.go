@@ -657,4 +657,11 @@ rules:
 	if after, _ := tu.Profiler().Get(ds[0].Class, recipeName(chosen)); after != before {
 		t.Errorf("a raw frame taught %s: %+v -> %+v", recipeName(chosen), before, after)
 	}
+	// Frames encoded on the writing goroutine (WriteFrame) have one core.
+	cd := candidate{r: chosen, name: recipeName(chosen)}
+	two := tu.predict(ds[0].Class, cd, math.Inf(1)).Throughput
+	tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: 2}, Inline: true})
+	if one := tu.predict(ds[0].Class, cd, math.Inf(1)).Throughput; math.Abs(two/one-2) > 1e-9 {
+		t.Errorf("inline frames: predicted %v, with two encoders %v", one, two)
+	}
 }

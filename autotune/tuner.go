@@ -168,6 +168,7 @@ type Tuner struct {
 	measured map[profKey]uint64 // frame of each candidate's last sample
 	class    Class              // of the last sniffed frame
 	lastType codec.FrameType    // of the last sniffed frame
+	inline   bool               // the last frame was encoded on the writing goroutine
 	sniffed  bool
 	classes  [256]seqClass // class of frame seq, for Observe
 	work     time.Duration // encode time of the frames sent
@@ -637,7 +638,11 @@ func (t *Tuner) predict(c Class, cd candidate, bw float64) Prediction {
 			// them, with a margin for their waiting for a core.
 			enc = min(enc, liveMargin*s.Live)
 		}
-		p.Throughput = enc * float64(t.cores)
+		cores := t.cores
+		if t.inline {
+			cores = 1 // the frames are encoded one at a time, as they are written
+		}
+		p.Throughput = enc * float64(cores)
 	}
 	if s.Ratio > 0 {
 		if v := bw * s.Ratio; v < p.Throughput {
@@ -768,6 +773,7 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.inline = fs.Inline
 	t.work += fs.Encode
 	sc := t.classes[fs.Info.Seq%uint64(len(t.classes))]
 	// The Writer may have sent another recipe than the one chosen (a

@@ -30,6 +30,9 @@ type FrameStats struct {
 	// Foreign: the frame was encoded elsewhere (Writer.WriteEncoded);
 	// Recipe is nil, and Choose was not asked for it.
 	Foreign bool
+	// Inline: the frame was encoded on the caller's goroutine
+	// (Writer.WriteFrame), not by the pipeline's encoders: one core.
+	Inline bool
 }
 
 // Policy chooses the recipe for each frame and learns from the result.

@@ -63,6 +63,7 @@ type job struct {
 	flushed chan struct{} // barrier: closed when all earlier frames are written
 	data0   bool          // a data frame (counted in the end frame)
 	foreign bool          // a data frame encoded elsewhere (WriteEncoded): counted, observed as Foreign
+	inline  bool          // encoded on the caller's goroutine (WriteFrame)
 }
 
 // NewWriter returns a Writer that writes frames to w.
@@ -201,7 +202,7 @@ func (w *Writer) observe(j *job, blocked time.Duration, err error) {
 	info.Data = nil
 	w.cfg.policy.Observe(FrameStats{
 		Info: info, Recipe: j.recipe, RawBytes: info.Len, FrameBytes: len(j.out) + len(j.raw) + len(j.tail),
-		Segments: j.stats, Encode: j.encode, Blocked: blocked, Err: err, Foreign: j.foreign,
+		Segments: j.stats, Encode: j.encode, Blocked: blocked, Err: err, Foreign: j.foreign, Inline: j.inline,
 	})
 }
 
@@ -466,7 +467,7 @@ func (w *Writer) WriteFrame(p []byte) error {
 		r = nil
 	}
 	w.seq++
-	j := &job{info: info, recipe: r, data: p, data0: true}
+	j := &job{info: info, recipe: r, data: p, data0: true, inline: true}
 	w.encodeJob(j)
 	w.writeJob(j)
 	return w.Err()
