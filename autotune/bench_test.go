@@ -211,3 +211,45 @@ func lastIsProbe(decs []Decision, at []time.Time, from, to time.Time) bool {
 	}
 	return last != nil && last.Probe
 }
+
+// BenchmarkTunerChoose times what a settled Tuner adds to each 1 MiB
+// frame of float weights besides sampling (WithExplore(0)): Choose
+// (rule, sniffing every 8th frame, link estimate, cost model) and
+// Observe; "encode" times plane coding the same frame on one core, for
+// the ratio.
+func BenchmarkTunerChoose(b *testing.B) {
+	data := weights(256<<10, 42)
+	planes := codec.MustParseRecipe(planes)
+	b.Run("encode", func(b *testing.B) {
+		enc, err := codec.NewEncoder()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var out []byte
+		b.SetBytes(int64(len(data)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if out, _, err = enc.AppendBytes(out[:0], data, planes); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("choose", func(b *testing.B) {
+		tu, err := New(WithCores(2), WithExplore(0), WithLink(NewLink(100e6)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		fi := codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Len: len(data), Data: data, First: true}
+		tu.Choose(fi) // bootstrap: every candidate measured once
+		b.SetBytes(int64(len(data)))
+		b.ReportAllocs()
+		var seq uint64
+		for b.Loop() {
+			seq++
+			fi.Seq = seq
+			r := tu.Choose(fi)
+			tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: seq, Type: codec.FrameBytes, DType: codec.Byte, Len: len(data)},
+				Recipe: r, RawBytes: len(data), FrameBytes: len(data) * 85 / 100, Encode: 600 * time.Microsecond, Blocked: 5 * time.Millisecond})
+		}
+	})
+}
