@@ -772,9 +772,6 @@ func (d *decoder) rule(n *yaml.Node, index int, p *Profile) (*Rule, error) {
 			return nil, errAt(bad, "%s: recipe %s quantizes to %d bits, not among bits %v", what, quote(quantNodes[bad].String()), tplossy.Bits(quantNodes[bad]), r.Bits)
 		}
 	}
-	if m := &r.Match; m.MaxSize > 0 && m.MinSize > m.MaxSize {
-		return nil, errAt(n, "%s: match: min_size %s is more than max_size %s", what, formatSize(m.MinSize), formatSize(m.MaxSize))
-	}
 	if !p.Autotune.Enabled && len(r.Recipes) == 0 {
 		return nil, errAt(recipesNode, "%s: autotune is off and the rule lists no recipe (only auto)", what)
 	}
@@ -784,7 +781,8 @@ func (d *decoder) rule(n *yaml.Node, index int, p *Profile) (*Rule, error) {
 var matchFields = []string{"name", "dtype", "min_size", "max_size", "tags"}
 
 func (d *decoder) match(n *yaml.Node, what string, m *Match) error {
-	return d.mapping(n, what, matchFields, func(key string, _, v *yaml.Node) error {
+	var sizeNode *yaml.Node // the later of min_size and max_size
+	err := d.mapping(n, what, matchFields, func(key string, _, v *yaml.Node) error {
 		fw := what + "." + key
 		var err error
 		switch key {
@@ -823,8 +821,10 @@ func (d *decoder) match(n *yaml.Node, what string, m *Match) error {
 			})
 		case "min_size":
 			m.MinSize, err = d.size(v, fw, 0, maxBytes)
+			sizeNode = v
 		case "max_size":
 			m.MaxSize, err = d.size(v, fw, 1, maxBytes)
+			sizeNode = v
 		case "tags":
 			return d.mapping(v, fw, nil, func(tag string, k, tv *yaml.Node) error {
 				if tag == "" {
@@ -858,4 +858,8 @@ func (d *decoder) match(n *yaml.Node, what string, m *Match) error {
 		}
 		return err
 	})
+	if err == nil && m.MaxSize > 0 && m.MinSize > m.MaxSize {
+		err = errAt(sizeNode, "%s: min_size %s is more than max_size %s", what, formatSize(m.MinSize), formatSize(m.MaxSize))
+	}
+	return err
 }

@@ -86,7 +86,7 @@ var badCases = []struct {
 	{"dtype twice", "version: 1\nrules:\n  - match: {dtype: [f32, float32]}\n", 3, 26, "f32 is listed twice"},
 	{"bad glob", "version: 1\nrules:\n  - match: {name: \"[a\"}\n", 3, 19, `rule 1: match.name: bad pattern "[a"`},
 	{"max size zero", "version: 1\nrules:\n  - match: {max_size: 0}\n", 3, 23, `rule 1: match.max_size: "0" is outside [1, 1024TiB]`},
-	{"size order", "version: 1\nrules:\n  - match: {min_size: 2MiB, max_size: 1MiB}\n", 3, 5, "min_size 2MiB is more than max_size 1MiB"},
+	{"size order", "version: 1\nrules:\n  - match: {min_size: 2MiB, max_size: 1MiB}\n", 3, 39, "min_size 2MiB is more than max_size 1MiB"},
 	{"unknown match field", "version: 1\nrules:\n  - match: {size: 1}\n", 3, 13, `rule 1: match: unknown field "size"`},
 	{"tag map value", "version: 1\nrules:\n  - match: {tags: {role: {a: b}}}\n", 3, 26, "rule 1: match.tags.role: want a list, got a mapping"},
 	{"tag null", "version: 1\nrules:\n  - match: {tags: {role: }}\n", 3, 26, "rule 1: match.tags.role: want a list, got nothing"},
