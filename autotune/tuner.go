@@ -556,12 +556,30 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	c := t.class
 	key := stateKey{ri, c}
 	st := t.states[key]
+	var todo []candidate
 	if st == nil {
 		st = &classState{fresh: true}
 		t.states[key] = st
-		t.bootstrap(c, rs, &fi)
+		todo = t.bootstrap(rs, &fi)
 	} else if t.spent < time.Duration(t.explore*float64(t.work)) {
-		t.exploreOne(c, rs, &fi)
+		todo = t.exploreOne(c, rs, &fi)
+	}
+	if len(todo) > 0 {
+		// Samples are coded without the lock: Observe, from the Writer's
+		// output goroutine, must not wait for them. Choose itself is
+		// called from one goroutine at a time (the Writer's caller).
+		t.mu.Unlock()
+		var spent time.Duration
+		s := sample(&fi)
+		for _, cd := range todo {
+			d, _ := t.prof.Measure(c, cd.name, cd.r, &fi, s, fi.Seq)
+			spent += d
+		}
+		t.mu.Lock()
+		t.spent += spent
+		for _, cd := range todo {
+			t.measured[profKey{c, cd.name}] = fi.Seq
+		}
 	}
 	t.decide(c, rs, &fi, st)
 	cd := rs.cands[st.cur]
@@ -583,31 +601,26 @@ func sample(fi *codec.FrameInfo) []byte {
 	return b
 }
 
-// bootstrap measures every candidate on a sample of the first frame of a
-// class.
-func (t *Tuner) bootstrap(c Class, rs *ruleSet, fi *codec.FrameInfo) {
-	s := sample(fi)
-	if len(s) == 0 {
-		return
-	}
+// bootstrap returns the candidates to measure on a sample of the first
+// frame of a class: all that the frame allows.
+func (t *Tuner) bootstrap(rs *ruleSet, fi *codec.FrameInfo) []candidate {
+	var todo []candidate
 	for _, cd := range rs.cands {
-		if !rs.allows(cd, fi) {
-			continue
+		if rs.allows(cd, fi) {
+			todo = append(todo, cd)
 		}
-		t.measure(c, cd, fi, s)
 	}
+	return todo
 }
 
-// exploreOne re-measures the candidate sampled longest ago, the current
-// one included (its frames give its ratio, not its speed).
-func (t *Tuner) exploreOne(c Class, rs *ruleSet, fi *codec.FrameInfo) {
-	cands := rs.cands
-	s := sample(fi)
-	if len(s) == 0 || len(cands) < 2 {
-		return
+// exploreOne returns the candidate sampled longest ago, the current one
+// included (its frames give its ratio, not its speed), to measure again.
+func (t *Tuner) exploreOne(c Class, rs *ruleSet, fi *codec.FrameInfo) []candidate {
+	if len(rs.cands) < 2 {
+		return nil
 	}
 	pick, oldest := -1, uint64(math.MaxUint64)
-	for i, cd := range cands {
+	for i, cd := range rs.cands {
 		if !rs.allows(cd, fi) {
 			continue
 		}
@@ -615,15 +628,10 @@ func (t *Tuner) exploreOne(c Class, rs *ruleSet, fi *codec.FrameInfo) {
 			pick, oldest = i, at
 		}
 	}
-	if pick >= 0 {
-		t.measure(c, cands[pick], fi, s)
+	if pick < 0 {
+		return nil
 	}
-}
-
-func (t *Tuner) measure(c Class, cd candidate, fi *codec.FrameInfo, s []byte) {
-	d, _ := t.prof.Measure(c, cd.name, cd.r, fi, s, fi.Seq)
-	t.spent += d
-	t.measured[profKey{c, cd.name}] = fi.Seq
+	return []candidate{rs.cands[pick]}
 }
 
 // predict is the cost model: a pipelined writer encodes on t.cores cores
