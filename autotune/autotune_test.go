@@ -684,3 +684,26 @@ func TestPlaneRatios(t *testing.T) {
 		}
 	}
 }
+
+// Rules of a Profile built by hand (Index left 0) keep their own
+// candidates.
+func TestTunerHandBuiltProfile(t *testing.T) {
+	zstd1, s2 := codec.MustParseRecipe("zstd(1)"), codec.MustParseRecipe("s2")
+	p := &profile.Profile{ChunkSize: profile.DefaultChunkSize, Rules: []profile.Rule{
+		{Match: profile.Match{Names: []string{"a"}}, Recipes: []profile.NamedRecipe{{Recipe: zstd1}}},
+		{Recipes: []profile.NamedRecipe{{Recipe: s2}}},
+	}}
+	tu, err := New(WithProfile(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		want *codec.Recipe
+	}{{"a", zstd1}, {"b", s2}, {"a", zstd1}} {
+		fi := codec.FrameInfo{Type: codec.FrameTensor, Name: c.name, DType: codec.F32, Shape: []int64{256}, Data: weights(256, 1), First: true}
+		if got := tu.Choose(fi); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

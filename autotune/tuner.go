@@ -129,7 +129,7 @@ type ruleSet struct {
 }
 
 type stateKey struct {
-	rule  int // profile rule index, 0 without a profile
+	rule  int // the rule's place in the profile, from 1; 0 without a profile
 	class Class
 }
 
@@ -473,7 +473,17 @@ func (t *Tuner) rule(fi *codec.FrameInfo) (int, *ruleSet) {
 		}
 	}
 	r := t.prof2.Match(fi.Name, fi.DType, size, fi.Tags)
-	rs := t.sets[r.Index]
+	// The rule's place in the profile, from 1 (0: the default rule Match
+	// gives when none matches), whatever its Index says: a Profile built
+	// by hand may leave Index 0.
+	key := 0
+	for i := range t.prof2.Rules {
+		if r == &t.prof2.Rules[i] {
+			key = i + 1
+			break
+		}
+	}
+	rs := t.sets[key]
 	if rs == nil {
 		rs = &ruleSet{static: !t.prof2.Autotune.Enabled, budget: r.ErrorBudget}
 		seen := map[string]bool{}
@@ -504,9 +514,9 @@ func (t *Tuner) rule(fi *codec.FrameInfo) (int, *ruleSet) {
 		if len(rs.cands) == 0 {
 			add(nil)
 		}
-		t.sets[r.Index] = rs
+		t.sets[key] = rs
 	}
-	return r.Index, rs
+	return key, rs
 }
 
 // allows reports whether cd may code frame fi: a lossy recipe only on a
