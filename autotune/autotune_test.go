@@ -666,6 +666,12 @@ rules:
 	if want := min(p1.Stats.Encode, p1.Stats.Decode); p1.Throughput != want || !(p1.Throughput < two) {
 		t.Errorf("inline frames: predicted %v, want one core's %v (two encoders: %v)", p1.Throughput, want, two)
 	}
+	// ... and are encoded, then sent: the times add up.
+	p2 := tu.predict(ds[0].Class, cd, 1e6)
+	serial := 1 / (1/p2.Stats.Encode + 1/(1e6*p2.Stats.Ratio))
+	if want := min(serial, p2.Stats.Decode); math.Abs(p2.Throughput-want) > 1e-9*want {
+		t.Errorf("inline frames over 1 MB/s: predicted %v, want %v", p2.Throughput, want)
+	}
 }
 
 // planeRatios gives entropy.PlaneBound's ratios, in one pass.
