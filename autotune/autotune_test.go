@@ -295,7 +295,9 @@ func retryTiming(t *testing.T, attempt func() (msg string, ok bool)) {
 
 // On a slow link the recipe with the best ratio on float weights (plane
 // coding) is chosen from the first frame (for the initial guess of the
-// bandwidth) and kept once the link is measured.
+// bandwidth) and kept once the link is measured. The link is slow enough
+// that encoding, which adds to sending for frames of a Conn.Write, stays
+// small beside it even under the race detector.
 func TestTunerSlowLinkCompresses(t *testing.T) {
 	retryTiming(t, func() (string, bool) {
 		var ds []Decision
@@ -303,13 +305,13 @@ func TestTunerSlowLinkCompresses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rs := sendOver(t, netsim.Link{Rate: 8 << 20, Burst: 16 << 10}, tu, 40, floatBytes, nil)
+		rs := sendOver(t, netsim.Link{Rate: 1 << 20, Burst: 16 << 10}, tu, 40, floatBytes, nil)
 		var log strings.Builder
 		for _, d := range ds {
 			fmt.Fprintf(&log, "\n%v", d)
 		}
 		if last := rs[len(rs)-1]; last != planes {
-			return fmt.Sprintf("ends on %s at 8 MiB/s; recipes %v%s", last, rs, &log), false
+			return fmt.Sprintf("ends on %s at 1 MiB/s; recipes %v%s", last, rs, &log), false
 		}
 		if n := tu.Switches(); n > 2 {
 			return fmt.Sprintf("%d switches; decisions:%s", n, &log), false
@@ -335,17 +337,22 @@ func TestTunerFollowsRateChanges(t *testing.T) {
 func followRateChanges(t *testing.T) (msg string, ok bool) {
 	var ds []string
 	var decs []Decision
-	tu, err := New(WithCores(2), WithCandidates(nil, xz), WithProbeInterval(50*time.Millisecond),
+	// Probes every 50 ms, and up to half the time when they find nothing:
+	// under the race detector xz runs at 1 MB/s, the rates are 10x lower,
+	// and a probe's frames take 10x longer than without.
+	tu, err := New(WithCores(2), WithCandidates(nil, xz), WithProbeInterval(50*time.Millisecond), WithProbeShare(0.5),
 		WithExplain(func(d Decision) { ds = append(ds, d.String()); decs = append(decs, d) }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Rates relative to xz's speed on this machine (e, per core): at 6e
-	// raw is 3x faster than xz on two cores, at 0.6e xz (ratio about 4)
-	// is 3.3x faster than raw. The crossover tolerates xz running from
-	// 0.33x to 2.7x the measured speed during the run.
+	// Rates relative to xz's speed on this machine (e, per core). Frames
+	// of a Conn.Write are encoded, then sent (one core, times add up), so
+	// xz (ratio about 4) moves 1/(1/e + 1/(4 bw)): at 2.4e raw is 2.3x
+	// faster than xz, at 0.24e xz is 2.1x faster than raw. The crossover
+	// (with the 10% hysteresis) tolerates xz running from 0.36x to 2.8x
+	// the measured speed during the run.
 	e := xzOnText(t)
-	fast := 6 * e.Encode
+	fast := 2.4 * e.Encode
 	const drop, rise, end = 20, 60, 200
 	rs := sendOver(t, netsim.Link{Rate: fast, Burst: 16 << 10}, tu, end, text, func(i int, a *netsim.Conn) {
 		switch i {
@@ -403,11 +410,11 @@ func TestTunerProfile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rs := sendOver(t, netsim.Link{Rate: 8 << 20, Burst: 16 << 10}, tu, 30, floatBytes, nil)
+		rs := sendOver(t, netsim.Link{Rate: 1 << 20, Burst: 16 << 10}, tu, 30, floatBytes, nil)
 		if last := rs[len(rs)-1]; last != planes {
-			return fmt.Sprintf("lossless-fast at 8 MiB/s ends on %s: %v", last, rs), false
+			return fmt.Sprintf("lossless-fast at 1 MiB/s ends on %s: %v", last, rs), false
 		}
-		return fmt.Sprintf("lossless-fast at 8 MiB/s: %v", rs), true
+		return fmt.Sprintf("lossless-fast at 1 MiB/s: %v", rs), true
 	})
 	arch, err := profile.Builtin("archival")
 	if err != nil {
@@ -663,8 +670,8 @@ rules:
 	two := tu.predict(ds[0].Class, cd, math.Inf(1)).Throughput
 	tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: 2}, Inline: true})
 	p1 := tu.predict(ds[0].Class, cd, math.Inf(1))
-	if want := min(p1.Stats.Encode, p1.Stats.Decode); p1.Throughput != want || !(p1.Throughput < two) {
-		t.Errorf("inline frames: predicted %v, want one core's %v (two encoders: %v)", p1.Throughput, want, two)
+	if want, want2 := min(p1.Stats.Encode, p1.Stats.Decode), min(2*p1.Stats.Encode, p1.Stats.Decode); p1.Throughput != want || two != want2 {
+		t.Errorf("inline frames: predicted %v, want one core's %v; two encoders: %v, want %v", p1.Throughput, want, two, want2)
 	}
 	// ... and are encoded, then sent: the times add up.
 	p2 := tu.predict(ds[0].Class, cd, 1e6)

@@ -187,6 +187,7 @@ type Tuner struct {
 
 	probeMin   time.Duration // first probe interval
 	probeEvery time.Duration // current probe interval (probeMin to probeMax)
+	probeShare float64       // of the time probes that find nothing may take
 	lastProbe  time.Time
 	probing    bool // a probe is under way: the next switch ends it
 	probes     int
@@ -209,10 +210,11 @@ const liveMargin = 1.5
 const (
 	DefaultProbeInterval = time.Second
 	probeMax             = 8 * time.Second
-	// probeShare: a probe that did not find a faster link took this share
-	// of the time until the next one at most, so probes with large frames
-	// on a slow link come seldom and those with small frames often.
-	probeShare = 0.05
+	// DefaultProbeShare: a probe that did not find a faster link took
+	// this share of the time until the next one at most, so probes with
+	// large frames on a slow link come seldom and those with small frames
+	// often.
+	DefaultProbeShare = 0.05
 	// probeFrames: a probe comes at least this many times MinFrames
 	// frames after the last one, so probes stay a small share of the
 	// frames however slow each frame is.
@@ -333,6 +335,21 @@ func WithProbeInterval(d time.Duration) Option {
 	}
 }
 
+// WithProbeShare sets the share of the time that probes which find no
+// faster link may take (default DefaultProbeShare, 5%): after such a
+// probe the next waits its duration divided by the share (at least the
+// probe interval, at most 8 s). A larger share finds a rise sooner where
+// probes are costly (large frames on a slow link).
+func WithProbeShare(f float64) Option {
+	return func(t *Tuner) error {
+		if !(f > 0 && f <= 1) {
+			return fmt.Errorf("autotune: probe share %v outside (0, 1]", f)
+		}
+		t.probeShare = f
+		return nil
+	}
+}
+
 // WithProfile takes the autotune settings of p (cores times the CPU
 // budget, exploration share, hysteresis, min frames, link hint) and its
 // recipes: each frame's candidates are those of the rule its tensor
@@ -408,6 +425,7 @@ func New(opts ...Option) (*Tuner, error) {
 		measured:   map[profKey]uint64{},
 		log:        slog.Default(),
 		probeMin:   DefaultProbeInterval,
+		probeShare: DefaultProbeShare,
 		initialBW:  DefaultInitialBandwidth,
 		budget:     math.Inf(1),
 	}
@@ -759,9 +777,9 @@ func (t *Tuner) decide(c Class, rs *ruleSet, fi *codec.FrameInfo, st *classState
 		t.sinceProbe = 0
 	case t.probing:
 		// Back from a probe that found the link as slow as before: wait
-		// long enough that probing stays within probeShare of the time.
+		// long enough that probing stays within its share of the time.
 		t.probing = false
-		t.probeEvery = min(max(time.Duration(float64(now.Sub(t.lastProbe))/probeShare), t.probeMin), probeMax)
+		t.probeEvery = min(max(time.Duration(float64(now.Sub(t.lastProbe))/t.probeShare), t.probeMin), probeMax)
 	}
 	d := Decision{
 		Seq: fi.Seq, Class: c, From: cands[st.cur].name, To: cands[best].name,
