@@ -296,8 +296,8 @@ func retryTiming(t *testing.T, attempt func() (msg string, ok bool)) {
 // On a slow link the recipe with the best ratio on float weights (plane
 // coding) is chosen from the first frame (for the initial guess of the
 // bandwidth) and kept once the link is measured. The link is slow enough
-// that encoding, which adds to sending for frames of a Conn.Write, stays
-// small beside it even under the race detector.
+// that plane coding on one core (frames of a Conn.Write) outruns it even
+// under the race detector.
 func TestTunerSlowLinkCompresses(t *testing.T) {
 	retryTiming(t, func() (string, bool) {
 		var ds []Decision
@@ -345,14 +345,13 @@ func followRateChanges(t *testing.T) (msg string, ok bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Rates relative to xz's speed on this machine (e, per core). Frames
-	// of a Conn.Write are encoded, then sent (one core, times add up), so
-	// xz (ratio about 4) moves 1/(1/e + 1/(4 bw)): at 2.4e raw is 2.3x
-	// faster than xz, at 0.24e xz is 2.1x faster than raw. The crossover
-	// (with the 10% hysteresis) tolerates xz running from 0.36x to 2.8x
-	// the measured speed during the run.
+	// Rates relative to xz's speed on this machine (e, per core): frames
+	// of a Conn.Write are encoded on one core, so at 6e raw is 6x faster
+	// than xz, at 0.6e xz (ratio about 4) is 1.7x faster than raw. The
+	// crossover tolerates xz running from 0.66x to 5.5x the measured speed
+	// during the run.
 	e := xzOnText(t)
-	fast := 2.4 * e.Encode
+	fast := 6 * e.Encode
 	const drop, rise, end = 20, 60, 200
 	rs := sendOver(t, netsim.Link{Rate: fast, Burst: 16 << 10}, tu, end, text, func(i int, a *netsim.Conn) {
 		switch i {
@@ -673,12 +672,7 @@ rules:
 	if want, want2 := min(p1.Stats.Encode, p1.Stats.Decode), min(2*p1.Stats.Encode, p1.Stats.Decode); p1.Throughput != want || two != want2 {
 		t.Errorf("inline frames: predicted %v, want one core's %v; two encoders: %v, want %v", p1.Throughput, want, two, want2)
 	}
-	// ... and are encoded, then sent: the times add up.
-	p2 := tu.predict(ds[0].Class, cd, 1e6)
-	serial := 1 / (1/p2.Stats.Encode + 1/(1e6*p2.Stats.Ratio))
-	if want := min(serial, p2.Stats.Decode); math.Abs(p2.Throughput-want) > 1e-9*want {
-		t.Errorf("inline frames over 1 MB/s: predicted %v, want %v", p2.Throughput, want)
-	}
+
 }
 
 // planeRatios gives entropy.PlaneBound's ratios, in one pass.

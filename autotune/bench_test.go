@@ -99,14 +99,14 @@ func (s *timedSpy) Observe(fs codec.FrameStats) {
 // BenchmarkTunerRateChange sends text (64 KiB frames) through
 // transport.Wrap over a simulated link whose rate drops 10x after 1 s and
 // rises back 4.5 s later, with xz and raw to choose from and the default
-// probe interval: raw is best at the high rate (2.4x xz's measured speed
+// probe interval: raw is best at the high rate (6x xz's measured speed
 // per core), xz at the low one. It reports how long after each change the
 // Tuner first sent with the new best recipe (drop-ms, rise-ms) and how
 // many switches it made per step besides probes (a probe is a switch to
 // the fastest recipe and back).
 func BenchmarkTunerRateChange(b *testing.B) {
 	e := xzOnText(b)
-	fast := 2.4 * e.Encode
+	fast := 6 * e.Encode
 	const before, low, after = time.Second, 4500 * time.Millisecond, 2 * time.Second
 	for b.Loop() {
 		var decs []Decision

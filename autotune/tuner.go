@@ -681,17 +681,7 @@ func (t *Tuner) predict(c Class, cd candidate, bw float64) Prediction {
 		p.Throughput = enc * float64(cores)
 	}
 	if s.Ratio > 0 {
-		v := bw * s.Ratio
-		switch {
-		case t.inline && !math.IsInf(v, 1) && !math.IsInf(p.Throughput, 1):
-			// Frames written on the caller's goroutine are encoded, then
-			// sent, one after the other: their times add up (a socket
-			// buffer may overlap them on TCP; this is the worst case).
-			if v < p.Throughput {
-				p.Limit = "link"
-			}
-			p.Throughput = 1 / (1/p.Throughput + 1/v)
-		case v < p.Throughput:
+		if v := bw * s.Ratio; v < p.Throughput {
 			p.Throughput, p.Limit = v, "link"
 		}
 	}
