@@ -173,7 +173,6 @@ type Tuner struct {
 	classes  [256]seqClass // class of frame seq, for Observe
 	work     time.Duration // encode time of the frames sent
 	spent    time.Duration // time spent measuring samples
-	rr       int
 	switches int
 	lastDec  Decision
 	hasDec   bool
