@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/internal/entropy"
 	"github.com/tensorpress/tensorpress/internal/netsim"
 	_ "github.com/tensorpress/tensorpress/lossless"
 	"github.com/tensorpress/tensorpress/profile"
@@ -673,23 +672,6 @@ rules:
 		t.Errorf("inline frames: predicted %v, want one core's %v; two encoders: %v, want %v", p1.Throughput, want, two, want2)
 	}
 
-}
-
-// planeRatios gives entropy.PlaneBound's ratios, in one pass.
-func TestPlaneRatios(t *testing.T) {
-	for i, b := range [][]byte{
-		weights(2048, 1), text(8<<10, 2), make([]byte, 4096), testvectors.Normal64("d", 1024, 1, 3).Data,
-		floatBytes(8<<10, 4)[:5000], // a partial word at the end is left out
-	} {
-		got := planeRatios(b)
-		whole := b[:len(b)&^7]
-		for k, w := range []int{1, 2, 4, 8} {
-			_, want := entropy.PlaneBound(whole, w)
-			if !(math.Abs(got[k]-want) <= 1e-9*want || math.IsInf(got[k], 1) && math.IsInf(want, 1)) {
-				t.Errorf("input %d, width %d: %v, PlaneBound %v", i, w, got[k], want)
-			}
-		}
-	}
 }
 
 // Rules of a Profile built by hand (Index left 0) keep their own

@@ -4,10 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"math"
-	"sync"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/entropy"
 )
 
 // Class is a kind of data, for which codec speeds and ratios are kept
@@ -56,7 +55,7 @@ func Sniff(fi codec.FrameInfo) Class {
 		// of non-zero bytes start on element boundaries.
 		c.Period = w
 	} else if len(b) >= 512 {
-		r := planeRatios(b)
+		r := entropy.PlaneRatios(b)
 		best := r[0]
 		for i, w := range []uint8{2, 4, 8} {
 			// A width must beat the plain bytes and the best smaller
@@ -82,66 +81,6 @@ func Sniff(fi codec.FrameInfo) Class {
 	}
 	return c
 }
-
-// planeRatios returns entropy.PlaneBound's ratio for the element widths
-// 1, 2, 4 and 8 of b's whole 8-byte words, in one pass: the histograms of
-// the eight byte positions, summed for the smaller widths, and a table of
-// c·log2(c) instead of a logarithm per symbol.
-func planeRatios(b []byte) (r [4]float64) {
-	b = b[:len(b)&^7]
-	var h [8][256]int32
-	for i := 0; i+8 <= len(b); i += 8 {
-		w := b[i : i+8 : i+8]
-		h[0][w[0]]++
-		h[1][w[1]]++
-		h[2][w[2]]++
-		h[3][w[3]]++
-		h[4][w[4]]++
-		h[5][w[5]]++
-		h[6][w[6]]++
-		h[7][w[7]]++
-	}
-	tab := clog2Table()
-	for k, w := range []int{1, 2, 4, 8} {
-		m := len(b) / w // symbols in each plane
-		bits := 0.0
-		for p := range w {
-			var c [256]int32
-			for j := p; j < 8; j += w {
-				for x := range c {
-					c[x] += h[j][x]
-				}
-			}
-			sum := 0.0
-			for _, v := range c {
-				if int(v) < len(tab) {
-					sum += tab[v]
-				} else {
-					sum += float64(v) * math.Log2(float64(v))
-				}
-			}
-			bits += math.Log2(float64(m)) - sum/float64(m)
-		}
-		r[k] = 1
-		switch {
-		case m == 0:
-		case bits <= 0:
-			r[k] = math.Inf(1)
-		default:
-			r[k] = 8 * float64(w) / bits
-		}
-	}
-	return r
-}
-
-// clog2Table holds c·log2(c) for the counts of a sniffed sample.
-var clog2Table = sync.OnceValue(func() []float64 {
-	t := make([]float64, sniffSample+1)
-	for c := 2; c < len(t); c++ {
-		t[c] = float64(c) * math.Log2(float64(c))
-	}
-	return t
-})
 
 // runPeriod finds the element width of sparse data from where its runs of
 // non-zero bytes start: in an array of mostly zero elements of width w,
