@@ -46,49 +46,9 @@ func (b *linkBench) sendTensors(conn io.Writer, ch linkChain, tu *autotune.Tuner
 		k := i % len(b.work.chunks)
 		t := &codec.Tensor{Name: b.work.names[k], DType: codec.F32, Shape: b.work.shapes[k], Data: b.work.chunks[k]}
 		sent += int64(len(t.Data))
-		if strings.HasSuffix(t.Name, ".update") {
-			t.Tags.Extra = []codec.Tag{{Key: "role", Value: "update"}}
-		}
-		r := b.prof.Match(t.Name, t.DType, int64(len(t.Data)), t.Tags)
-		t.Tags.Lossless = r.RequireLossless
-		if len(r.Gradients) == 0 {
-			if err := w.WriteTensor(t); err != nil {
-				w.Close()
-				return sent, err
-			}
-			continue
-		}
-		spec := r.Gradients[0]
-		s := senders[spec]
-		if s == nil {
-			if s, err = spec.NewSender(); err != nil {
-				w.Close()
-				return sent, err
-			}
-			senders[spec] = s
-		}
-		density := 0.0
-		if tu != nil && b.updateWithin > 0 {
-			d, ok := tu.Density(t.Name, t.DType, int64(len(t.Data)/4), t.Tags, b.updateWithin)
-			if ok {
-				if c, ok := gradient.AtDensity(spec.Compressor, float32(d)); ok {
-					s.SetCompressor(c)
-					density = d
-				}
-			}
-		}
-		if buf, err = s.Append(buf[:0], t); err != nil {
+		if buf, err = b.sendTensor(w, t, tu, senders, buf); err != nil {
 			w.Close()
 			return sent, err
-		}
-		if err := w.WriteEncoded(buf); err != nil {
-			s.Abort()
-			w.Close()
-			return sent, err
-		}
-		s.Commit()
-		if density > 0 {
-			tu.ObserveDensity(density, int64(len(t.Data)/4), len(buf))
 		}
 	}
 	return sent, w.Close()
@@ -111,4 +71,51 @@ func receiveTensors(r io.Reader) (int64, error) {
 			n += int64(len(t.Data))
 		}
 	}
+}
+
+// sendTensor writes t: through the Writer, or, when its rule lists
+// gradient compressors, as the frame of the rule's first one (at the
+// Tuner's density with --update-within). buf is scratch for that frame;
+// the grown buffer is returned.
+func (b *linkBench) sendTensor(w *codec.Writer, t *codec.Tensor, tu *autotune.Tuner, senders map[*gradient.Spec]*gradient.Sender, buf []byte) ([]byte, error) {
+	if strings.HasSuffix(t.Name, ".update") {
+		t.Tags.Extra = []codec.Tag{{Key: "role", Value: "update"}}
+	}
+	r := b.prof.Match(t.Name, t.DType, int64(len(t.Data)), t.Tags)
+	t.Tags.Lossless = r.RequireLossless
+	if len(r.Gradients) == 0 {
+		return buf, w.WriteTensor(t)
+	}
+	spec := r.Gradients[0]
+	s := senders[spec]
+	if s == nil {
+		var err error
+		if s, err = spec.NewSender(); err != nil {
+			return buf, err
+		}
+		senders[spec] = s
+	}
+	elements := int64(len(t.Data) / 4)
+	density := 0.0
+	if tu != nil && b.updateWithin > 0 {
+		if d, ok := tu.Density(t.Name, t.DType, elements, t.Tags, b.updateWithin); ok {
+			if c, ok := gradient.AtDensity(spec.Compressor, float32(d)); ok {
+				s.SetCompressor(c)
+				density = d
+			}
+		}
+	}
+	buf, err := s.Append(buf[:0], t)
+	if err != nil {
+		return buf, err
+	}
+	if err := w.WriteEncoded(buf); err != nil {
+		s.Abort()
+		return buf, err
+	}
+	s.Commit()
+	if density > 0 {
+		tu.ObserveDensity(density, elements, len(buf))
+	}
+	return buf, nil
 }
