@@ -42,7 +42,6 @@ func (t *Tuner) Density(name string, dtype codec.DType, elements int64, tags cod
 	if len(r.Densities) == 0 {
 		return 0, false
 	}
-	ds := slices.Sorted(slices.Values(r.Densities))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.densities == nil || len(t.densities) >= maxDensityStates {
@@ -61,10 +60,11 @@ func (t *Tuner) Density(name string, dtype codec.DType, elements int64, tags cod
 	took := func(x float64) time.Duration {
 		return time.Duration(math.Ceil(x*float64(elements)) * kept / bw * float64(time.Second))
 	}
-	best := ds[0]
-	for _, x := range ds {
-		if took(x) <= d {
-			best = x
+	// The largest density that arrives in time, else the smallest.
+	best, fits := slices.Min(r.Densities), false
+	for _, x := range r.Densities {
+		if took(x) <= d && (!fits || x > best) {
+			best, fits = x, true
 		}
 	}
 	h := 1 + t.hysteresis
