@@ -489,16 +489,17 @@ func (t *Tuner) rule(fi *codec.FrameInfo) (int, *ruleSet) {
 			size *= d
 		}
 	}
-	r := t.prof2.Match(fi.Name, fi.DType, size, fi.Tags)
-	// The rule's place in the profile, from 1 (0: the default rule Match
-	// gives when none matches), whatever its Index says: a Profile built
-	// by hand may leave Index 0.
-	key := 0
-	for i := range t.prof2.Rules {
-		if r == &t.prof2.Rules[i] {
-			key = i + 1
-			break
-		}
+	// The rule's place in the profile, from 1 (0: the default rule when
+	// none matches), whatever its Index says: a Profile built by hand may
+	// leave Index 0.
+	i := t.prof2.MatchIndex(fi.Name, fi.DType, size, fi.Tags)
+	key := i + 1
+	var r *profile.Rule
+	if i >= 0 {
+		r = &t.prof2.Rules[i]
+	} else {
+		d := profile.DefaultRule()
+		r = &d
 	}
 	rs := t.sets[key]
 	if rs == nil {

@@ -261,11 +261,20 @@ func DefaultRule() Rule {
 // (below 0 when unknown) and tags; tags.Lossless plays no part: the writer
 // enforces it whatever the rule says.
 func (p *Profile) Match(name string, dtype codec.DType, size int64, tags codec.Tags) *Rule {
-	for i := range p.Rules {
-		if p.Rules[i].Match.Matches(name, dtype, size, tags) {
-			return &p.Rules[i]
-		}
+	if i := p.MatchIndex(name, dtype, size, tags); i >= 0 {
+		return &p.Rules[i]
 	}
 	r := DefaultRule()
 	return &r
+}
+
+// MatchIndex is Match's rule as its position in Rules, or -1 when none
+// matches (Match then gives a DefaultRule).
+func (p *Profile) MatchIndex(name string, dtype codec.DType, size int64, tags codec.Tags) int {
+	for i := range p.Rules {
+		if p.Rules[i].Match.Matches(name, dtype, size, tags) {
+			return i
+		}
+	}
+	return -1
 }
