@@ -654,12 +654,18 @@ rules:
 	}
 	fi := codec.FrameInfo{Seq: 1, Type: codec.FrameBytes, DType: codec.Byte, Data: floatBytes(64<<10, 3), First: true}
 	chosen := tu.Choose(fi)
-	if chosen == nil || len(ds) != 1 || !strings.Contains(ds[0].Reason, "first frame") {
-		t.Fatalf("first frame with data: %v, decisions %v", chosen, ds)
+	if chosen == nil || len(ds) != 0 {
+		t.Fatalf("first frame with data: %v, decisions %v before it was sent", chosen, ds)
 	}
-	before, _ := tu.Profiler().Get(ds[0].Class, recipeName(chosen))
+	class := Sniff(fi)
+	before, _ := tu.Profiler().Get(class, recipeName(chosen))
+	// The switch is explained once the frame was sent, with the recipe
+	// it was sent with: raw here, as a Writer that stored it raw reports.
 	tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: 1, Type: codec.FrameBytes, DType: codec.Byte, Len: 64 << 10},
 		Recipe: nil, RawBytes: 64 << 10, FrameBytes: 1 << 10, Encode: time.Millisecond})
+	if len(ds) != 1 || !strings.Contains(ds[0].Reason, "first frame") || ds[0].To != "raw" || ds[0].Chosen != recipeName(chosen) {
+		t.Fatalf("first frame sent raw: decisions %v", ds)
+	}
 	if after, _ := tu.Profiler().Get(ds[0].Class, recipeName(chosen)); after != before {
 		t.Errorf("a raw frame taught %s: %+v -> %+v", recipeName(chosen), before, after)
 	}

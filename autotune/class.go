@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/internal/entropy"
 )
 
 // Class is a kind of data, for which codec speeds and ratios are kept
@@ -14,7 +14,7 @@ import (
 type Class struct {
 	DType  codec.DType // tensor frames: the tensor's; byte streams: Byte
 	Period uint8       // element width found in the bytes (1: none found)
-	Sparse bool        // at least half the elements are zero
+	Sparse bool        // most elements are zero (see sparseEnter)
 }
 
 func (c Class) String() string {
@@ -28,101 +28,225 @@ func (c Class) String() string {
 	return s
 }
 
-// sniffSample is how many bytes Sniff looks at.
-const sniffSample = 8 << 10
+// sameKind reports whether data of classes a and b belongs in one frame:
+// the same sparsity and, for dense data, the same element width (the
+// width found in sparse samples is too noisy to cut on).
+func (c Class) sameKind(o Class) bool {
+	return c.Sparse == o.Sparse && (c.Sparse || c.Period == o.Period)
+}
 
-// Sniff classifies a frame from its info and a sample of its data. For
-// tensor frames the dtype gives the element width; for opaque byte
-// streams (protobuf, .npy, anything) it reads the element width from a
-// known header at the start of the frame (.npy, safetensors), or else
-// looks for typed numeric runs: an element width of 2, 4 or 8 whose byte
-// planes have clearly lower entropy than the bytes taken together, as
-// float and integer arrays do, so that shuffle and plane coding are tried
-// where they help.
-func Sniff(fi codec.FrameInfo) Class {
-	c := Class{DType: fi.DType, Period: 1}
-	b := fi.Data
-	if len(b) > sniffSample {
-		off := (len(b)/2 - sniffSample/2) &^ 7
-		b = b[off : off+sniffSample]
+// The sniffer's sampling: Sniff reads sniffStrips strips of sniffStrip
+// bytes spread over a frame; the cut scanner (Tuner.Cut) reads cutStrips
+// strips of each cutBlock bytes.
+const (
+	sniffStrips = 8
+	sniffStrip  = 512
+	cutBlock    = 64 << 10
+	cutStrips   = 4
+	cutStrip    = 128
+)
+
+// Sparsity thresholds, as the share of zero elements: a frame is sparse
+// from sparseEnter; while the frames before were sparse, down to
+// sparseStay (hysteresis, so that data near one threshold, such as images
+// with half their pixels black, does not flip from frame to frame).
+const (
+	sparseEnter = 0.85
+	sparseStay  = 0.6
+	// sparseStarts: the element width of sparse data is read from where
+	// its runs of non-zero bytes start once there are this many.
+	sparseStarts = 32
+)
+
+// scan holds what the sniffer reads off bytes, in one pass over their
+// 8-byte words with a few bit operations per word.
+type scan struct {
+	words int
+	zero  [4]int // zero elements of 1, 2, 4 and 8 bytes
+	match [8]int // byte i of a word equals byte i of the word before, and is not zero
+	start [8]int // a run of non-zero bytes starts at byte i of a word
+}
+
+const (
+	lo7  = 0x7f7f7f7f7f7f7f7f
+	hi7  = 0x8080808080808080
+	lo15 = 0x7fff7fff7fff7fff
+)
+
+// zeroBytes returns x with the high bit of each zero byte set, and no
+// other bit.
+func zeroBytes(x uint64) uint64 { return ^((x&lo7 + lo7) | x | lo7) }
+
+// zero16 returns x with the high bit of each zero 16-bit lane set.
+func zero16(x uint64) uint64 { return ^((x&lo15 + lo15) | x | lo15) }
+
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
-	if fi.DType != codec.Byte {
-		c.Period = uint8(fi.DType.Size())
-	} else if w := headerWidth(fi.Data); w > 0 {
-		c.Period = w
-	} else if w, ok := runPeriod(b); ok {
-		// Sparse: the zeros make every plane look alike, but the runs
-		// of non-zero bytes start on element boundaries.
-		c.Period = w
-	} else if len(b) >= 512 {
-		r := entropy.PlaneRatios(b)
-		best := r[0]
-		for i, w := range []uint8{2, 4, 8} {
-			// A width must beat the plain bytes and the best smaller
-			// width by 5%: 8 wins over 4 only when it is really 8.
-			if r[i+1] > best*1.05 {
-				best, c.Period = r[i+1], w
-			}
+	return 0
+}
+
+// add reads the whole 8-byte words of b as one strip: its first word has
+// no word before it.
+func (s *scan) add(b []byte) {
+	var match, start uint64 // eight 8-bit counters each, flushed before they overflow
+	var prev uint64
+	prevNZ := uint64(hi7) // a strip does not start a run at its first byte
+	n := 0
+	flush := func() {
+		for i := range 8 {
+			s.match[i] += int(match >> (8 * i) & 0xff)
+			s.start[i] += int(start >> (8 * i) & 0xff)
+		}
+		match, start = 0, 0
+	}
+	for i := 0; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		zb := zeroBytes(w)
+		s.zero[0] += bits.OnesCount64(zb)
+		s.zero[1] += bits.OnesCount64(zero16(w))
+		s.zero[2] += b2i(uint32(w) == 0) + b2i(w>>32 == 0)
+		s.zero[3] += b2i(w == 0)
+		if i > 0 {
+			match += (zeroBytes(w^prev) &^ zb) >> 7
+		}
+		nz := ^zb & hi7
+		start += (nz &^ (nz<<8 | prevNZ>>56)) >> 7
+		prev, prevNZ = w, nz
+		if n++; n == 255 {
+			flush()
+			n = 0
 		}
 	}
-	w := max(int(c.Period), 1)
-	if n := len(b) / w; n > 0 {
-		zero := 0
-		for i := 0; i+w <= len(b); i += w {
-			z := true
-			for _, x := range b[i : i+w] {
-				z = z && x == 0
-			}
-			if z {
-				zero++
-			}
-		}
-		c.Sparse = 2*zero >= n
+	flush()
+	s.words += len(b) / 8
+}
+
+// strips scans k strips of m bytes spread evenly over b (all of b when
+// it is not longer).
+func (s *scan) strips(b []byte, k, m int) {
+	if len(b) <= k*m {
+		s.add(b)
+		return
 	}
+	step := (len(b) - m) / (k - 1)
+	for i := range k {
+		off := i * step &^ 7
+		s.add(b[off : off+m])
+	}
+}
+
+// class returns the class of the bytes scanned. prev is the class of the
+// data before them, for the sparsity hysteresis (nil: none).
+func (s *scan) class(prev *Class) Class {
+	c := Class{DType: codec.Byte, Period: 1}
+	if s.words == 0 {
+		return c
+	}
+	n := 8 * s.words
+	if 2*s.zero[0] >= n {
+		// Many zero bytes make every plane look alike, but the runs of
+		// non-zero bytes start on element boundaries.
+		c.Period = s.runWidth()
+	} else {
+		c.Period = s.planeWidth()
+	}
+	k := bits.TrailingZeros8(c.Period) // 0, 1, 2, 3
+	share := float64(s.zero[k]) / float64(n/int(c.Period))
+	limit := sparseEnter
+	if prev != nil && prev.Sparse {
+		limit = sparseStay
+	}
+	c.Sparse = share >= limit
 	return c
 }
 
-// runPeriod finds the element width of sparse data from where its runs of
-// non-zero bytes start: in an array of mostly zero elements of width w,
-// a run starts at an element's first byte, so the starts fall on one
-// residue modulo w. ok is false when the data is not sparse (fewer than a
-// quarter of its 8-byte words are zero) or has too few runs to tell; the
-// width is then judged on the byte planes.
-func runPeriod(b []byte) (w uint8, ok bool) {
-	words, zero := len(b)/8, 0
-	for i := 0; i+8 <= len(b); i += 8 {
-		if binary.LittleEndian.Uint64(b[i:]) == 0 {
-			zero++
+// planeWidth returns the element width of dense data: the smallest w of
+// 2, 4 and 8 for which the top byte of every w-byte element (sign and
+// exponent of a float, the high byte of an integer) repeats from one word
+// to the next far more often than every other byte does; 1 when none
+// does.
+func (s *scan) planeWidth() uint8 {
+	floor := max(3, s.words/32) // the top byte repeats in at least 3% of the words
+	for _, w := range []int{2, 4, 8} {
+		top, rest := s.words, 0
+		for i, m := range s.match {
+			if i%w == w-1 {
+				top = min(top, m)
+			} else {
+				rest = max(rest, m)
+			}
+		}
+		if top >= floor && top >= 3*rest+2 {
+			return uint8(w)
 		}
 	}
-	if words == 0 || 4*zero < words {
-		return 0, false
-	}
-	var mod [8]int
+	return 1
+}
+
+// runWidth returns the element width of sparse data from where its runs
+// of non-zero bytes start: in an array of mostly zero elements of width
+// w, a run starts at an element's first byte, so the starts fall on one
+// residue modulo w. With fewer than sparseStarts runs it is 1.
+func (s *scan) runWidth() uint8 {
 	starts := 0
-	for i := 1; i < len(b); i++ {
-		if b[i] != 0 && b[i-1] == 0 {
-			mod[i%8]++
-			starts++
-		}
+	for _, v := range s.start {
+		starts += v
 	}
-	if starts < 32 {
-		return 0, false
+	if starts < sparseStarts {
+		return 1
 	}
 	for _, w := range []int{8, 4, 2} {
 		top := 0
 		for r := range w {
 			n := 0
 			for j := r; j < 8; j += w {
-				n += mod[j]
+				n += s.start[j]
 			}
 			top = max(top, n)
 		}
 		if 10*top >= 8*starts {
-			return uint8(w), true
+			return uint8(w)
 		}
 	}
-	return 1, true
+	return 1
+}
+
+// Sniff classifies a frame from its info and samples of its data. For
+// tensor frames the dtype gives the element width; for opaque byte
+// streams (protobuf, .npy, anything) it reads the element width from a
+// known header at the start of the frame (.npy, safetensors), or else
+// looks for typed numeric runs: an element width of 2, 4 or 8 whose top
+// byte repeats from element to element far more often than the other
+// bytes do, as the sign and exponent of floats and the high byte of
+// integers do, so that shuffle and plane coding are tried where they
+// help. It reads 8 strips of 512 bytes spread over the frame, a few bit
+// operations per 8 bytes.
+func Sniff(fi codec.FrameInfo) Class {
+	return sniff(fi, nil)
+}
+
+func sniff(fi codec.FrameInfo, prev *Class) Class {
+	var s scan
+	s.strips(fi.Data, sniffStrips, sniffStrip)
+	if fi.DType != codec.Byte {
+		c := Class{DType: fi.DType, Period: uint8(max(1, min(8, fi.DType.Size())))}
+		k := bits.TrailingZeros8(c.Period)
+		if n := 8 * s.words / int(c.Period); n > 0 && 1<<k == int(c.Period) {
+			limit := sparseEnter
+			if prev != nil && prev.Sparse {
+				limit = sparseStay
+			}
+			c.Sparse = float64(s.zero[k]) >= limit*float64(n)
+		}
+		return c
+	}
+	c := s.class(prev)
+	if w := headerWidth(fi.Data); w > 0 {
+		c.Period = w
+	}
+	return c
 }
 
 // headerWidth returns the element width announced by a .npy or safetensors

@@ -50,9 +50,11 @@ const (
 	DefaultExplore    = 0.03
 	// sampleSize is the bytes of a frame an alternative recipe is tried on.
 	sampleSize = 64 << 10
-	// sniffEvery: byte streams are classified every so many frames (and
-	// when a tensor starts).
-	sniffEvery = 8
+	// DefaultStartFrame is the largest first frame of a byte stream
+	// (Cut): the link is not measured yet and the receiver waits for
+	// whole frames, so the stream starts with small frames, each at most
+	// twice the one before, up to the Writer's chunk size.
+	DefaultStartFrame = 16 << 10
 )
 
 // Decision explains one switch of recipe.
@@ -68,6 +70,9 @@ type Decision struct {
 	Predictions []Prediction
 	Reason      string
 	Probe       bool // a probe for a faster link: the Tuner returns unless it finds one
+	// Chosen is set when the frame went out with another recipe than
+	// the one the Tuner chose (To is what was sent): the chosen one.
+	Chosen string
 }
 
 // Prediction is the cost model's figure for one candidate.
@@ -85,6 +90,9 @@ func (d Decision) String() string {
 		return b.String()
 	}
 	fmt.Fprintf(&b, "frame %d (%v): %s -> %s: %s; bandwidth %s (%s)", d.Seq, d.Class, d.From, d.To, d.Reason, rate(d.Bandwidth), d.Estimate.Source)
+	if d.Chosen != "" {
+		fmt.Fprintf(&b, "; sent as %s, chosen %s", d.To, d.Chosen)
+	}
 	for _, p := range d.Predictions {
 		fmt.Fprintf(&b, "; %s %s (%s-bound, ratio %.3f", p.Recipe, rate(p.Throughput), p.Limit, p.Stats.Ratio)
 		if p.Stats.ErrorSamples > 0 {
@@ -113,9 +121,11 @@ type candidate struct {
 }
 
 type classState struct {
-	cur   int  // index into the rule's candidates
-	since int  // frames since the last switch
-	fresh bool // no frame of the class was sent yet: the first choice is free
+	cur   int    // index into the rule's candidates
+	since int    // frames since the last switch
+	fresh bool   // no frame of the class was sent yet: the first choice is free
+	sent  string // the recipe the last frame of the class was sent with
+	other bool   // sent is not the recipe chosen for that frame
 }
 
 // ruleSet is what a Tuner may choose from for the frames of one profile
@@ -166,11 +176,24 @@ type Tuner struct {
 
 	states   map[stateKey]*classState
 	measured map[profKey]uint64 // frame of each candidate's last sample
-	class    Class              // of the last sniffed frame
-	lastType codec.FrameType    // of the last sniffed frame
+	class    Class              // of the last frame
+	sniffed  bool               // class is set
 	inline   bool               // the last frame was encoded on the writing goroutine
-	sniffed  bool
-	classes  [256]seqClass // class of frame seq, for Observe
+	classes  [256]seqClass      // class of frame seq, for Observe
+
+	// Cut: the next frame's largest size (fast start; 0: no limit), and
+	// the data it cut last with its class, which Choose takes instead of
+	// sniffing again.
+	startFrame int
+	frameCap   int
+	cutData    *byte
+	cutLen     int
+	cutClass   Class
+
+	// The stages the peer decodes (nil: not known, all allowed), and
+	// whether each candidate uses only those.
+	peer     map[codec.StageID]bool
+	peerOK   map[string]bool
 	work     time.Duration // encode time of the frames sent
 	spent    time.Duration // time spent measuring samples
 	switches int
@@ -224,6 +247,8 @@ type seqClass struct {
 	seq   uint64
 	class Class
 	name  string
+	st    *classState
+	dec   *Decision // a switch at this frame, reported once the frame is sent
 }
 
 // Option configures a Tuner.
@@ -427,6 +452,7 @@ func New(opts ...Option) (*Tuner, error) {
 		probeShare: DefaultProbeShare,
 		initialBW:  DefaultInitialBandwidth,
 		budget:     math.Inf(1),
+		startFrame: DefaultStartFrame,
 	}
 	for _, r := range DefaultCandidates() {
 		t.cands = append(t.cands, candidate{r: r, name: recipeName(r)})
@@ -440,7 +466,21 @@ func New(opts ...Option) (*Tuner, error) {
 		t.link = NewLink(0)
 	}
 	t.probeEvery = t.probeMin
+	t.frameCap = t.startFrame
 	return t, nil
+}
+
+// WithStartFrame sets the largest first frame of a byte stream (default
+// DefaultStartFrame); each next frame may be twice as large as the one
+// before, up to the Writer's chunk size. 0 starts at the chunk size.
+func WithStartFrame(n int) Option {
+	return func(t *Tuner) error {
+		if n < 0 {
+			return fmt.Errorf("autotune: start frame %d", n)
+		}
+		t.startFrame = n
+		return nil
+	}
 }
 
 // Link returns the Tuner's link estimator.
@@ -577,11 +617,7 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	if len(fi.Data) == 0 {
 		return nil // nothing to code, nor to learn from
 	}
-	if !t.sniffed || fi.Type != t.lastType || fi.DType != t.class.DType ||
-		fi.Type == codec.FrameTensor && fi.First || fi.Seq%sniffEvery == 0 {
-		t.class, t.sniffed, t.lastType = Sniff(fi), true, fi.Type
-	}
-	c := t.class
+	c := t.classify(&fi)
 	key := stateKey{ri, c}
 	st := t.states[key]
 	var todo []candidate
@@ -609,15 +645,34 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 			t.measured[profKey{c, cd.name}] = fi.Seq
 		}
 	}
-	t.decide(c, rs, &fi, st)
+	d := t.decide(c, rs, &fi, st)
 	cd := rs.cands[st.cur]
-	if !rs.allows(cd, &fi) || !t.withinBudget(c, cd, rs) {
+	if !t.usable(rs, cd, &fi) || !t.withinBudget(c, cd, rs) {
 		cd = candidate{name: "raw"}
 	}
-	t.classes[fi.Seq%uint64(len(t.classes))] = seqClass{seq: fi.Seq, class: c, name: cd.name}
+	t.classes[fi.Seq%uint64(len(t.classes))] = seqClass{seq: fi.Seq, class: c, name: cd.name, st: st, dec: d}
 	st.since++
 	t.sinceProbe++
 	return cd.r
+}
+
+// classify returns the class of frame fi: the one Cut found for its data,
+// else what Sniff finds, with the class of the frame before for the
+// sparsity hysteresis where the data is of the same type.
+func (t *Tuner) classify(fi *codec.FrameInfo) Class {
+	var c Class
+	if fi.Type == codec.FrameBytes && t.cutData == &fi.Data[0] && t.cutLen == len(fi.Data) {
+		c = t.cutClass
+	} else {
+		var prev *Class
+		if t.sniffed && t.class.DType == fi.DType {
+			prev = &t.class
+		}
+		c = sniff(*fi, prev)
+	}
+	t.cutData = nil
+	t.class, t.sniffed = c, true
+	return c
 }
 
 func sample(fi *codec.FrameInfo) []byte {
@@ -634,7 +689,7 @@ func sample(fi *codec.FrameInfo) []byte {
 func (t *Tuner) bootstrap(rs *ruleSet, fi *codec.FrameInfo) []candidate {
 	var todo []candidate
 	for _, cd := range rs.cands {
-		if rs.allows(cd, fi) {
+		if t.usable(rs, cd, fi) {
 			todo = append(todo, cd)
 		}
 	}
@@ -649,7 +704,7 @@ func (t *Tuner) exploreOne(c Class, rs *ruleSet, fi *codec.FrameInfo) []candidat
 	}
 	pick, oldest := -1, uint64(math.MaxUint64)
 	for i, cd := range rs.cands {
-		if !rs.allows(cd, fi) {
+		if !t.usable(rs, cd, fi) {
 			continue
 		}
 		if at := t.measured[profKey{c, cd.name}]; at < oldest { // 0: never
@@ -694,7 +749,43 @@ func (t *Tuner) predict(c Class, cd candidate, bw float64) Prediction {
 	return p
 }
 
-func (t *Tuner) decide(c Class, rs *ruleSet, fi *codec.FrameInfo, st *classState) {
+// usable reports whether cd may code frame fi: the rule allows it and
+// the peer decodes every stage it uses.
+func (t *Tuner) usable(rs *ruleSet, cd candidate, fi *codec.FrameInfo) bool {
+	if !rs.allows(cd, fi) {
+		return false
+	}
+	if cd.r == nil || t.peer == nil {
+		return true
+	}
+	ok, seen := t.peerOK[cd.name]
+	if !seen {
+		ok = true
+		for _, s := range cd.r.Steps {
+			for _, op := range s.Ops {
+				ok = ok && t.peer[op.Stage().ID]
+			}
+		}
+		t.peerOK[cd.name] = ok
+	}
+	return ok
+}
+
+// ObservePeer implements transport.PeerObserver: from now on only the
+// candidates whose stages the peer decodes are chosen.
+func (t *Tuner) ObservePeer(h *codec.Hello) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.peer = make(map[codec.StageID]bool, len(h.Stages))
+	for _, id := range h.Stages {
+		t.peer[id] = true
+	}
+	t.peerOK = map[string]bool{}
+}
+
+// decide chooses the recipe of the class's next frame and returns the
+// switch it made, if any.
+func (t *Tuner) decide(c Class, rs *ruleSet, fi *codec.FrameInfo, st *classState) *Decision {
 	cands := rs.cands
 	est := t.link.Estimate()
 	bw := est.Bandwidth
@@ -729,7 +820,7 @@ func (t *Tuner) decide(c Class, rs *ruleSet, fi *codec.FrameInfo, st *classState
 	for i, cd := range cands {
 		preds[i] = t.predict(c, cd, bw)
 		switch {
-		case !rs.allows(cd, fi):
+		case !t.usable(rs, cd, fi):
 			preds[i].Throughput = 0
 		case !t.withinBudget(c, cd, rs):
 			preds[i].Throughput, preds[i].Limit = 0, "error"
@@ -758,7 +849,7 @@ func (t *Tuner) decide(c Class, rs *ruleSet, fi *codec.FrameInfo, st *classState
 	fresh := st.fresh
 	st.fresh = false
 	if best == st.cur || !fresh && (st.since < t.minFrames && preds[st.cur].Throughput > 0 || !(bestThr > cur*(1+t.hysteresis))) {
-		return
+		return nil
 	}
 	switch {
 	case probe:
@@ -788,13 +879,18 @@ func (t *Tuner) decide(c Class, rs *ruleSet, fi *codec.FrameInfo, st *classState
 	st.cur, st.since = best, 0
 	t.switches++
 	t.link.Restart(fi.Seq)
+	return &d
+}
+
+// report explains a switch once its frame was sent, with the recipe sent.
+func (t *Tuner) report(d Decision) {
 	t.lastDec, t.hasDec = d, true
 	if t.explain != nil {
 		t.explain(d)
 	}
 	if t.log != nil && t.log.Enabled(context.Background(), slog.LevelDebug) {
 		t.log.Debug("autotune: switch", "frame", d.Seq, "class", d.Class.String(), "from", d.From, "to", d.To,
-			"bandwidth", rate(bw), "source", est.Source, "reason", d.Reason)
+			"chosen", d.Chosen, "bandwidth", rate(d.Bandwidth), "source", d.Estimate.Source, "reason", d.Reason)
 	}
 }
 
@@ -811,11 +907,33 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 	defer t.mu.Unlock()
 	t.inline = fs.Inline
 	t.work += fs.Encode
-	sc := t.classes[fs.Info.Seq%uint64(len(t.classes))]
-	// The Writer may have sent another recipe than the one chosen (a
-	// tensor keeps a lossy or block recipe for all its chunks; a peer
-	// that lacks a stage gets raw): only the chosen one's frames teach.
-	if sc.seq == fs.Info.Seq && sc.name != "" && sc.name == recipeName(fs.Recipe) {
+	sc := &t.classes[fs.Info.Seq%uint64(len(t.classes))]
+	if sc.seq != fs.Info.Seq || sc.st == nil {
+		return
+	}
+	// The explanation tells what was sent: the Writer may have sent
+	// another recipe than the one chosen (a tensor keeps a lossy or
+	// block recipe for all its chunks).
+	sent := recipeName(fs.Recipe)
+	switch d := sc.dec; {
+	case d != nil:
+		if d.To != sent {
+			d.Chosen, d.To = d.To, sent
+		}
+		t.report(*d)
+	case sent != sc.st.sent && (sent != sc.name || sc.st.other):
+		// Not a switch of the Tuner's: the frame went out otherwise than
+		// chosen, or as chosen again after that.
+		d := Decision{Seq: fs.Info.Seq, Class: sc.class, From: sc.st.sent, To: sent,
+			Reason: "sent as chosen again"}
+		if sent != sc.name {
+			d.Chosen, d.Reason = sc.name, "the writer sent another recipe than the one chosen"
+		}
+		t.report(d)
+	}
+	sc.dec, sc.st.sent, sc.st.other = nil, sent, sent != sc.name
+	// Only the chosen recipe's frames teach.
+	if sc.name != "" && sc.name == sent {
 		t.prof.Observe(sc.class, sc.name, fs.RawBytes, fs.FrameBytes, fs.Encode, fs.Info.Seq)
 	}
 }
@@ -834,5 +952,7 @@ func (t *Tuner) LastDecision() (Decision, bool) {
 
 var (
 	_ codec.Policy               = (*Tuner)(nil)
+	_ codec.Cutter               = (*Tuner)(nil)
 	_ transport.FeedbackObserver = (*Tuner)(nil)
+	_ transport.PeerObserver     = (*Tuner)(nil)
 )

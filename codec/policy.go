@@ -48,6 +48,19 @@ type Policy interface {
 	Observe(FrameStats)
 }
 
+// Cutter is implemented by a Policy that also chooses where the frames of
+// a byte stream end, so that each frame holds one kind of data (weights,
+// zeros, text) and suits one recipe, and so that a stream can start with
+// small frames. The Writer calls Cut with the bytes it is about to put
+// into one frame (at most the chunk size) and puts the first n of them
+// into it: n is clamped to [1, len(data)]. Choose for that frame follows
+// at once, its Data being data[:n]; the rest goes to the next Cut. Cut is
+// called from the goroutine that writes, like Choose, and data is valid
+// only during the call. Tensor frames are not cut.
+type Cutter interface {
+	Cut(data []byte) int
+}
+
 // FixedPolicy always chooses the same recipe.
 type FixedPolicy struct{ Recipe *Recipe }
 

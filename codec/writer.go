@@ -41,6 +41,7 @@ type Writer struct {
 	seq      uint64
 	inflight atomic.Int64 // jobs queued and not yet through the output goroutine
 	pending  []byte       // buffered byte-stream data, up to chunkSize
+	cutter   Cutter       // the policy, when it cuts byte streams into frames
 	started  bool
 	closed   bool
 	bufPool  sync.Pool
@@ -49,12 +50,12 @@ type Writer struct {
 type job struct {
 	info    FrameInfo
 	recipe  *Recipe
-	tensor  *Tensor // chunk view of the caller's tensor (tensor frames)
-	data    []byte  // chunk (bytes frames)
-	owned   bool    // data is the Writer's pooled buffer (else borrowed from the caller)
-	out     []byte  // encoded frame (or its head, when raw is set)
-	raw     []byte  // a raw frame's payload, written after out without a copy
-	tail    []byte  // what follows raw (its payload CRC)
+	tensor  *Tensor   // chunk view of the caller's tensor (tensor frames)
+	data    []byte    // chunk (bytes frames)
+	buf     *chunkBuf // the Writer's pooled buffer data lies in (nil: borrowed from the caller)
+	out     []byte    // encoded frame (or its head, when raw is set)
+	raw     []byte    // a raw frame's payload, written after out without a copy
+	tail    []byte    // what follows raw (its payload CRC)
 	stats   []SegmentStat
 	encode  time.Duration
 	err     error
@@ -64,6 +65,21 @@ type job struct {
 	data0   bool          // a data frame (counted in the end frame)
 	foreign bool          // a data frame encoded elsewhere (WriteEncoded): counted, observed as Foreign
 	inline  bool          // encoded on the caller's goroutine (WriteFrame)
+}
+
+// chunkBuf is a pooled buffer of byte-stream data that the frames cut from
+// it share: it goes back to the pool when the last of them is done.
+type chunkBuf struct {
+	b    []byte
+	refs atomic.Int32
+}
+
+// release drops j's hold on its pooled buffer.
+func (w *Writer) release(j *job) {
+	if j.buf != nil && j.buf.refs.Add(-1) == 0 {
+		w.putBuf(j.buf.b)
+	}
+	j.buf = nil
 }
 
 // NewWriter returns a Writer that writes frames to w.
@@ -80,6 +96,7 @@ func NewWriter(w io.Writer, opts ...Option) (*Writer, error) {
 		order: make(chan *job, cfg.concurrency),
 		done:  make(chan struct{}),
 	}
+	wr.cutter, _ = cfg.policy.(Cutter)
 	for range cfg.concurrency {
 		wr.wg.Add(1)
 		go wr.worker()
@@ -125,9 +142,7 @@ func (w *Writer) encodeJob(j *job) {
 	}
 	j.encode = time.Since(t0)
 	if j.data != nil && j.raw == nil {
-		if j.owned {
-			w.putBuf(j.data)
-		}
+		w.release(j)
 		j.data = nil
 	}
 }
@@ -184,8 +199,8 @@ func (w *Writer) writeJob(j *job) {
 	}
 	w.observe(j, blocked, err)
 	w.putBuf(j.out[:0])
-	if j.raw != nil && j.owned {
-		w.putBuf(j.raw)
+	if j.raw != nil {
+		w.release(j)
 	}
 	j.raw, j.data = nil, nil
 }
@@ -419,33 +434,58 @@ func (w *Writer) flushPending() error {
 	if len(w.pending) == 0 {
 		return nil
 	}
-	data := w.pending
+	buf := &chunkBuf{b: w.pending}
+	buf.refs.Store(1) // ours, until every frame cut from it is queued
+	for data := w.pending; len(data) > 0; {
+		n := w.cut(data)
+		buf.refs.Add(1)
+		w.emitBytes(data[:n], buf)
+		data = data[n:]
+	}
 	w.pending = nil
-	w.emitBytes(data, true)
+	w.release(&job{buf: buf})
 	return nil
 }
 
-// emitBytes queues data as a bytes frame; owned data is the Writer's
-// pooled buffer, else it is the caller's.
-func (w *Writer) emitBytes(data []byte, owned bool) {
+// cut returns how many bytes of data (at most the chunk size) go into the
+// next bytes frame: the policy's choice where it is a Cutter, else all.
+func (w *Writer) cut(data []byte) int {
+	if w.cutter == nil || len(data) == 0 {
+		return len(data)
+	}
+	return min(max(w.cutter.Cut(data), 1), len(data))
+}
+
+// bytesFrame returns the info of the next bytes frame holding data and
+// the recipe the policy chooses for it.
+func (w *Writer) bytesFrame(data []byte) (FrameInfo, *Recipe) {
 	info := FrameInfo{Seq: w.seq, Type: FrameBytes, DType: Byte, Len: len(data), First: true, Data: data}
 	r := w.choose(info)
 	if r.Lossy() {
 		r = nil // byte streams are always lossless: a lossy choice is stored raw
 	}
 	w.seq++
-	w.enqueue(&job{info: info, recipe: r, data: data, owned: owned, data0: true}, true)
+	return info, r
+}
+
+// emitBytes queues data as one bytes frame; buf holds it when it is the
+// Writer's pooled buffer (the frame takes over one reference), nil when
+// data is the caller's.
+func (w *Writer) emitBytes(data []byte, buf *chunkBuf) {
+	info, r := w.bytesFrame(data)
+	w.enqueue(&job{info: info, recipe: r, data: data, buf: buf, data0: true}, true)
 }
 
 // ChunkSize is the decoded bytes per frame the Writer cuts data into.
 func (w *Writer) ChunkSize() int { return w.cfg.chunkSize }
 
-// WriteFrame writes p as one bytes frame (at most the chunk size) before
-// it returns, encoding it on the calling goroutine: for a connection that
-// sends each message at once, it saves the pipeline's hand-offs between
-// goroutines, which cost more than the encoding of a small message. Data
-// buffered by Write and frames still in the pipeline go first. The
-// policy's Observe is called from the calling goroutine for such frames.
+// WriteFrame writes p (at most the chunk size) as one bytes frame, or as
+// several where the policy cuts it (Cutter), before it returns, encoding
+// them on the calling goroutine: for a connection that sends each message
+// at once, it saves the pipeline's hand-offs between goroutines, which
+// cost more than the encoding of a small message. Data buffered by Write
+// and frames still in the pipeline go first. The policy's Observe is
+// called from the calling goroutine for such frames.
 func (w *Writer) WriteFrame(p []byte) error {
 	if len(p) > w.cfg.chunkSize {
 		return fmt.Errorf("codec: WriteFrame: %d bytes, more than the chunk size %d", len(p), w.cfg.chunkSize)
@@ -461,16 +501,18 @@ func (w *Writer) WriteFrame(p []byte) error {
 			return err
 		}
 	}
-	info := FrameInfo{Seq: w.seq, Type: FrameBytes, DType: Byte, Len: len(p), First: true, Data: p}
-	r := w.choose(info)
-	if r.Lossy() {
-		r = nil
+	for first := true; first || len(p) > 0; first = false {
+		n := w.cut(p)
+		info, r := w.bytesFrame(p[:n])
+		j := &job{info: info, recipe: r, data: p[:n], data0: true, inline: true}
+		w.encodeJob(j)
+		w.writeJob(j)
+		if err := w.Err(); err != nil {
+			return err
+		}
+		p = p[n:]
 	}
-	w.seq++
-	j := &job{info: info, recipe: r, data: p, data0: true, inline: true}
-	w.encodeJob(j)
-	w.writeJob(j)
-	return w.Err()
+	return nil
 }
 
 // WriteBorrowed writes p as bytes frames, as Write does, but without
@@ -484,8 +526,8 @@ func (w *Writer) WriteBorrowed(p []byte) (int, error) {
 		return 0, err
 	}
 	for off := 0; off < len(p); {
-		n := min(w.cfg.chunkSize, len(p)-off)
-		w.emitBytes(p[off:off+n], false)
+		n := w.cut(p[off:min(off+w.cfg.chunkSize, len(p))])
+		w.emitBytes(p[off:off+n], nil)
 		off += n
 	}
 	return len(p), w.Err()

@@ -642,11 +642,23 @@ type peerPolicy struct {
 
 func (p *peerPolicy) setPeer(h *codec.Hello) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.stages = make(map[codec.StageID]bool, len(h.Stages))
 	for _, id := range h.Stages {
 		p.stages[id] = true
 	}
+	p.mu.Unlock()
+	if po, ok := p.inner.(PeerObserver); ok {
+		po.ObservePeer(h)
+	}
+}
+
+// Cut lets the configured policy cut byte streams into frames where it
+// is a codec.Cutter.
+func (p *peerPolicy) Cut(data []byte) int {
+	if c, ok := p.inner.(codec.Cutter); ok {
+		return c.Cut(data)
+	}
+	return len(data)
 }
 
 func (p *peerPolicy) Choose(fi codec.FrameInfo) *codec.Recipe {

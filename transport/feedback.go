@@ -33,6 +33,13 @@ type FeedbackObserver interface {
 	ObserveFeedback(Feedback)
 }
 
+// PeerObserver is implemented by policies that want the peer's hello
+// (the stages it decodes) before the first frame is chosen: a Conn calls
+// ObservePeer once, when the hello arrives; Write waits for it.
+type PeerObserver interface {
+	ObservePeer(*codec.Hello)
+}
+
 // DecodeSpeed is the receiver's decode speed in decoded bytes per second,
 // 0 when unknown.
 func (f Feedback) DecodeSpeed() float64 {
