@@ -145,11 +145,14 @@ func (s *scan) class(prev *Class) Class {
 		return c
 	}
 	n := 8 * s.words
-	if 2*s.zero[0] >= n {
+	switch {
+	case 2*s.zero[0] >= n:
 		// Many zero bytes make every plane look alike, but the runs of
 		// non-zero bytes start on element boundaries.
 		c.Period = s.runWidth()
-	} else {
+	case prev != nil && prev.Period > 1 && !prev.Sparse && s.keeps(int(prev.Period)):
+		c.Period = prev.Period
+	default:
 		c.Period = s.planeWidth()
 	}
 	k := bits.TrailingZeros8(c.Period) // 0, 1, 2, 3
@@ -165,24 +168,50 @@ func (s *scan) class(prev *Class) Class {
 // planeWidth returns the element width of dense data: the smallest w of
 // 2, 4 and 8 for which the top byte of every w-byte element (sign and
 // exponent of a float, the high byte of an integer) repeats from one word
-// to the next far more often than every other byte does; 1 when none
-// does.
+// to the next far more often than the other bytes do; 1 when none does.
 func (s *scan) planeWidth() uint8 {
-	floor := max(3, s.words/32) // the top byte repeats in at least 3% of the words
+	floor := max(3, float64(s.words)/32) // the top bytes repeat in at least 3% of the words
 	for _, w := range []int{2, 4, 8} {
-		top, rest := s.words, 0
-		for i, m := range s.match {
-			if i%w == w-1 {
-				top = min(top, m)
-			} else {
-				rest = max(rest, m)
-			}
+		top, low, rest := s.planes(w)
+		if w == 8 && (float64(s.match[3]) > 2*rest+1 || top < float64(s.words)/5) {
+			// Byte 3 repeats as well: floats of 4 bytes among other
+			// data (a sample across an edge), not 8-byte elements. And
+			// one byte in eight is a noisy figure: the sign and exponent
+			// of doubles repeat in a third of the words or more.
+			continue
 		}
-		if top >= floor && top >= 3*rest+2 {
+		if top >= floor && low >= 2*rest+1 && top >= 3*rest+2 {
 			return uint8(w)
 		}
 	}
 	return 1
+}
+
+// keeps reports whether dense data still fits element width w, which the
+// data before had: a looser test than planeWidth's, so that a small
+// sample's noise does not end a run of floats.
+func (s *scan) keeps(w int) bool {
+	top, low, rest := s.planes(w)
+	return top >= max(2, float64(s.words)/32) && low >= rest+1 && top >= 2*rest+1
+}
+
+// planes returns how often, on average, the top byte of a w-byte element
+// repeats from one word to the next, how often the one that repeats least
+// does, and how often, on average, the other bytes do.
+func (s *scan) planes(w int) (top, low, rest float64) {
+	var nt, nr int
+	low = float64(s.words)
+	for i, m := range s.match {
+		if i%w == w-1 {
+			top += float64(m)
+			low = min(low, float64(m))
+			nt++
+		} else {
+			rest += float64(m)
+			nr++
+		}
+	}
+	return top / float64(nt), low, rest / float64(nr)
 }
 
 // runWidth returns the element width of sparse data from where its runs
