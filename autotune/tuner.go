@@ -20,13 +20,15 @@ import (
 
 // DefaultCandidates are the lossless recipes a Tuner chooses among when
 // given none: store raw, plane coding of the exponent bytes after a 4-byte
-// shuffle, s2 and zstd level 1.
+// shuffle, s2, zstd level 1, and zstd level 1 after the sparse layout
+// (zeros as positions, for gradients and images with black background).
 func DefaultCandidates() []*codec.Recipe {
 	return []*codec.Recipe{
 		nil,
 		codec.MustParseRecipe("shuffle4 | plane3:huff0 | plane0..2:raw"),
 		codec.MustParseRecipe("*:s2"),
 		codec.MustParseRecipe("*:zstd(1)"),
+		codec.MustParseRecipe("sparse | *:zstd(1)"),
 	}
 }
 
@@ -47,9 +49,12 @@ func DefaultLossyCandidates() []*codec.Recipe {
 const (
 	DefaultHysteresis = 0.10
 	DefaultMinFrames  = 3
-	DefaultExplore    = 0.03
-	// sampleSize is the bytes of a frame an alternative recipe is tried on.
-	sampleSize = 64 << 10
+	DefaultExplore    = 0.01
+	// sampleSize is the bytes of a frame an alternative recipe is tried
+	// on; bootstrapSize, on the first frame of a class, where every
+	// candidate is tried.
+	sampleSize    = 64 << 10
+	bootstrapSize = 16 << 10
 	// DefaultStartFrame is the largest first frame of a byte stream
 	// (Cut): the link is not measured yet and the receiver waits for
 	// whole frames, so the stream starts with small frames, each at most
@@ -621,10 +626,11 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	key := stateKey{ri, c}
 	st := t.states[key]
 	var todo []candidate
+	size := sampleSize
 	if st == nil {
 		st = &classState{fresh: true}
 		t.states[key] = st
-		todo = t.bootstrap(rs, &fi)
+		todo, size = t.bootstrap(rs, &fi), bootstrapSize
 	} else if t.spent < time.Duration(t.explore*float64(t.work)) {
 		todo = t.exploreOne(c, rs, &fi)
 	}
@@ -634,7 +640,7 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 		// called from one goroutine at a time (the Writer's caller).
 		t.mu.Unlock()
 		var spent time.Duration
-		s := sample(&fi)
+		s := sample(&fi, size)
 		for _, cd := range todo {
 			d, _ := t.prof.Measure(c, cd.name, cd.r, &fi, s, fi.Seq)
 			spent += d
@@ -675,11 +681,12 @@ func (t *Tuner) classify(fi *codec.FrameInfo) Class {
 	return c
 }
 
-func sample(fi *codec.FrameInfo) []byte {
+// sample returns the middle size bytes of the frame's data.
+func sample(fi *codec.FrameInfo, size int) []byte {
 	b := fi.Data
-	if len(b) > sampleSize {
-		off := (len(b) - sampleSize) / 2 &^ 7
-		b = b[off : off+sampleSize]
+	if len(b) > size {
+		off := (len(b) - size) / 2 &^ 7
+		b = b[off : off+size]
 	}
 	return b
 }
