@@ -1,6 +1,12 @@
 package autotune
 
 import (
+	"compress/gzip"
+	"encoding/binary"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -8,6 +14,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/netsim"
+	"github.com/tensorpress/tensorpress/profile"
 )
 
 // cpuTime is the process's user and system CPU time.
@@ -251,5 +258,146 @@ func BenchmarkTunerChoose(b *testing.B) {
 			tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: seq, Type: codec.FrameBytes, DType: codec.Byte, Len: len(data)},
 				Recipe: r, RawBytes: len(data), FrameBytes: len(data) * 85 / 100, Encode: 600 * time.Microsecond, Blocked: 5 * time.Millisecond})
 		}
+	})
+}
+
+// fashionImages returns the Fashion-MNIST training images (uint8 pixels)
+// from Debian's dataset-fashion-mnist, or skips.
+func fashionImages(tb testing.TB) []byte {
+	f, err := os.Open("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")
+	if err != nil {
+		tb.Skipf("Fashion-MNIST: %v (apt-get install dataset-fashion-mnist; make test does it)", err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b, err := io.ReadAll(z)
+	if err != nil || len(b) < 16+784 {
+		tb.Fatalf("Fashion-MNIST images: %v", err)
+	}
+	return b[16:] // after the IDX header
+}
+
+// flStream returns n bytes of traffic like federated learning's, as the
+// link benchmark's mixed workload: float32 weights N(0, 0.02) (60% of the
+// bytes), float32 gradients with 99% exact zeros (25%) and uint8 images
+// (15%), in tensors of 128 KiB to 2 MiB in random order.
+func flStream(n int, seed uint64, images []byte) []byte {
+	rng := rand.New(rand.NewPCG(seed, 9))
+	data := make([]byte, 0, n)
+	for len(data) < n {
+		size := min(128<<10+4*rng.IntN((2<<20-128<<10)/4), n-len(data))
+		switch u := rng.Float64(); {
+		case u < 0.6:
+			data = append(data, weights(size/4, rng.Uint64())...)
+		case u < 0.85:
+			b := make([]byte, size)
+			for i := 0; i+4 <= size; i += 4 {
+				if rng.IntN(100) == 0 {
+					binary.LittleEndian.PutUint32(b[i:], math.Float32bits(float32(0.01*rng.NormFloat64())))
+				}
+			}
+			data = append(data, b...)
+		default:
+			off := 784 * rng.IntN(len(images)/784-size/784-1)
+			data = append(data, images[off:off+size]...)
+		}
+	}
+	return data
+}
+
+// BenchmarkTunerChooseMixed times what the Tuner does for each frame of a
+// mixed stream (flStream, 64 MiB) with the lossless-fast profile on a 100
+// Mbit/s link (a simulated clock: each frame takes its wire bytes' time):
+// cutting the stream where the data changes (Cut), classifying, the cost
+// model, the samples it codes (exploration) and Observe, against encoding
+// the frames with the recipes it chose on one core. choose-% is the first
+// as a share of the second, samples-% the part of it spent on samples,
+// ratio the stream's compression. "settled" runs a Tuner that has seen the
+// stream once, as on a live connection; "fresh" a new Tuner per run of 64
+// MiB, whose first frame of each class tries every candidate (and whose
+// codecs set up their encoders).
+func BenchmarkTunerChooseMixed(b *testing.B) {
+	data := flStream(64<<20, 1, fashionImages(b))
+	prof, err := profile.Builtin("lossless-fast")
+	if err != nil {
+		b.Fatal(err)
+	}
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const bw = 12.5e6
+	var out []byte
+	newTuner := func() (*Tuner, *time.Time) {
+		tu, err := New(WithProfile(prof))
+		if err != nil {
+			b.Fatal(err)
+		}
+		clock := time.Now()
+		tu.link.now = func() time.Time { return clock }
+		return tu, &clock
+	}
+	// pass sends the stream through tu and returns the time spent choosing
+	// and encoding, and the wire bytes.
+	pass := func(tu *Tuner, clock *time.Time, seq *uint64) (choose, encode time.Duration, wire int) {
+		for off := 0; off < len(data); *seq++ {
+			t0 := time.Now()
+			chunk := data[off:min(off+prof.ChunkSize, len(data))]
+			n := tu.Cut(chunk)
+			fi := codec.FrameInfo{Seq: *seq, Type: codec.FrameBytes, DType: codec.Byte, Len: n, First: true, Data: chunk[:n]}
+			r := tu.Choose(fi)
+			t1 := time.Now()
+			if out, _, err = enc.AppendBytes(out[:0], chunk[:n], r); err != nil {
+				b.Fatal(err)
+			}
+			t2 := time.Now()
+			blocked := time.Duration(float64(len(out)) / bw * float64(time.Second))
+			*clock = clock.Add(blocked)
+			fi.Data = nil
+			tu.Observe(codec.FrameStats{Info: fi, Recipe: r, RawBytes: n, FrameBytes: len(out), Encode: t2.Sub(t1), Blocked: blocked})
+			choose += t1.Sub(t0) + time.Since(t2)
+			encode += t2.Sub(t1)
+			wire += len(out)
+			off += n
+		}
+		return choose, encode, wire
+	}
+	report := func(b *testing.B, choose, encode, samples time.Duration, wire int) {
+		b.ReportMetric(100*choose.Seconds()/encode.Seconds(), "choose-%")
+		b.ReportMetric(100*samples.Seconds()/encode.Seconds(), "samples-%")
+		b.ReportMetric(float64(b.N)*float64(len(data))/float64(wire), "ratio")
+	}
+	b.Run("settled", func(b *testing.B) {
+		tu, clock := newTuner()
+		var seq uint64
+		pass(tu, clock, &seq)
+		_, spent0 := tu.Costs()
+		var choose, encode time.Duration
+		var wire int
+		b.SetBytes(int64(len(data)))
+		b.ReportAllocs()
+		for b.Loop() {
+			c, e, w := pass(tu, clock, &seq)
+			choose, encode, wire = choose+c, encode+e, wire+w
+		}
+		_, spent := tu.Costs()
+		report(b, choose, encode, spent-spent0, wire)
+	})
+	b.Run("fresh", func(b *testing.B) {
+		var choose, encode, samples time.Duration
+		var wire int
+		b.SetBytes(int64(len(data)))
+		b.ReportAllocs()
+		for b.Loop() {
+			tu, clock := newTuner()
+			var seq uint64
+			c, e, w := pass(tu, clock, &seq)
+			_, s := tu.Costs()
+			choose, encode, samples, wire = choose+c, encode+e, samples+s, wire+w
+		}
+		report(b, choose, encode, samples, wire)
 	})
 }

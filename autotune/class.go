@@ -36,14 +36,13 @@ func (c Class) sameKind(o Class) bool {
 }
 
 // The sniffer's sampling: Sniff reads sniffStrips strips of sniffStrip
-// bytes spread over a frame; the cut scanner (Tuner.Cut) reads cutStrips
-// strips of each cutBlock bytes.
+// bytes spread over a frame; the cut scanner (Tuner.Cut) reads a strip of
+// cutStrip bytes at the start of every cutBlock bytes.
 const (
 	sniffStrips = 8
 	sniffStrip  = 512
 	cutBlock    = 64 << 10
-	cutStrips   = 4
-	cutStrip    = 128
+	cutStrip    = 512
 )
 
 // Sparsity thresholds, as the share of zero elements: a frame is sparse
@@ -68,24 +67,13 @@ type scan struct {
 }
 
 const (
-	lo7  = 0x7f7f7f7f7f7f7f7f
-	hi7  = 0x8080808080808080
-	lo15 = 0x7fff7fff7fff7fff
+	lo7 = 0x7f7f7f7f7f7f7f7f
+	hi7 = 0x8080808080808080
 )
 
 // zeroBytes returns x with the high bit of each zero byte set, and no
 // other bit.
 func zeroBytes(x uint64) uint64 { return ^((x&lo7 + lo7) | x | lo7) }
-
-// zero16 returns x with the high bit of each zero 16-bit lane set.
-func zero16(x uint64) uint64 { return ^((x&lo15 + lo15) | x | lo15) }
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 // add reads the whole 8-byte words of b as one strip: its first word has
 // no word before it.
@@ -104,10 +92,12 @@ func (s *scan) add(b []byte) {
 	for i := 0; i+8 <= len(b); i += 8 {
 		w := binary.LittleEndian.Uint64(b[i:])
 		zb := zeroBytes(w)
+		z16 := zb & (zb >> 8) & 0x0080008000800080 // both bytes of a 16-bit lane
+		z32 := z16 & (z16 >> 16) & 0x0000008000000080
 		s.zero[0] += bits.OnesCount64(zb)
-		s.zero[1] += bits.OnesCount64(zero16(w))
-		s.zero[2] += b2i(uint32(w) == 0) + b2i(w>>32 == 0)
-		s.zero[3] += b2i(w == 0)
+		s.zero[1] += bits.OnesCount64(z16)
+		s.zero[2] += bits.OnesCount64(z32)
+		s.zero[3] += int(z32 & (z32 >> 32) >> 7)
 		if i > 0 {
 			match += (zeroBytes(w^prev) &^ zb) >> 7
 		}
@@ -121,6 +111,18 @@ func (s *scan) add(b []byte) {
 	}
 	flush()
 	s.words += len(b) / 8
+}
+
+// merge adds the counts of o.
+func (s *scan) merge(o *scan) {
+	s.words += o.words
+	for i := range s.zero {
+		s.zero[i] += o.zero[i]
+	}
+	for i := range s.match {
+		s.match[i] += o.match[i]
+		s.start[i] += o.start[i]
+	}
 }
 
 // strips scans k strips of m bytes spread evenly over b (all of b when

@@ -6,11 +6,13 @@ import "github.com/tensorpress/tensorpress/codec"
 // data go into the next frame of a byte stream, so that each frame holds
 // one kind of data and gets the recipe that suits it.
 //
-// It reads 4 strips of 128 bytes of every 64 KiB block (a few bit
-// operations per 8 bytes: about 5 µs per MiB) and classifies each block as
-// Sniff does; where a block differs in kind from the frame so far (sparse
-// against dense, or another element width), it finds the edge by bisection
-// with small samples, to within a few hundred bytes, and cuts there.
+// It reads a strip of 512 bytes at the start of every 64 KiB block (a few
+// bit operations per 8 bytes; 16 strips, so 16 pages, per MiB) and
+// classifies each as Sniff does; where a strip differs in kind from the
+// frame so far (sparse against dense, or another element width), it finds
+// the edge by bisection with small samples, to within a few hundred
+// bytes, and cuts there. A piece of data much shorter than a block may go
+// unseen between two strips.
 //
 // The first frames of a stream are small (WithStartFrame): the link is not
 // measured yet and the receiver waits for whole frames, so the first
@@ -39,63 +41,52 @@ func (t *Tuner) Cut(data []byte) int {
 	return n
 }
 
+// minFrame is the shortest frame Cut makes at an edge: a first strip
+// whose kind ends sooner was a stray (a few KiB of zeros in an image).
+const minFrame = 16 << 10
+
 // minBlock: a block shorter than this at the end of the data is not
 // judged on its own (too few bytes to tell); it joins the frame.
 const minBlock = 4 << 10
 
-// cut returns the class of data's first block and the length of the run
-// of blocks of the same kind from the start. Within a block that looks
-// like the frame as a whole, two strips in a row of the other sparsity
-// (zeros between floats or text, or the other way) are checked with a
-// larger probe: a piece shorter than two blocks shows only there. The last
-// bytes are probed too: a kind that starts in the last block shows there.
+// cut returns the class of data's first run of one kind of data and its
+// length. It reads a strip at the start of every block, and the last
+// bytes; where a strip differs in kind from the first, it finds the edge
+// between it and the strip before. The class returned is that of all the
+// strips read in the run, with prev for the sparsity hysteresis.
 func cut(data []byte, prev *Class) (Class, int) {
-	var s scan
-	s.strips(data[:min(len(data), cutBlock)], cutStrips, cutStrip)
-	c := s.class(prev)
-	other := Class{DType: c.DType, Period: 1, Sparse: !c.Sparse}
-	off := cutBlock
-	for ; off+minBlock <= len(data); off += cutBlock {
-		end := min(off+cutBlock, len(data))
-		var b scan
-		var pos [cutStrips]int
-		flips := 0 // strips in a row of the other sparsity
-		suspect := -1
-		for i := range cutStrips {
-			pos[i] = off + i*((end-off-cutStrip)/(cutStrips-1))&^7
-			z := b.zero[0]
-			b.add(data[pos[i]:min(pos[i]+cutStrip, end)])
-			if sparse := 8*(b.zero[0]-z) >= 7*cutStrip; sparse != c.Sparse {
-				if flips++; flips == 2 && suspect < 0 {
-					suspect = i - 1
-				}
-			} else {
-				flips = 0
+	var first scan
+	first.add(data[:min(len(data), cutStrip)])
+	c := first.class(prev)
+	run := first
+	last := 0 // where the last strip of c's kind starts
+	next := func(pos int) (Class, int, bool) {
+		var s scan
+		s.add(data[pos:min(pos+cutStrip, len(data))])
+		if k := s.class(&c); !k.sameKind(c) {
+			if n := edge(data, last, min(pos+cutStrip, len(data)), c, k); n >= minFrame {
+				return run.class(prev), n, true
 			}
+			// The first strip's kind ends within a few KiB: no frame
+			// that short; the frame takes the next kind.
+			c, run = k, s
+		} else {
+			run.merge(&s)
 		}
-		if k := b.class(&c); !k.sameKind(c) {
-			return c, edge(data, off-cutBlock, end, c, k)
-		}
-		if suspect >= 0 {
-			var p scan
-			p.add(data[pos[suspect]:min(pos[suspect]+edgeProbe, len(data))])
-			if p.looksLike(other, c) {
-				lo := off - cutBlock/4
-				if suspect > 0 {
-					lo = pos[suspect-1]
-				}
-				return c, edge(data, lo, pos[suspect]+cutStrip, c, other)
-			}
+		last = pos
+		return Class{}, 0, false
+	}
+	for pos := cutBlock; pos+minBlock <= len(data); pos += cutBlock {
+		if rc, n, ok := next(pos); ok {
+			return rc, n
 		}
 	}
-	if tail := len(data) - edgeProbe; tail > cutBlock/2 {
-		var b scan
-		b.add(data[tail:])
-		if k := b.class(&c); !k.sameKind(c) {
-			return c, edge(data, off-cutBlock, len(data), c, k)
+	if tail := len(data) - cutStrip; tail >= last+minBlock {
+		if rc, n, ok := next(tail); ok {
+			return rc, n
 		}
 	}
-	return c, len(data)
+	return run.class(prev), len(data)
 }
 
 // edgeProbe is the bytes bisection classifies at each step, and

@@ -10,7 +10,7 @@
 //     element width found in opaque bytes, sparsity), running estimates of
 //     ratio and encode and decode speed, from the frames sent and from
 //     samples coded with the other candidates, within an exploration budget
-//     (a share of the encoding time, 1% by default, 5% at most);
+//     (a share of the encoding time, 0.5% by default, 5% at most);
 //   - a cost model of the pipelined writer: throughput = min(cores × encode
 //     speed, bandwidth × ratio, decode speed);
 //   - a selector with hysteresis (a 10% predicted gain, 3 frames between

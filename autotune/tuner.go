@@ -49,7 +49,7 @@ func DefaultLossyCandidates() []*codec.Recipe {
 const (
 	DefaultHysteresis = 0.10
 	DefaultMinFrames  = 3
-	DefaultExplore    = 0.01
+	DefaultExplore    = 0.005
 	// sampleSize is the bytes of a frame an alternative recipe is tried
 	// on; bootstrapSize, on the first frame of a class, where every
 	// candidate is tried.

@@ -34,7 +34,7 @@ const (
 const (
 	DefaultChunkSize  = codec.DefaultChunkSize
 	DefaultCPUBudget  = 1.0
-	DefaultExplore    = 0.01
+	DefaultExplore    = 0.005
 	DefaultHysteresis = 0.10
 	DefaultMinFrames  = 3
 	// MaxExplore is the largest autotune.explore accepted.

@@ -243,7 +243,7 @@ func TestDefaults(t *testing.T) {
 	if p.ChunkSize != codec.DefaultChunkSize || p.Limits != codec.DefaultLimits() {
 		t.Errorf("chunk %d limits %+v", p.ChunkSize, p.Limits)
 	}
-	want := Autotune{Enabled: true, CPUBudget: 1, Explore: 0.01, Hysteresis: 0.1, MinFrames: 3}
+	want := Autotune{Enabled: true, CPUBudget: 1, Explore: 0.005, Hysteresis: 0.1, MinFrames: 3}
 	if p.Autotune != want {
 		t.Errorf("autotune %+v, want %+v", p.Autotune, want)
 	}
