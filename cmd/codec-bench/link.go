@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"sort"
 	"strings"
@@ -33,17 +35,44 @@ import (
 	"github.com/tensorpress/tensorpress/transport"
 )
 
-const linkText = `link sends a workload of tensors through a link and measures, per chain,
-the time until the receiver has everything: plain TCP without tensorpress,
-every static recipe the profile allows for byte streams, and the autotuner
-(with the profile's settings), interleaved, --reps times each; the table
-shows medians.
+const linkText = `link sends a workload through a link and measures, per chain, the time
+until the receiver has everything: plain TCP without tensorpress, every
+static recipe the profile allows for byte streams, the autotuner (with
+the profile's settings) and, for the byte-stream workloads, the zstd tool
+as a peer ("zstd -1 -T1" and "zstd --adapt -T1": the sender pipes the
+workload through "zstd ... -c" into the connection, the receiver pipes
+the connection through "zstd -d -c"; skipped when zstd is not in PATH),
+interleaved, --reps times each; the table shows medians. Every transfer
+is checked: the receiver hashes every decoded byte, and the run fails
+when their SHA-256 or their number differs from the sender's (tensor
+frames: their number).
 
-The workload: float32 tensors made from the real weights and the real
-FedAvg update in testvectors/fl (each copy perturbed by a random factor of
-1 ± 1%, so no two copies share bytes), --pool bytes of them, sent in turn as
-an opaque byte stream through transport.Wrap. The pool repeats only after
---pool bytes, beyond the window of every codec used (xz's is 8 MiB).
+The workloads (--workload):
+  bytes    float32 tensors made from the real weights and the real FedAvg
+           update in testvectors/fl (each copy perturbed by a random
+           factor of 1 ± 1%, so no two copies share bytes), --pool bytes
+           of them, sent in turn as an opaque byte stream through
+           transport.Wrap, a Write per tensor.
+  mixed    an opaque byte stream like federated-learning traffic, through
+           transport.Wrap as bytes: tensors of random sizes (uniform in
+           128 KiB..2 MiB), 60% of the bytes float32 weights from
+           N(0, 0.02), 25% float32 gradients (99% exact zeros, the rest
+           from N(0, 0.01) at random positions), 15% uint8 Fashion-MNIST
+           training images (runs of consecutive images from a random
+           index; needs Debian's dataset-fashion-mnist), in a random order
+           that keeps every prefix of the stream within a few tensors of
+           these shares (a short transfer sees about the mix of a long
+           one). The pool is --pool bytes plus a random part of at most
+           256 KiB, so that its period lines up with no frame. The sender
+           makes Writes of random sizes (log-uniform in 64 KiB..4 MiB),
+           the same for every chain, unrelated to the tensors. All is
+           drawn from fixed seeds: every run sends the same bytes in the
+           same Writes.
+  tensors  the tensors of bytes as tensor frames on the connection (no
+           wrapper); updates may go through the profile's gradient
+           compressors (no zstd peers).
+The pool repeats only after --pool bytes, beyond the window of every
+codec used (xz's is 8 MiB).
 
 Links (--link): sim, a token bucket over an in-memory pipe (internal/netsim);
 tc, TCP between two network namespaces over a veth pair shaped with
@@ -53,37 +82,49 @@ afterwards, also on failure or Ctrl-C); both. The rate "unshaped" is TCP
 over loopback in both modes.
 
 Each run is sized by time: the bytes plain TCP sends in --duration at that
-rate (unshaped: measured first). --change adds the second scenario: the rate
+rate (unshaped: measured first). Times run from the connection being
+established to the receiver's last decoded byte; the time to the first
+decoded byte is reported too. --change adds the second scenario: the rate
 goes from 100 Mbit/s to 10 and back during one autotuned transfer, and the
 table shows how long the autotuner took to settle after each change and how
 many switches it made.
 
-Results: a table, --json rows (link, rate, chain, seconds, bytes_on_wire,
-raw_bytes, is_autotune, is_plain_tcp, repetitions, goodput) and --plot,
-goodput against bandwidth (SVG or PNG).
+Results: a table (VS BEST STATIC: against the fastest static recipe; VS
+PLAIN: against plain TCP; VS ZSTD -1: against "zstd -1 -T1", at the same
+link and rate), --json rows (link, rate, chain, seconds,
+first_byte_seconds, bytes_on_wire, raw_bytes, is_autotune, is_plain_tcp,
+is_external, repetitions, goodput; switches for the autotuner) and
+--plot, the speedup over plain TCP against the link rate (SVG or PNG).
 `
 
 type linkRow struct {
 	Link        string  `json:"link"`
 	Rate        float64 `json:"rate"` // bits per second, 0: unshaped loopback
 	Chain       string  `json:"chain"`
-	Seconds     float64 `json:"seconds"` // median
+	Seconds     float64 `json:"seconds"`            // median
+	FirstByte   float64 `json:"first_byte_seconds"` // median time to the first decoded byte
 	BytesOnWire int64   `json:"bytes_on_wire"`
 	RawBytes    int64   `json:"raw_bytes"`
 	IsAutotune  bool    `json:"is_autotune"`
 	IsPlainTCP  bool    `json:"is_plain_tcp"`
+	IsExternal  bool    `json:"is_external"`
 	Repetitions int     `json:"repetitions"`
 	Goodput     float64 `json:"goodput"` // raw bytes per second at the median
 	Switches    int     `json:"switches,omitempty"`
 	times       []float64
+	firsts      []float64
 }
 
-// linkChain is one way to send: plain, a fixed recipe, or the autotuner.
+// linkChain is one way to send: plain, a fixed recipe, the autotuner, or
+// an external compressor (the zstd tool, at zstd, with arguments
+// external) piped over the link.
 type linkChain struct {
-	name   string
-	plain  bool
-	auto   bool
-	recipe *codec.Recipe
+	name     string
+	plain    bool
+	auto     bool
+	recipe   *codec.Recipe
+	zstd     string
+	external []string
 }
 
 func cmdLink(args []string, stdout, stderr io.Writer) error {
@@ -96,11 +137,11 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	pool := f.Int64("pool", 128<<20, "distinct workload `bytes` before the workload repeats")
 	latency := f.Duration("latency", 0, "one-way latency of the sim link")
 	change := f.Bool("change", false, "also run the rate-change scenario (100 -> 10 -> 100 Mbit/s)")
-	workloadFlag := f.String("workload", "bytes", "`kind`: bytes (an opaque stream through transport.Wrap) or tensors (tensor frames; updates may go through the profile's gradient compressors)")
+	workloadFlag := f.String("workload", "bytes", "`kind`: bytes (an opaque stream through transport.Wrap), mixed (an opaque stream of synthetic weights, sparse gradients and Fashion-MNIST images) or tensors (tensor frames; updates may go through the profile's gradient compressors)")
 	updateWithin := f.Duration("update-within", 0, "tensors: with the autotuner, choose each update's density among the profile rule's densities, the largest whose frame arrives within this `time` (0: the rule's compressor as it is)")
 	explain := f.Bool("explain", false, "print every switch of the autotuner and the estimates behind it to stderr")
 	jsonOut := f.String("json", "", "write JSON rows to `FILE` (- for stdout, instead of the table)")
-	plotOut := f.String("plot", "", "plot goodput against bandwidth to `FILE` (.svg or .png)")
+	plotOut := f.String("plot", "", "plot the speedup over plain TCP against the link rate to `FILE` (.svg or .png)")
 	if _, err := f.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -129,24 +170,39 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	}
 	var tensors bool
 	switch *workloadFlag {
-	case "bytes":
+	case "bytes", "mixed":
 	case "tensors":
 		tensors = true
 	default:
-		return usagef("--workload %q: want bytes or tensors", *workloadFlag)
+		return usagef("--workload %q: want bytes, mixed or tensors", *workloadFlag)
+	}
+	if *updateWithin < 0 || *updateWithin > 0 && !tensors {
+		return usagef("--update-within: a positive time, with --workload tensors")
 	}
 	chains, err := linkChains(prof, tensors)
 	if err != nil {
 		return err
 	}
+	if !tensors {
+		if zstd, err := exec.LookPath("zstd"); err != nil {
+			fmt.Fprintf(stderr, "link: no zstd in PATH, skipping the zstd rows (apt-get install zstd; make test installs it)\n")
+		} else {
+			chains = append(chains, linkExternals(zstd)...)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	work, err := newWorkload(*pool)
+	var work *workload
+	if *workloadFlag == "mixed" {
+		var images []byte
+		if images, err = readIDXImages(mixedImagesPath); err == nil {
+			work, err = newMixedWorkload(*pool, images)
+		}
+	} else {
+		work, err = newWorkload(*pool)
+	}
 	if err != nil {
 		return err
-	}
-	if *updateWithin < 0 || *updateWithin > 0 && !tensors {
-		return usagef("--update-within: a positive time, with --workload tensors")
 	}
 	b := &linkBench{tensors: tensors, updateWithin: *updateWithin, prof: prof, work: work, stderr: stderr, latency: *latency, explain: *explain}
 	var rows []*linkRow
@@ -252,9 +308,13 @@ func linkChains(p *profile.Profile, tensors bool) ([]linkChain, error) {
 // workload is the pool of distinct tensors sent in turn.
 type workload struct {
 	chunks [][]byte
-	names  []string // the tensor each chunk is a copy of (updates: NAME.update)
+	names  []string // the tensor each chunk is a copy of (updates: NAME.update; mixed: its kind)
 	shapes [][]int64
 	size   int64
+	// ring, when set (the mixed workload), holds the chunks in turn and
+	// after them the pool's start again: send writes in Writes of random
+	// sizes (sendWrites), not a chunk a Write.
+	ring []byte
 }
 
 func newWorkload(pool int64) (*workload, error) {
@@ -303,10 +363,13 @@ func newWorkload(pool int64) (*workload, error) {
 	return w, nil
 }
 
-// send writes n bytes of the workload to w, from its first chunk, or
-// fewer when stop, checked before each chunk, reports true. It returns
-// the bytes written.
+// send writes n bytes of the workload to w, from its first chunk, a
+// chunk a Write (the mixed workload: see sendWrites), or fewer when stop,
+// checked before each Write, reports true. It returns the bytes written.
 func (wl *workload) send(w io.Writer, n int64, stop func() bool) (int64, error) {
+	if wl.ring != nil {
+		return wl.sendWrites(w, n, stop)
+	}
 	var sent int64
 	for i := 0; sent < n && !stop(); i++ {
 		c := wl.chunks[i%len(wl.chunks)]
@@ -330,6 +393,9 @@ type linkBench struct {
 	latency      time.Duration
 	pair         *netns.Pair
 	explain      bool
+
+	hashMu sync.Mutex
+	hashes map[int64][sha256.Size]byte // sentHash's cache
 }
 
 // conns returns the two ends of a link at rate (bits per second, 0:
@@ -398,16 +464,19 @@ func (c *counting) CloseWrite() error {
 
 // runResult is one transfer.
 type runResult struct {
-	sent     int64 // workload bytes sent
-	seconds  float64
-	wire     int64
-	switches int
-	tuner    *autotune.Tuner
+	sent      int64 // workload bytes sent
+	seconds   float64
+	firstByte float64 // seconds to the first decoded byte
+	wire      int64
+	switches  int
+	tuner     *autotune.Tuner
 }
 
 // transfer sends n workload bytes over a fresh link with chain ch, or,
 // when until is not 0, what goes before until has passed (the tensor
-// workload rounds n up to whole tensors).
+// workload rounds n up to whole tensors), and checks that the receiver
+// got them: their SHA-256 where the receiver gets the bytes sent (tensor
+// frames: their number).
 // onStart, if set, runs when the first byte is about to leave.
 func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch linkChain, n int64, until time.Duration, opts []autotune.Option, onStart func(setRate func(float64) error)) (runResult, error) {
 	if b.tensors {
@@ -419,6 +488,11 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	}
 	defer client.Close()
 	defer server.Close()
+	// abort ends the transfer: it kills external processes and closes
+	// both ends, so that neither side waits for the other.
+	xctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	abort := func() { cancel(); client.Close(); server.Close() }
 	cc := &counting{Conn: client}
 	var res runResult
 	var w io.Writer = cc
@@ -439,15 +513,39 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	var t0 time.Time
 	stop := func() bool { return until > 0 && time.Since(t0) >= until }
 	send := func() (int64, error) { return b.work.send(w, n, stop) }
-	receive := func() (int64, error) { return io.Copy(io.Discard, rd) }
+	receive := func() (received, error) { return receiveHashed(rd) }
+	var zp *zstdPipe
 	switch {
+	case ch.external != nil:
+		// The compressor's output goes into the connection, the
+		// decompressor reads the other end.
+		p, err := startZstdPipe(xctx, ch.zstd, ch.external, cc, server)
+		if err != nil {
+			return res, err
+		}
+		zp = p
+		defer func() { abort(); p.close() }()
+		w = p
+		closeWrite = func() error {
+			if err := p.finishCompressor(); err != nil {
+				return err
+			}
+			return cc.CloseWrite()
+		}
+		receive = func() (received, error) {
+			got, err := receiveHashed(p)
+			if err == nil {
+				err = p.waitDecomp()
+			}
+			return got, err
+		}
 	case b.tensors && !ch.plain:
 		// Tensor frames straight on the connection (no wrapper).
 		if res.tuner != nil {
 			res.tuner.UseConn(client)
 		}
 		send = func() (int64, error) { return b.sendTensors(cc, ch, res.tuner, n, stop) }
-		receive = func() (int64, error) { return receiveTensors(server) }
+		receive = func() (received, error) { return receiveTensors(server) }
 	case !ch.plain:
 		topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize))}
 		if res.tuner != nil {
@@ -469,14 +567,17 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 		defer ts.Close()
 		w, closeWrite, rd = tc, tc.CloseWrite, ts
 	}
-	got := make(chan error, 1)
-	var received int64
+	done := make(chan error, 1)
+	var got received
 	go func() {
-		k, err := receive()
-		received = k
-		got <- err
+		r, err := receive()
+		if err != nil {
+			abort()
+		}
+		got = r
+		done <- err
 	}()
-	stopCtx := context.AfterFunc(ctx, func() { client.Close(); server.Close() })
+	stopCtx := context.AfterFunc(ctx, abort)
 	defer stopCtx()
 	t0 = time.Now()
 	if onStart != nil {
@@ -486,8 +587,20 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	if serr == nil {
 		serr = closeWrite()
 	}
-	rerr := <-got
+	if serr != nil {
+		abort()
+		if zp != nil {
+			// The compressor's exit status tells why a write failed.
+			if cerr := zp.waitComp(); cerr != nil && cerr != serr {
+				serr = fmt.Errorf("%w (%v)", serr, cerr)
+			}
+		}
+	}
+	rerr := <-done
 	res.seconds = time.Since(t0).Seconds()
+	if !got.first.IsZero() {
+		res.firstByte = got.first.Sub(t0).Seconds()
+	}
 	res.wire = cc.n.Load()
 	if ts != nil {
 		res.wire = int64(ts.Feedback().WireBytes)
@@ -501,8 +614,12 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	if serr != nil || rerr != nil {
 		return res, fmt.Errorf("link %s at %s, %s: send: %v, receive: %v", link, rateName(rate), ch.name, serr, rerr)
 	}
-	if received != sent {
-		return res, fmt.Errorf("link %s at %s, %s: received %d of %d bytes", link, rateName(rate), ch.name, received, sent)
+	var want [sha256.Size]byte
+	if got.hashed {
+		want = b.sentHash(sent)
+	}
+	if err := checkReceived(got, sent, want); err != nil {
+		return res, fmt.Errorf("link %s at %s, %s: %w", link, rateName(rate), ch.name, err)
 	}
 	res.sent = sent
 	return res, nil
@@ -537,7 +654,8 @@ func (b *linkBench) rate(ctx context.Context, link string, rate float64, chains 
 	}
 	rows := make([]*linkRow, len(chains))
 	for i, ch := range chains {
-		rows[i] = &linkRow{Link: linkName, Rate: rate, Chain: ch.name, IsAutotune: ch.auto, IsPlainTCP: ch.plain, RawBytes: n}
+		rows[i] = &linkRow{Link: linkName, Rate: rate, Chain: ch.name, IsAutotune: ch.auto, IsPlainTCP: ch.plain,
+			IsExternal: ch.external != nil, RawBytes: n}
 	}
 	for rep := range reps {
 		for i, ch := range chains {
@@ -550,6 +668,7 @@ func (b *linkBench) rate(ctx context.Context, link string, rate float64, chains 
 			fmt.Fprintf(b.stderr, " %7.2f s  %s\n", r.seconds, rateBytes(float64(n)/r.seconds))
 			row := rows[i]
 			row.times = append(row.times, r.seconds)
+			row.firsts = append(row.firsts, r.firstByte)
 			row.BytesOnWire = r.wire
 			row.Switches = max(row.Switches, r.switches)
 		}
@@ -557,6 +676,7 @@ func (b *linkBench) rate(ctx context.Context, link string, rate float64, chains 
 	for _, row := range rows {
 		row.Repetitions = len(row.times)
 		row.Seconds = median(row.times)
+		row.FirstByte = median(row.firsts)
 		row.Goodput = float64(row.RawBytes) / row.Seconds
 	}
 	return rows, nil
@@ -572,34 +692,47 @@ func rateBytes(v float64) string {
 	return fmt.Sprintf("%.1f kB/s", v/1e3)
 }
 
+// writeLinkTable prints the rows, each compared with the best static
+// recipe (externals not counted), plain TCP and zstd -1 at the same link
+// and rate.
 func writeLinkTable(w io.Writer, rows []*linkRow) {
 	if len(rows) == 0 {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LINK\tRATE\tCHAIN\tSECONDS\tGOODPUT\tWIRE/RAW\tVS BEST STATIC\tVS PLAIN\tREPS\t")
+	fmt.Fprintln(tw, "LINK\tRATE\tCHAIN\tSECONDS\tFIRST BYTE\tGOODPUT\tWIRE/RAW\tVS BEST STATIC\tVS PLAIN\tVS ZSTD -1\tREPS\t")
 	for i := 0; i < len(rows); {
 		j := i
 		for j < len(rows) && rows[j].Link == rows[i].Link && rows[j].Rate == rows[i].Rate {
 			j++
 		}
 		group := rows[i:j]
-		best, plain := math.Inf(1), math.NaN()
+		best, plain, zstd1 := math.Inf(1), math.NaN(), math.NaN()
 		for _, r := range group {
-			if !r.IsAutotune && !r.IsPlainTCP {
+			if !r.IsAutotune && !r.IsPlainTCP && !r.IsExternal {
 				best = min(best, r.Seconds)
 			}
 			if r.IsPlainTCP {
 				plain = r.Seconds
 			}
+			if r.IsExternal && r.Chain == zstdRef {
+				zstd1 = r.Seconds
+			}
+		}
+		ratio := func(a, b float64) string {
+			if math.IsNaN(b) || math.IsInf(b, 0) {
+				return "-"
+			}
+			return fmt.Sprintf("%.3fx", a/b)
 		}
 		for _, r := range group {
 			chain := r.Chain
 			if r.IsAutotune {
 				chain += fmt.Sprintf(" (%d switches)", r.Switches)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%.3f\t%.3fx\t%.3fx\t%d\t\n", r.Link, rateName(r.Rate), chain, r.Seconds,
-				rateBytes(r.Goodput), float64(r.BytesOnWire)/float64(r.RawBytes), r.Seconds/best, r.Seconds/plain, r.Repetitions)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.1f ms\t%s\t%.3f\t%s\t%s\t%s\t%d\t\n", r.Link, rateName(r.Rate), chain, r.Seconds,
+				1e3*r.FirstByte, rateBytes(r.Goodput), float64(r.BytesOnWire)/float64(r.RawBytes),
+				ratio(r.Seconds, best), ratio(r.Seconds, plain), ratio(r.Seconds, zstd1), r.Repetitions)
 		}
 		i = j
 	}
@@ -724,20 +857,36 @@ func writeChangeTable(w io.Writer, rows []*changeRow) {
 	tw.Flush()
 }
 
-// plotLink draws goodput against bandwidth, one line per chain and link,
-// both axes logarithmic; unshaped loopback is drawn at 10 Gbit/s.
+// plotLink draws the speedup over plain TCP (plain TCP's seconds over
+// the chain's, at the same link and rate) against the link rate, one line
+// per chain and link, the rate logarithmic; unshaped loopback is drawn at
+// 10 Gbit/s.
 func plotLink(path string, rows []*linkRow) error {
 	p := plot.New()
-	p.Title.Text = "tensorpress link: goodput against bandwidth (unshaped loopback at 10 Gbit/s)"
+	p.Title.Text = "tensorpress link: speedup over plain TCP against link rate (unshaped loopback at 10 Gbit/s)"
 	p.X.Label.Text = "link rate, bit/s (log scale)"
-	p.Y.Label.Text = "goodput, decoded bytes/s (log scale)"
-	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p.Y.Label.Text = "speedup over plain TCP (plain TCP seconds / chain seconds)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Add(plotter.NewGrid())
+	type at struct {
+		link string
+		rate float64
+	}
+	plain := map[at]float64{}
+	for _, r := range rows {
+		if r.IsPlainTCP {
+			plain[at{r.Link, r.Rate}] = r.Seconds
+		}
+	}
 	type key struct{ link, chain string }
 	lines := map[key]plotter.XYs{}
 	var order []key
 	for _, r := range rows {
+		base, ok := plain[at{r.Link, r.Rate}]
+		if !ok || !(r.Seconds > 0) {
+			continue
+		}
 		link := r.Link
 		if link == "loopback" {
 			link = "" // joins both links' lines
@@ -750,13 +899,20 @@ func plotLink(path string, rows []*linkRow) error {
 		if x == 0 {
 			x = 10e9
 		}
-		lines[k] = append(lines[k], plotter.XY{X: x, Y: r.Goodput})
+		lines[k] = append(lines[k], plotter.XY{X: x, Y: base / r.Seconds})
+	}
+	hasLink := false
+	for _, k := range order {
+		hasLink = hasLink || k.link != ""
 	}
 	for i, k := range order {
-		if k.link == "" {
+		if k.link == "" && hasLink {
 			continue
 		}
 		xys := append(lines[k], lines[key{"", k.chain}]...)
+		if k.link == "" {
+			xys = lines[k]
+		}
 		sort.Slice(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
 		l, pts, err := plotter.NewLinePoints(xys)
 		if err != nil {
@@ -766,9 +922,15 @@ func plotLink(path string, rows []*linkRow) error {
 		pts.Color = plotutil.Color(i)
 		pts.Shape = plotutil.Shape(i)
 		p.Add(l, pts)
-		p.Legend.Add(k.link+": "+k.chain, l, pts)
+		name := k.chain
+		if k.link != "" {
+			name = k.link + ": " + name
+		} else {
+			name = "loopback: " + name
+		}
+		p.Legend.Add(name, l, pts)
 	}
-	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.Top = true // speedups are largest on slow links, at the left
 	if err := p.Save(10*vg.Inch, 6*vg.Inch, path); err != nil {
 		return fmt.Errorf("--plot: %w", err)
 	}

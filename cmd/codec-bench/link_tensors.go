@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/tensorpress/tensorpress/autotune"
 	"github.com/tensorpress/tensorpress/codec"
@@ -55,20 +56,24 @@ func (b *linkBench) sendTensors(conn io.Writer, ch linkChain, tu *autotune.Tuner
 }
 
 // receiveTensors reads frames until the end of the stream and returns the
-// decoded tensor bytes (sparse updates count at their dense size).
-func receiveTensors(r io.Reader) (int64, error) {
+// decoded tensor bytes (sparse updates count at their dense size), not
+// hashed, and when the first frame with tensor bytes was decoded.
+func receiveTensors(r io.Reader) (received, error) {
 	rd := codec.NewReader(r)
-	var n int64
+	var got received
 	for {
 		f, err := rd.Next()
 		if errors.Is(err, io.EOF) {
-			return n, nil
+			return got, nil
 		}
 		if err != nil {
-			return n, err
+			return got, err
 		}
 		for _, t := range f.Tensors {
-			n += int64(len(t.Data))
+			if got.n == 0 && len(t.Data) > 0 {
+				got.first = time.Now()
+			}
+			got.n += int64(len(t.Data))
 		}
 	}
 }

@@ -2,11 +2,24 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // A small link run over the simulated link and loopback: every chain
@@ -118,6 +131,7 @@ func TestLinkUsage(t *testing.T) {
 		{"link", "--plot", "x.pdf"},
 		{"link", "--workload", "images"},
 		{"link", "--update-within", "5ms"}, // bytes workload
+		{"link", "--workload", "mixed", "--update-within", "5ms"},
 		{"link", "--profile", "no-such-profile"},
 	} {
 		var out, errb strings.Builder
@@ -126,5 +140,362 @@ func TestLinkUsage(t *testing.T) {
 		} else if errb.Len() == 0 {
 			t.Errorf("%q: no message", args)
 		}
+	}
+}
+
+// skipWithoutImages skips a test of the mixed workload when
+// Fashion-MNIST is not installed.
+func skipWithoutImages(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(mixedImagesPath); err != nil {
+		t.Skip("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist; make test does it)")
+	}
+}
+
+// testImages are the Fashion-MNIST training images, read once.
+var testImages = sync.OnceValues(func() ([]byte, error) { return readIDXImages(mixedImagesPath) })
+
+// testMixed returns a mixed workload of pool bytes.
+func testMixed(t *testing.T, pool int64) *workload {
+	t.Helper()
+	skipWithoutImages(t)
+	images, err := testImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, err := newMixedWorkload(pool, images)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wl
+}
+
+// The mixed workload over the simulated link and loopback: every chain
+// has its row at every rate, the zstd peers among them when zstd is
+// installed, with the documented JSON fields and a time to the first
+// byte; every transfer passed its SHA-256 check (the run fails
+// otherwise).
+func TestLinkMixed(t *testing.T) {
+	skipWithoutImages(t)
+	before := goroutines()
+	dir := t.TempDir()
+	js := filepath.Join(dir, "link.jsonl")
+	var out, errb strings.Builder
+	code := run([]string{"link", "--workload", "mixed", "--rates", "16Mbit,unshaped", "--duration", "300ms", "--reps", "1",
+		"--pool", "2097152", "--json", js}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	prof, err := loadProfile("lossless-fast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chains, err := linkChains(prof, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{} // chain name: is external
+	for _, c := range chains {
+		want[c.name] = false
+	}
+	if _, err := exec.LookPath("zstd"); err == nil {
+		want["zstd -1 -T1"], want["zstd --adapt -T1"] = true, true
+	} else {
+		t.Log("zstd not installed: no zstd rows to check")
+	}
+	data, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[float64]map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var row map[string]any
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"link", "rate", "chain", "seconds", "first_byte_seconds", "bytes_on_wire", "raw_bytes",
+			"is_autotune", "is_plain_tcp", "is_external", "repetitions", "goodput"} {
+			if _, ok := row[k]; !ok {
+				t.Fatalf("row without %q: %s", k, line)
+			}
+		}
+		chain := row["chain"].(string)
+		ext, ok := want[chain]
+		if !ok {
+			t.Errorf("unexpected chain %q", chain)
+		}
+		if row["is_external"] != ext {
+			t.Errorf("%s: is_external %v", chain, row["is_external"])
+		}
+		first, secs := row["first_byte_seconds"].(float64), row["seconds"].(float64)
+		if !(first > 0) || !(first <= secs) || row["bytes_on_wire"].(float64) <= 0 {
+			t.Errorf("row %s", line)
+		}
+		r := row["rate"].(float64)
+		if seen[r] == nil {
+			seen[r] = map[string]bool{}
+		}
+		seen[r][chain] = true
+	}
+	for _, r := range []float64{16e6, 0} {
+		for c := range want {
+			if !seen[r][c] {
+				t.Errorf("rate %v: no row for %q", r, c)
+			}
+		}
+	}
+	if !strings.Contains(out.String(), "FIRST BYTE") || !strings.Contains(out.String(), "VS ZSTD -1") {
+		t.Errorf("table without the FIRST BYTE and VS ZSTD -1 columns:\n%s", out.String())
+	}
+	// Nothing left behind: no goroutine (given a moment to end), no
+	// child process.
+	deadline := time.Now().Add(5 * time.Second)
+	for goroutines() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := goroutines(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+	if kids := childProcesses(t); kids != "" {
+		t.Errorf("child processes left: %s", kids)
+	}
+}
+
+// goroutines counts the goroutines but the signal package's, which
+// stays once a command has asked for signals.
+func goroutines() int {
+	buf := make([]byte, 1<<20)
+	all := string(buf[:runtime.Stack(buf, true)])
+	return runtime.NumGoroutine() - strings.Count(all, "\nos/signal.loop()")
+}
+
+// childProcesses lists the test process's children (Linux: from /proc).
+func childProcesses(t *testing.T) string {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", os.Getpid()))
+	var kids []string
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		kids = append(kids, strings.Fields(string(b))...)
+	}
+	if len(tasks) == 0 {
+		t.Log("no /proc/PID/task/*/children: child processes not checked")
+	}
+	return strings.Join(kids, " ")
+}
+
+// The mixed workload's tensors: the kinds' shares of the bytes, over
+// the pool and near them in every prefix, the tensor sizes, the
+// sparsity of the gradients, a random order, images that are runs of
+// Fashion-MNIST's, and a pool whose end continues with its start.
+func TestMixedWorkload(t *testing.T) {
+	const pool = 8 << 20
+	wl := testMixed(t, pool)
+	if wl.size < pool || wl.size > pool+(1<<18) || wl.size%4 != 0 {
+		t.Errorf("size %d for a pool of %d", wl.size, pool)
+	}
+	bytesOf := map[string]int64{}
+	var zeros, gradElems int64
+	var total int64
+	var kinds []string
+	for i, c := range wl.chunks {
+		name := wl.names[i]
+		if len(c) < mixedMinTensor || len(c) > mixedMaxTensor || len(c)%4 != 0 {
+			t.Errorf("tensor %d (%s): %d bytes", i, name, len(c))
+		}
+		if name == "images" && len(c)%imageBytes != 0 {
+			t.Errorf("tensor %d: %d bytes of images", i, len(c))
+		}
+		if &c[0] != &wl.ring[total] {
+			t.Errorf("tensor %d is not at offset %d of the pool", i, total)
+		}
+		bytesOf[name] += int64(len(c))
+		total += int64(len(c))
+		for _, k := range mixedKinds {
+			if d := float64(bytesOf[k.name]) - k.share*float64(total); math.Abs(d) > 2*mixedMaxTensor {
+				t.Errorf("after %d bytes, %s: %.0f bytes off its share", total, k.name, d)
+			}
+		}
+		if name == "gradients" {
+			for j := 0; j < len(c); j += 4 {
+				if binary.LittleEndian.Uint32(c[j:]) == 0 {
+					zeros++
+				}
+				gradElems++
+			}
+		}
+		if len(kinds) == 0 || kinds[len(kinds)-1] != name {
+			kinds = append(kinds, name)
+		}
+	}
+	if total != wl.size {
+		t.Errorf("tensors hold %d bytes, the pool %d", total, wl.size)
+	}
+	for _, k := range mixedKinds {
+		if share := float64(bytesOf[k.name]) / float64(total); math.Abs(share-k.share) > 0.02 {
+			t.Errorf("%s: %.3f of the bytes, want %.2f", k.name, share, k.share)
+		}
+	}
+	if z := float64(zeros) / float64(gradElems); math.Abs(z-0.99) > 0.002 {
+		t.Errorf("gradients: %.4f zeros, want 0.99", z)
+	}
+	if len(kinds) <= len(mixedKinds) {
+		t.Errorf("kinds in runs %v: not in random order", kinds)
+	}
+	if !bytes.Equal(wl.ring[wl.size:], wl.ring[:len(wl.ring)-int(wl.size)]) {
+		t.Error("the pool's end does not continue with its start")
+	}
+	images, _ := testImages()
+	for i, c := range wl.chunks {
+		if wl.names[i] != "images" {
+			continue
+		}
+		found := false
+		for k := 0; !found && k+len(c) <= len(images); k += imageBytes {
+			// The first image, then the rest (the race detector checks
+			// every byte of a comparison).
+			found = bytes.Equal(images[k:k+imageBytes], c[:imageBytes]) && bytes.Equal(images[k:k+len(c)], c)
+		}
+		if !found {
+			t.Errorf("tensor %d: not a run of consecutive Fashion-MNIST images", i)
+		}
+	}
+}
+
+// The mixed workload's Writes: sizes in [64 KiB, 4 MiB], the same every
+// time, and together the stream whose hash the receiver is checked
+// against, across the pool's repeats.
+func TestMixedWrites(t *testing.T) {
+	wl := testMixed(t, 1<<20)
+	n := 5*wl.size + 12345
+	var sizes [2][]int
+	for k := range sizes {
+		h := sha256.New()
+		rec := writerFunc(func(p []byte) (int, error) {
+			sizes[k] = append(sizes[k], len(p))
+			return h.Write(p)
+		})
+		sent, err := wl.send(rec, n, func() bool { return false })
+		if err != nil || sent != n {
+			t.Fatalf("sent %d of %d: %v", sent, n, err)
+		}
+		if want := wl.streamHash(n); !bytes.Equal(h.Sum(nil), want[:]) {
+			t.Fatal("the Writes do not hold the workload's stream")
+		}
+	}
+	if !slices.Equal(sizes[0], sizes[1]) {
+		t.Error("two transfers make different Writes")
+	}
+	for i, s := range sizes[0][:len(sizes[0])-1] { // the last one is what is left
+		if s < mixedMinWrite || s > mixedMaxWrite {
+			t.Errorf("write %d: %d bytes", i, s)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A transfer that corrupts one bit, or loses the last byte, fails the
+// check; the intact one passes.
+func TestLinkCorruptTransfer(t *testing.T) {
+	wl, err := newWorkload(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 2*wl.size + 1000
+	want := wl.streamHash(n)
+	for _, tc := range []struct {
+		name    string
+		corrupt func(p []byte, at int64) []byte // at: the offset of p in the stream
+		ok      bool
+	}{
+		{"intact", func(p []byte, _ int64) []byte { return p }, true},
+		{"one bit", func(p []byte, at int64) []byte {
+			if mid := n / 2; at <= mid && mid < at+int64(len(p)) {
+				p = slices.Clone(p)
+				p[mid-at] ^= 4
+			}
+			return p
+		}, false},
+		{"short", func(p []byte, at int64) []byte {
+			if at+int64(len(p)) == n {
+				p = p[:len(p)-1]
+			}
+			return p
+		}, false},
+	} {
+		pr, pw := io.Pipe()
+		go func() {
+			var at int64
+			_, err := wl.send(writerFunc(func(p []byte) (int, error) {
+				q := tc.corrupt(p, at)
+				at += int64(len(p))
+				if _, err := pw.Write(q); err != nil {
+					return 0, err
+				}
+				return len(p), nil
+			}), n, func() bool { return false })
+			pw.CloseWithError(err)
+		}()
+		got, err := receiveHashed(pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = checkReceived(got, n, want)
+		if tc.ok && err != nil || !tc.ok && !errors.Is(err, errTransferMismatch) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}
+
+// An external peer that fails, and one whose transfer is cancelled, end
+// the transfer at once with an error, leaving no process or goroutine
+// behind.
+func TestLinkExternalAbort(t *testing.T) {
+	wl, err := newWorkload(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, err := loadProfile("lossless-fast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &linkBench{prof: prof, work: wl, stderr: io.Discard}
+	before := goroutines()
+	if f, err := exec.LookPath("false"); err == nil {
+		ch := linkChain{name: "false", zstd: f, external: []string{}}
+		_, err := b.transfer(context.Background(), "sim", 16e6, ch, 4<<20, 0, nil, nil)
+		if err == nil {
+			t.Error("a failing peer: no error")
+		}
+		t.Log(err)
+	}
+	if z, err := exec.LookPath("zstd"); err == nil {
+		// 1 Mbit/s: the transfer would take half a minute.
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		start := time.Now()
+		_, err := b.transfer(ctx, "sim", 1e6, linkExternals(z)[0], 4<<20, 0, nil, nil)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+			t.Errorf("cancelled after %v: %v", time.Since(start), err)
+		}
+	} else {
+		t.Log("zstd not installed: cancellation not checked")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for goroutines() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := goroutines(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+	if kids := childProcesses(t); kids != "" {
+		t.Errorf("child processes left: %s", kids)
 	}
 }

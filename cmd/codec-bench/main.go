@@ -9,7 +9,7 @@
 //	codec-bench fl [flags]            compare gradient compressors by training on Fashion-MNIST
 //	codec-bench stages
 //	codec-bench profile validate|show|list
-//	codec-bench link [flags]          plain TCP, static recipes and autotune on shaped links
+//	codec-bench link [flags]          plain TCP, static recipes, autotune and zstd on shaped links
 //
 // Run 'codec-bench COMMAND -h' for the flags of each command. Exit status: 0
 // on success, 1 when a command fails, 2 on a usage error.
@@ -45,7 +45,7 @@ var commands = []command{
 	{"fl", "train a model in a simulated federation and compare gradient compressors", cmdFL},
 	{"stages", "list the registered stages", cmdStages},
 	{"profile", "validate, show and list profiles (YAML)", cmdProfile},
-	{"link", "send a workload through simulated and tc-shaped links: plain TCP, static recipes, autotune", cmdLink},
+	{"link", "send a workload through simulated and tc-shaped links: plain TCP, static recipes, autotune, zstd", cmdLink},
 }
 
 // run is main without the process: it returns the exit status.
