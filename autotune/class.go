@@ -139,23 +139,31 @@ func (s *scan) strips(b []byte, k, m int) {
 	}
 }
 
-// class returns the class of the bytes scanned. prev is the class of the
-// data before them, for the sparsity hysteresis (nil: none).
-func (s *scan) class(prev *Class) Class {
+// class returns the class of the bytes scanned, and the phase of their
+// elements: where the first element starts in the bytes (0 to width-1;
+// 0 where the width is 1). prev is the class of the data before them,
+// for the hysteresis (nil: none): a sparse class stays sparse down to
+// sparseStay, and dense data keeps the element width of prev, at phase
+// prevPhase, under a looser test (prevPhase < 0: not known, no
+// hysteresis for the width).
+func (s *scan) class(prev *Class, prevPhase int) (Class, uint8) {
 	c := Class{DType: codec.Byte, Period: 1}
 	if s.words == 0 {
-		return c
+		return c, 0
 	}
 	n := 8 * s.words
+	var phase int
 	switch {
 	case 2*s.zero[0] >= n:
 		// Many zero bytes make every plane look alike, but the runs of
 		// non-zero bytes start on element boundaries.
-		c.Period = s.runWidth()
-	case prev != nil && prev.Period > 1 && !prev.Sparse && s.keeps(int(prev.Period)):
-		c.Period = prev.Period
+		w, p := s.runWidth()
+		c.Period, phase = uint8(w), p
+	case prev != nil && typed(*prev) && prevPhase >= 0 && s.keeps(int(prev.Period), prevPhase):
+		c.Period, phase = prev.Period, prevPhase
 	default:
-		c.Period = s.planeWidth()
+		w, p := s.planeWidth()
+		c.Period, phase = uint8(w), p
 	}
 	k := bits.TrailingZeros8(c.Period) // 0, 1, 2, 3
 	share := float64(s.zero[k]) / float64(n/int(c.Period))
@@ -164,47 +172,65 @@ func (s *scan) class(prev *Class) Class {
 		limit = sparseStay
 	}
 	c.Sparse = share >= limit
-	return c
+	return c, uint8(phase)
 }
 
-// planeWidth returns the element width of dense data: the smallest w of
-// 2, 4 and 8 for which the top byte of every w-byte element (sign and
-// exponent of a float, the high byte of an integer) repeats from one word
-// to the next far more often than the other bytes do; 1 when none does.
-func (s *scan) planeWidth() uint8 {
+// planeWidth returns the element width of dense data and its phase: the
+// smallest w of 2, 4 and 8 for which the top byte of every w-byte element
+// (sign and exponent of a float, the high byte of an integer), at the
+// phase where it repeats most, repeats from one word to the next far more
+// often than the other bytes do; 1 when none does. Elements may start
+// anywhere in the bytes: an opaque stream puts them where it likes.
+func (s *scan) planeWidth() (w, phase int) {
 	floor := max(3, float64(s.words)/32) // the top bytes repeat in at least 3% of the words
 	for _, w := range []int{2, 4, 8} {
-		top, low, rest := s.planes(w)
-		if w == 8 && (float64(s.match[3]) > 2*rest+1 || top < float64(s.words)/5) {
-			// Byte 3 repeats as well: floats of 4 bytes among other
-			// data (a sample across an edge), not 8-byte elements. And
-			// one byte in eight is a noisy figure: the sign and exponent
-			// of doubles repeat in a third of the words or more.
+		p := s.phase(w)
+		top, low, rest := s.planes(w, p)
+		if w == 8 && (float64(s.match[(p+3)%8]) > 2*rest+1 || top < float64(s.words)/5) {
+			// The byte 4 before the top one repeats as well: floats
+			// of 4 bytes among other data (a sample across an edge),
+			// not 8-byte elements. And one byte in eight is a noisy
+			// figure: the sign and exponent of doubles repeat in a
+			// third of the words or more.
 			continue
 		}
 		if top >= floor && low >= 2*rest+1 && top >= 3*rest+2 {
-			return uint8(w)
+			return w, p
 		}
 	}
-	return 1
+	return 1, 0
 }
 
-// keeps reports whether dense data still fits element width w, which the
-// data before had: a looser test than planeWidth's, so that a small
-// sample's noise does not end a run of floats.
-func (s *scan) keeps(w int) bool {
-	top, low, rest := s.planes(w)
+// keeps reports whether dense data still fits element width w at phase
+// p, which the data before had: a looser test than planeWidth's, so that
+// a small sample's noise does not end a run of floats.
+func (s *scan) keeps(w, p int) bool {
+	top, low, rest := s.planes(w, p)
 	return top >= max(2, float64(s.words)/32) && low >= rest+1 && top >= 2*rest+1
 }
 
-// planes returns how often, on average, the top byte of a w-byte element
-// repeats from one word to the next, how often the one that repeats least
-// does, and how often, on average, the other bytes do.
-func (s *scan) planes(w int) (top, low, rest float64) {
+// phase returns where w-byte elements would start (0 to w-1) for their
+// top bytes to repeat most often.
+func (s *scan) phase(w int) int {
+	best, most := 0, -1.0
+	for p := range w {
+		if top, _, _ := s.planes(w, p); top > most {
+			best, most = p, top
+		}
+	}
+	return best
+}
+
+// planes returns, for w-byte elements starting at phase p, how often on
+// average the top byte of an element repeats from one word to the next,
+// how often the top byte position that repeats least does, and how often
+// on average the other bytes do.
+func (s *scan) planes(w, p int) (top, low, rest float64) {
 	var nt, nr int
+	at := (p + w - 1) % w
 	low = float64(s.words)
 	for i, m := range s.match {
-		if i%w == w-1 {
+		if i%w == at {
 			top += float64(m)
 			low = min(low, float64(m))
 			nt++
@@ -216,32 +242,35 @@ func (s *scan) planes(w int) (top, low, rest float64) {
 	return top / float64(nt), low, rest / float64(nr)
 }
 
-// runWidth returns the element width of sparse data from where its runs
-// of non-zero bytes start: in an array of mostly zero elements of width
-// w, a run starts at an element's first byte, so the starts fall on one
-// residue modulo w. With fewer than sparseStarts runs it is 1.
-func (s *scan) runWidth() uint8 {
+// runWidth returns the element width of sparse data and its phase from
+// where its runs of non-zero bytes start: in an array of mostly zero
+// elements of width w, a run starts at an element's first byte, so the
+// starts fall on one residue modulo w, the phase. With fewer than
+// sparseStarts runs it is 1.
+func (s *scan) runWidth() (w, phase int) {
 	starts := 0
 	for _, v := range s.start {
 		starts += v
 	}
 	if starts < sparseStarts {
-		return 1
+		return 1, 0
 	}
 	for _, w := range []int{8, 4, 2} {
-		top := 0
+		top, at := 0, 0
 		for r := range w {
 			n := 0
 			for j := r; j < 8; j += w {
 				n += s.start[j]
 			}
-			top = max(top, n)
+			if n > top {
+				top, at = n, r
+			}
 		}
 		if 10*top >= 8*starts {
-			return uint8(w)
+			return w, at
 		}
 	}
-	return 1
+	return 1, 0
 }
 
 // Sniff classifies a frame from its info and samples of its data. For
@@ -273,7 +302,7 @@ func sniff(fi codec.FrameInfo, prev *Class) Class {
 		}
 		return c
 	}
-	c := s.class(prev)
+	c, _ := s.class(prev, -1)
 	if w := headerWidth(fi.Data); w > 0 {
 		c.Period = w
 	}

@@ -51,29 +51,44 @@ const minBlock = 4 << 10
 
 // cut returns the class of data's first run of one kind of data and its
 // length. It reads a strip at the start of every block, and the last
-// bytes; where a strip differs in kind from the first, it finds the edge
-// between it and the strip before. The class returned is that of all the
-// strips read in the run, with prev for the sparsity hysteresis.
+// bytes; where a strip differs in kind from the first (or, for typed
+// elements, in phase: another tensor), it finds the edge between it and
+// the strip before. The class returned is that of all the strips read in
+// the run, with prev for the sparsity hysteresis.
+//
+// Frames start on an element: where the first strip's elements start ph
+// bytes in (a Write of a stream cut a float in two), the first frame is
+// those ph bytes, and an edge before typed elements is moved to where
+// they start.
 func cut(data []byte, prev *Class) (Class, int) {
 	var first scan
 	first.add(data[:min(len(data), cutStrip)])
-	c := first.class(prev)
+	c, ph := first.class(prev, -1)
+	if typed(c) && ph != 0 && int(ph) < len(data) {
+		return c, int(ph)
+	}
 	run := first
-	last := 0 // where the last strip of c's kind starts
+	last := 0 // where the last strip of the run starts
 	next := func(pos int) (Class, int, bool) {
 		var s scan
 		s.add(data[pos:min(pos+cutStrip, len(data))])
-		if k := s.class(&c); !k.sameKind(c) {
-			if n := edge(data, last, min(pos+cutStrip, len(data)), c, k); n >= minFrame {
-				return run.class(prev), n, true
-			}
-			// The first strip's kind ends within a few KiB: no frame
-			// that short; the frame takes the next kind.
-			c, run = k, s
-		} else {
+		k, kph := s.class(&c, int(ph))
+		if k.sameKind(c) && (!typed(c) || kph == ph) {
 			run.merge(&s)
+			last = pos
+			return Class{}, 0, false
 		}
-		last = pos
+		n := edge(data, last, min(pos+cutStrip, len(data)), c, ph, k, kph)
+		if typed(k) {
+			n += int(kph) // the first whole element of k
+		}
+		if n >= minFrame || typed(k) && n < len(data) {
+			rc, _ := run.class(prev, -1)
+			return rc, n, true
+		}
+		// The first strip's kind ends within a few KiB: no frame that
+		// short; the frame takes the next kind.
+		c, ph, run, last = k, kph, s, pos
 		return Class{}, 0, false
 	}
 	for pos := cutBlock; pos+minBlock <= len(data); pos += cutBlock {
@@ -81,13 +96,18 @@ func cut(data []byte, prev *Class) (Class, int) {
 			return rc, n
 		}
 	}
-	if tail := len(data) - cutStrip; tail >= last+minBlock {
+	if tail := (len(data) - cutStrip) &^ 7; tail >= last+minBlock {
 		if rc, n, ok := next(tail); ok {
 			return rc, n
 		}
 	}
-	return run.class(prev), len(data)
+	rc, _ := run.class(prev, -1)
+	return rc, len(data)
 }
+
+// typed reports whether data of class c has elements wider than a byte
+// that plane coding codes by their position: dense data with a period.
+func typed(c Class) bool { return c.Period > 1 && !c.Sparse }
 
 // edgeProbe is the bytes bisection classifies at each step, and
 // edgeResolution where it stops.
@@ -96,15 +116,17 @@ const (
 	edgeResolution = 256
 )
 
-// edge finds where data of class c gives way to data of class k between
-// lo (where a block judged c as a whole starts) and hi, by bisection over
-// small probes (looksLike).
-func edge(data []byte, lo, hi int, c, k Class) int {
+// edge finds where data of class c (elements at phase ph) gives way to
+// data of class k (at phase kph) between lo (where a strip of c starts)
+// and hi, by bisection over small probes (looksLike). The edge returned
+// is a multiple of 8.
+func edge(data []byte, lo, hi int, c Class, ph uint8, k Class, kph uint8) int {
 	for hi-lo > edgeResolution {
+		// A probe centred on mid tells on which side of mid the edge is.
 		mid := (lo + hi) / 2 &^ 7
 		var s scan
-		s.add(data[mid:min(mid+edgeProbe, len(data))])
-		if s.looksLike(k, c) {
+		s.add(data[max(0, mid-edgeProbe/2):min(mid+edgeProbe/2, len(data))])
+		if s.looksLike(k, kph, c, ph) {
 			hi = mid
 		} else {
 			lo = mid
@@ -114,19 +136,27 @@ func edge(data []byte, lo, hi int, c, k Class) int {
 }
 
 // looksLike reports whether a small sample looks more like data of class
-// k than of class c, two classes of different kinds: by its share of zero
-// bytes where one is sparse, else by whether it keeps the larger element
-// width of the two.
-func (s *scan) looksLike(k, c Class) bool {
+// k (elements at phase kph) than like data of class c (at phase ph): by
+// its share of zero bytes where one is sparse; where one has wider
+// elements, by whether its top bytes at that one's phase repeat; else by
+// the phase of its elements.
+func (s *scan) looksLike(k Class, kph uint8, c Class, ph uint8) bool {
 	if s.words == 0 {
 		return false
 	}
-	if k.Sparse != c.Sparse {
+	switch {
+	case k.Sparse != c.Sparse:
 		sparse := float64(s.zero[0]) >= 0.7*float64(8*s.words)
 		return sparse == k.Sparse
+	case k.Period != c.Period:
+		w, p := int(k.Period), int(kph)
+		if c.Period > k.Period {
+			w, p = int(c.Period), int(ph)
+		}
+		top, _, rest := s.planes(w, p)
+		// Between planeWidth's test and keeps': neither is favoured.
+		periodic := top >= 2*rest+2 && top >= float64(s.words)/32
+		return periodic == (k.Period > c.Period)
 	}
-	w, periodic := int(max(k.Period, c.Period)), k.Period > c.Period
-	top, _, rest := s.planes(w)
-	// Between planeWidth's test and keeps': neither class is favoured.
-	return (top >= 2*rest+2 && top >= float64(s.words)/32) == periodic
+	return s.phase(int(k.Period)) == int(kph)
 }

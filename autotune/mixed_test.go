@@ -71,12 +71,28 @@ func cutFollowsData(t *testing.T, seed uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The data comes in Writes of random sizes, as an application makes
+	// them, each cut into frames of at most a chunk: Writes cut floats in
+	// two, and frames of floats must still start on a float.
 	const chunk = 1 << 20
+	rng := rand.New(rand.NewPCG(seed, 6))
 	frames, stray := 0, 0
-	for off := 0; off < len(data); frames++ {
-		n := tu.Cut(data[off:min(off+chunk, len(data))])
-		if n < 1 || off+n > len(data) {
+	for off, end := 0, 0; off < len(data); frames++ {
+		if off == end {
+			end = min(off+1+rng.IntN(3<<20), len(data))
+		}
+		n := tu.Cut(data[off:min(off+chunk, end)])
+		if n < 1 || off+n > end {
 			t.Fatalf("cut %d at %d", n, off)
+		}
+		if j, _ := slices.BinarySearch(ends, off+1); kinds[j] == kindWeights && n >= 64 && kindAt(ends, kinds, off+n-1) == kindWeights {
+			start := 0
+			if j > 0 {
+				start = ends[j-1]
+			}
+			if (off-start)%4 != 0 {
+				t.Errorf("seed %d: a frame of %d bytes of floats starts at %d, %d bytes into a float", seed, n, off, (off-start)%4)
+			}
 		}
 		// The kind of most of the frame, and the bytes of other kinds.
 		var count [3]int
@@ -90,8 +106,9 @@ func cutFollowsData(t *testing.T, seed uint64) {
 		}
 		off += n
 	}
-	// Pieces are 64 to 512 KiB: a frame per piece or two, not one per block.
-	if pieces := len(ends); frames > 2*pieces+len(data)/chunk {
+	// Pieces are 64 to 512 KiB: a frame per piece or two, and per Write
+	// (up to two more: a few bytes to the next float), not one per block.
+	if pieces := len(ends); frames > 2*pieces+len(data)/chunk+3*len(data)/(3<<19) {
 		t.Errorf("%d frames for %d pieces", frames, pieces)
 	}
 	t.Logf("seed %d: %d frames for %d pieces; %d bytes (%.3f%%) in frames of another kind", seed, frames, len(ends), stray, 100*float64(stray)/float64(len(data)))

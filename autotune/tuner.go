@@ -55,6 +55,8 @@ const (
 	// candidate is tried.
 	sampleSize    = 64 << 10
 	bootstrapSize = 16 << 10
+	// tinyFrame: shorter frames are stored raw without a choice.
+	tinyFrame = 64
 	// DefaultStartFrame is the largest first frame of a byte stream
 	// (Cut): the link is not measured yet and the receiver waits for
 	// whole frames, so the stream starts with small frames, each at most
@@ -619,8 +621,11 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	if t.link.isLoopback() && slices.ContainsFunc(rs.cands, func(c candidate) bool { return c.r == nil }) {
 		return nil // nothing beats raw on loopback: no sampling either
 	}
-	if len(fi.Data) == 0 {
-		return nil // nothing to code, nor to learn from
+	if len(fi.Data) < tinyFrame {
+		// Nothing to code, nor to learn from: empty, or the few bytes
+		// Cut sends on their own so that the next frame starts on an
+		// element.
+		return nil
 	}
 	c := t.classify(&fi)
 	key := stateKey{ri, c}
