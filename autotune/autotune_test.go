@@ -669,15 +669,24 @@ rules:
 	if after, _ := tu.Profiler().Get(ds[0].Class, recipeName(chosen)); after != before {
 		t.Errorf("a raw frame taught %s: %+v -> %+v", recipeName(chosen), before, after)
 	}
-	// Frames encoded on the writing goroutine (WriteFrame) have one core.
+	// Frames encoded on the writing goroutine (WriteFrame) have one core;
+	// the encoders' speed counts as if they were busy for the time they
+	// were (at least minLoad). Time is left to pass between frames: the
+	// encoders are busy 1 ms in 4.
 	cd := candidate{r: chosen, name: recipeName(chosen)}
+	time.Sleep(4 * time.Millisecond)
+	tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: 2}, Encode: time.Millisecond})
 	two := tu.predict(ds[0].Class, cd, math.Inf(1)).Throughput
-	tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: 2}, Inline: true})
+	load2 := max(tu.load(2), minLoad)
+	tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: 3}, Inline: true})
 	p1 := tu.predict(ds[0].Class, cd, math.Inf(1))
-	if want, want2 := min(p1.Stats.Encode, p1.Stats.Decode), min(2*p1.Stats.Encode, p1.Stats.Decode); p1.Throughput != want || two != want2 {
+	load1 := max(tu.load(1), minLoad)
+	if want, want2 := min(p1.Stats.Encode/load1, p1.Stats.Decode), min(2*p1.Stats.Encode/load2, p1.Stats.Decode); p1.Throughput != want || two != want2 {
 		t.Errorf("inline frames: predicted %v, want one core's %v; two encoders: %v, want %v", p1.Throughput, want, two, want2)
 	}
-
+	if l := tu.load(2); !(l > 0.05 && l < 0.2) {
+		t.Errorf("encoders busy 1 ms of about 4, on 2 cores: load %.3f", l)
+	}
 }
 
 // Rules of a Profile built by hand (Index left 0) keep their own

@@ -186,6 +186,12 @@ type Tuner struct {
 	class    Class              // of the last frame
 	sniffed  bool               // class is set
 	inline   bool               // the last frame was encoded on the writing goroutine
+
+	// The encoders' load: encode time and wall time, each decayed with
+	// time constant loadWindow, since cpuAt.
+	cpuAt   time.Time
+	cpuBusy float64
+	cpuWall float64
 	classes  [256]seqClass      // class of frame seq, for Observe
 
 	// Cut: the next frame's largest size (fast start; 0: no limit), and
@@ -729,9 +735,43 @@ func (t *Tuner) exploreOne(c Class, rs *ruleSet, fi *codec.FrameInfo) []candidat
 	return []candidate{rs.cands[pick]}
 }
 
+// Load: loadWindow is the time constant of the encoders' load, and
+// minLoad the least load the cost model assumes.
+const (
+	loadWindow = time.Second
+	minLoad    = 0.25
+)
+
+// observeLoad adds a frame's encode time to the load figures.
+func (t *Tuner) observeLoad(enc time.Duration, now time.Time) {
+	if !t.cpuAt.IsZero() {
+		dt := now.Sub(t.cpuAt).Seconds()
+		decay := math.Exp(-dt / loadWindow.Seconds())
+		t.cpuBusy = t.cpuBusy*decay + enc.Seconds()
+		t.cpuWall = t.cpuWall*decay + dt
+	}
+	t.cpuAt = now
+}
+
+// load is the share of the time the encoders spent encoding lately (1
+// when not known): where the link holds the writer back, the encoders
+// wait most of the time.
+func (t *Tuner) load(cores int) float64 {
+	if t.cpuWall <= 0 {
+		return 1
+	}
+	return min(1, t.cpuBusy/(float64(cores)*t.cpuWall))
+}
+
 // predict is the cost model: a pipelined writer encodes on t.cores cores
 // while earlier frames are on the link, and the receiver decodes on one
-// goroutine, so the slowest of the three sets the pace.
+// goroutine, so the slowest of the three sets the pace. The encoders'
+// speed counts as if the load of the frames lately were all of one
+// class: a stream mixes kinds of data, and where the link is the
+// bottleneck the encoders wait most of the time, so a class that codes
+// slowly but well (zeros between gradients) may take the time they wait;
+// its frames' turn on the link is what the other classes wait for. The
+// load is taken as at least minLoad.
 func (t *Tuner) predict(c Class, cd candidate, bw float64) Prediction {
 	s, _ := t.prof.Get(c, cd.name)
 	p := Prediction{Recipe: cd.name, Throughput: math.Inf(1), Limit: "encode", Stats: s}
@@ -745,7 +785,7 @@ func (t *Tuner) predict(c Class, cd candidate, bw float64) Prediction {
 		if t.inline {
 			cores = 1 // the frames are encoded one at a time, as they are written
 		}
-		p.Throughput = enc * float64(cores)
+		p.Throughput = enc * float64(cores) / max(t.load(cores), minLoad)
 	}
 	if s.Ratio > 0 {
 		if v := bw * s.Ratio; v < p.Throughput {
@@ -919,6 +959,7 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 	defer t.mu.Unlock()
 	t.inline = fs.Inline
 	t.work += fs.Encode
+	t.observeLoad(fs.Encode, time.Now())
 	sc := &t.classes[fs.Info.Seq%uint64(len(t.classes))]
 	if sc.seq != fs.Info.Seq || sc.st == nil {
 		return

@@ -79,7 +79,8 @@ tc, TCP between two network namespaces over a veth pair shaped with
 'tc qdisc ... tbf' (needs root and iproute2; the only addresses used are the
 link-local 169.254.x.y/30 pair it assigns, and everything is removed
 afterwards, also on failure or Ctrl-C); both. The rate "unshaped" is TCP
-over loopback in both modes.
+over loopback on the sim link (where tensorpress sees loopback and sends
+raw), and the veth pair without tc on the tc link.
 
 Each run is sized by time: the bytes plain TCP sends in --duration at that
 rate (unshaped: measured first). Times run from the connection being
@@ -99,7 +100,7 @@ is_external, repetitions, goodput; switches for the autotuner) and
 
 type linkRow struct {
 	Link        string  `json:"link"`
-	Rate        float64 `json:"rate"` // bits per second, 0: unshaped loopback
+	Rate        float64 `json:"rate"` // bits per second, 0: unshaped (loopback; tc: the veth pair)
 	Chain       string  `json:"chain"`
 	Seconds     float64 `json:"seconds"`            // median
 	FirstByte   float64 `json:"first_byte_seconds"` // median time to the first decoded byte
@@ -130,7 +131,7 @@ type linkChain struct {
 func cmdLink(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("link", "link [flags]", linkText, stderr)
 	profName := f.String("profile", "lossless-fast", "profile `NAME|FILE` giving the static recipes and the autotuner's settings")
-	ratesFlag := f.String("rates", "1Mbit,10Mbit,100Mbit,1Gbit,unshaped", "comma-separated `rates` (bits per second: 10Mbit, 1Gbit; unshaped: loopback TCP)")
+	ratesFlag := f.String("rates", "1Mbit,10Mbit,100Mbit,1Gbit,unshaped", "comma-separated `rates` (bits per second: 10Mbit, 1Gbit; unshaped: loopback TCP, or the veth pair unshaped with --link tc)")
 	mode := f.String("link", "sim", "`links`: sim, tc or both")
 	duration := f.Duration("duration", 20*time.Second, "time plain TCP takes per run at each rate")
 	reps := f.Int("reps", 3, "repetitions of every chain at every rate")
@@ -139,6 +140,7 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	change := f.Bool("change", false, "also run the rate-change scenario (100 -> 10 -> 100 Mbit/s)")
 	workloadFlag := f.String("workload", "bytes", "`kind`: bytes (an opaque stream through transport.Wrap), mixed (an opaque stream of synthetic weights, sparse gradients and Fashion-MNIST images) or tensors (tensor frames; updates may go through the profile's gradient compressors)")
 	updateWithin := f.Duration("update-within", 0, "tensors: with the autotuner, choose each update's density among the profile rule's densities, the largest whose frame arrives within this `time` (0: the rule's compressor as it is)")
+	only := f.String("chains", "", "run only these `chains`, separated by ';' (names as in the table: autotune; zstd -1 -T1; a recipe); plain TCP always runs")
 	explain := f.Bool("explain", false, "print every switch of the autotuner and the estimates behind it to stderr")
 	jsonOut := f.String("json", "", "write JSON rows to `FILE` (- for stdout, instead of the table)")
 	plotOut := f.String("plot", "", "plot the speedup over plain TCP against the link rate to `FILE` (.svg or .png)")
@@ -190,6 +192,11 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 			chains = append(chains, linkExternals(zstd)...)
 		}
 	}
+	if *only != "" {
+		if chains, err = pickChains(chains, *only); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var work *workload
@@ -215,9 +222,6 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 			defer b.pair.Close()
 		}
 		for _, rate := range rates {
-			if rate == 0 && l != links[0] {
-				continue // loopback is the same for both links: measured once
-			}
 			rs, err := b.rate(ctx, l, rate, chains, *duration, *reps)
 			rows = append(rows, rs...)
 			if err != nil {
@@ -303,6 +307,35 @@ func linkChains(p *profile.Profile, tensors bool) ([]linkChain, error) {
 		return out, nil
 	}
 	return append(out, linkChain{name: "autotune", auto: true}), nil
+}
+
+// pickChains keeps plain TCP (the reference of every row) and the chains
+// named in list, separated by ';'; a recipe may be written in any form
+// that parses to the chain's.
+func pickChains(chains []linkChain, list string) ([]linkChain, error) {
+	want := map[string]bool{}
+	for _, name := range strings.Split(list, ";") {
+		name = strings.TrimSpace(name)
+		if r, err := codec.ParseRecipe(name); err == nil && name != "autotune" && !strings.HasPrefix(name, "zstd -") {
+			name = r.String()
+		}
+		if name != "" {
+			want[name] = true
+		}
+	}
+	out := chains[:1]
+	var names []string
+	for _, ch := range chains[1:] {
+		names = append(names, ch.name)
+		if want[ch.name] {
+			out = append(out, ch)
+			delete(want, ch.name)
+		}
+	}
+	for name := range want {
+		return nil, usagef("--chains: no chain %q (have: %s)", name, strings.Join(names, "; "))
+	}
+	return out, nil
 }
 
 // workload is the pool of distinct tensors sent in turn.
@@ -399,7 +432,8 @@ type linkBench struct {
 }
 
 // conns returns the two ends of a link at rate (bits per second, 0:
-// loopback TCP), and a function that changes the rate.
+// unshaped: loopback TCP for sim, the veth pair for tc), and a function
+// that changes the rate.
 func (b *linkBench) conns(ctx context.Context, link string, rate float64) (client, server net.Conn, setRate func(float64) error, err error) {
 	if link == "sim" && rate > 0 {
 		a, s := netsim.Pipe(netsim.Link{Rate: rate / 8, Latency: b.latency})
@@ -407,7 +441,7 @@ func (b *linkBench) conns(ctx context.Context, link string, rate float64) (clien
 	}
 	var ln net.Listener
 	var dial func(string) (net.Conn, error)
-	if rate == 0 {
+	if link == "sim" {
 		ln, err = net.Listen("tcp", "127.0.0.1:0")
 		dial = func(a string) (net.Conn, error) { return net.Dial("tcp", a) }
 	} else {
@@ -649,7 +683,7 @@ func (b *linkBench) rate(ctx context.Context, link string, rate float64, chains 
 		n = b.work.tensorBytes(n)
 	}
 	linkName := link
-	if rate == 0 {
+	if rate == 0 && link == "sim" {
 		linkName = "loopback"
 	}
 	rows := make([]*linkRow, len(chains))
@@ -859,11 +893,11 @@ func writeChangeTable(w io.Writer, rows []*changeRow) {
 
 // plotLink draws the speedup over plain TCP (plain TCP's seconds over
 // the chain's, at the same link and rate) against the link rate, one line
-// per chain and link, the rate logarithmic; unshaped loopback is drawn at
+// per chain and link, the rate logarithmic; unshaped links are drawn at
 // 10 Gbit/s.
 func plotLink(path string, rows []*linkRow) error {
 	p := plot.New()
-	p.Title.Text = "tensorpress link: speedup over plain TCP against link rate (unshaped loopback at 10 Gbit/s)"
+	p.Title.Text = "tensorpress link: speedup over plain TCP against link rate (unshaped at 10 Gbit/s)"
 	p.X.Label.Text = "link rate, bit/s (log scale)"
 	p.Y.Label.Text = "speedup over plain TCP (plain TCP seconds / chain seconds)"
 	p.X.Scale = plot.LogScale{}
@@ -889,7 +923,7 @@ func plotLink(path string, rows []*linkRow) error {
 		}
 		link := r.Link
 		if link == "loopback" {
-			link = "" // joins both links' lines
+			link = "sim" // the sim link's unshaped rate
 		}
 		k := key{link, r.Chain}
 		if _, ok := lines[k]; !ok {
@@ -901,18 +935,8 @@ func plotLink(path string, rows []*linkRow) error {
 		}
 		lines[k] = append(lines[k], plotter.XY{X: x, Y: base / r.Seconds})
 	}
-	hasLink := false
-	for _, k := range order {
-		hasLink = hasLink || k.link != ""
-	}
 	for i, k := range order {
-		if k.link == "" && hasLink {
-			continue
-		}
-		xys := append(lines[k], lines[key{"", k.chain}]...)
-		if k.link == "" {
-			xys = lines[k]
-		}
+		xys := lines[k]
 		sort.Slice(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
 		l, pts, err := plotter.NewLinePoints(xys)
 		if err != nil {
@@ -922,13 +946,7 @@ func plotLink(path string, rows []*linkRow) error {
 		pts.Color = plotutil.Color(i)
 		pts.Shape = plotutil.Shape(i)
 		p.Add(l, pts)
-		name := k.chain
-		if k.link != "" {
-			name = k.link + ": " + name
-		} else {
-			name = "loopback: " + name
-		}
-		p.Legend.Add(name, l, pts)
+		p.Legend.Add(k.link+": "+k.chain, l, pts)
 	}
 	p.Legend.Top = true // speedups are largest on slow links, at the left
 	if err := p.Save(10*vg.Inch, 6*vg.Inch, path); err != nil {

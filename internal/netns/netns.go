@@ -113,7 +113,7 @@ func (p *Pair) shapeCommand(rate float64) []string {
 // unshaped). It may be called while data flows.
 func (p *Pair) Shape(rate float64) error {
 	err := run(p.shapeCommand(rate)...)
-	if rate <= 0 && err != nil && strings.Contains(err.Error(), "No such file") {
+	if rate <= 0 && err != nil && (strings.Contains(err.Error(), "No such file") || strings.Contains(err.Error(), "handle of zero")) {
 		return nil // nothing to remove
 	}
 	return err
