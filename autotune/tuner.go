@@ -192,7 +192,7 @@ type Tuner struct {
 	cpuAt   time.Time
 	cpuBusy float64
 	cpuWall float64
-	classes  [256]seqClass      // class of frame seq, for Observe
+	classes [256]seqClass // class of frame seq, for Observe
 
 	// Cut: the next frame's largest size (fast start; 0: no limit), and
 	// the data it cut last with its class, which Choose takes instead of
