@@ -186,13 +186,13 @@ type Tuner struct {
 	class    Class              // of the last frame
 	sniffed  bool               // class is set
 	inline   bool               // the last frame was encoded on the writing goroutine
+	classes  [256]seqClass      // class of frame seq, for Observe
 
 	// The encoders' load: encode time and wall time, each decayed with
 	// time constant loadWindow, since cpuAt.
 	cpuAt   time.Time
 	cpuBusy float64
 	cpuWall float64
-	classes [256]seqClass // class of frame seq, for Observe
 
 	// Cut: the next frame's largest size (fast start; 0: no limit), and
 	// the data it cut last with its class, which Choose takes instead of
