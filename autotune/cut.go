@@ -1,7 +1,5 @@
 package autotune
 
-import "github.com/tensorpress/tensorpress/codec"
-
 // Cut implements codec.Cutter: it returns how many bytes from the start of
 // data go into the next frame of a byte stream, so that each frame holds
 // one kind of data and gets the recipe that suits it.
@@ -14,20 +12,12 @@ import "github.com/tensorpress/tensorpress/codec"
 // bytes, and cuts there. A piece of data much shorter than a block may go
 // unseen between two strips.
 //
-// The first frames of a stream are small (WithStartFrame): the link is not
-// measured yet and the receiver waits for whole frames, so the first
-// bytes arrive early; each frame may be twice as large as the one before.
-// On loopback nothing is cut but the first frames.
+// On loopback nothing is cut. (The first frames of a stream are kept
+// small by the Writer: codec.WithStartFrame, which transport sets.)
 func (t *Tuner) Cut(data []byte) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := len(data)
-	if t.frameCap > 0 {
-		n = min(n, t.frameCap)
-		if t.frameCap *= 2; t.frameCap >= codec.MaxChunkSize {
-			t.frameCap = 0
-		}
-	}
 	if n == 0 || t.link.isLoopback() {
 		return n
 	}

@@ -67,7 +67,7 @@ func TestCutFollowsData(t *testing.T) {
 
 func cutFollowsData(t *testing.T, seed uint64) {
 	data, ends, kinds := mixed(16<<20, seed)
-	tu, err := New(WithStartFrame(0))
+	tu, err := New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,23 +112,6 @@ func cutFollowsData(t *testing.T, seed uint64) {
 		t.Errorf("%d frames for %d pieces", frames, pieces)
 	}
 	t.Logf("seed %d: %d frames for %d pieces; %d bytes (%.3f%%) in frames of another kind", seed, frames, len(ends), stray, 100*float64(stray)/float64(len(data)))
-}
-
-// The first frames of a stream are small: 16 KiB, then each at most
-// twice the one before.
-func TestFastStart(t *testing.T) {
-	tu, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := weights(1<<18, 1)
-	want := DefaultStartFrame
-	for range 8 {
-		if n := tu.Cut(data); n != min(want, len(data)) {
-			t.Fatalf("cut %d, want %d", n, want)
-		}
-		want *= 2
-	}
 }
 
 // frameStages returns the stages a data frame applied.

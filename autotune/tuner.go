@@ -57,11 +57,6 @@ const (
 	bootstrapSize = 16 << 10
 	// tinyFrame: shorter frames are stored raw without a choice.
 	tinyFrame = 64
-	// DefaultStartFrame is the largest first frame of a byte stream
-	// (Cut): the link is not measured yet and the receiver waits for
-	// whole frames, so the stream starts with small frames, each at most
-	// twice the one before, up to the Writer's chunk size.
-	DefaultStartFrame = 16 << 10
 )
 
 // Decision explains one switch of recipe.
@@ -194,14 +189,11 @@ type Tuner struct {
 	cpuBusy float64
 	cpuWall float64
 
-	// Cut: the next frame's largest size (fast start; 0: no limit), and
-	// the data it cut last with its class, which Choose takes instead of
-	// sniffing again.
-	startFrame int
-	frameCap   int
-	cutData    *byte
-	cutLen     int
-	cutClass   Class
+	// Cut: the data it cut last with its class, which Choose takes
+	// instead of sniffing again.
+	cutData  *byte
+	cutLen   int
+	cutClass Class
 
 	// The stages the peer decodes (nil: not known, all allowed), and
 	// whether each candidate uses only those.
@@ -465,7 +457,6 @@ func New(opts ...Option) (*Tuner, error) {
 		probeShare: DefaultProbeShare,
 		initialBW:  DefaultInitialBandwidth,
 		budget:     math.Inf(1),
-		startFrame: DefaultStartFrame,
 	}
 	for _, r := range DefaultCandidates() {
 		t.cands = append(t.cands, candidate{r: r, name: recipeName(r)})
@@ -479,21 +470,7 @@ func New(opts ...Option) (*Tuner, error) {
 		t.link = NewLink(0)
 	}
 	t.probeEvery = t.probeMin
-	t.frameCap = t.startFrame
 	return t, nil
-}
-
-// WithStartFrame sets the largest first frame of a byte stream (default
-// DefaultStartFrame); each next frame may be twice as large as the one
-// before, up to the Writer's chunk size. 0 starts at the chunk size.
-func WithStartFrame(n int) Option {
-	return func(t *Tuner) error {
-		if n < 0 {
-			return fmt.Errorf("autotune: start frame %d", n)
-		}
-		t.startFrame = n
-		return nil
-	}
 }
 
 // Link returns the Tuner's link estimator.

@@ -31,6 +31,7 @@ const MaxChunkSize = 64 << 20
 
 type config struct {
 	chunkSize   int
+	startFrame  int
 	concurrency int
 	recipe      *Recipe
 	policy      Policy
@@ -63,6 +64,23 @@ func WithChunkSize(n int) Option {
 			return fmt.Errorf("codec: chunk size %d outside [64, %d]", n, MaxChunkSize)
 		}
 		c.chunkSize = n
+		return nil
+	}
+}
+
+// WithStartFrame makes the first frames of a byte stream small: the first
+// holds at most n bytes, each next at most twice as many as the one
+// before, up to the chunk size (default 0: every frame up to the chunk
+// size). A receiver decodes whole frames, so on a slow link the first
+// byte of a stream cut into 1 MiB frames arrives after the whole first
+// megabyte; transport.Wrap starts at 16 KiB. Tensor frames are not
+// affected.
+func WithStartFrame(n int) Option {
+	return func(c *config) error {
+		if n < 0 || n > MaxChunkSize {
+			return fmt.Errorf("codec: start frame %d outside [0, %d]", n, MaxChunkSize)
+		}
+		c.startFrame = n
 		return nil
 	}
 }

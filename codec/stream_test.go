@@ -368,3 +368,101 @@ func TestWriteEncoded(t *testing.T) {
 		t.Fatalf("frames %v, want %v", got, want)
 	}
 }
+
+// cutEvery is a Cutter that ends frames every n bytes.
+type cutEvery struct {
+	codec.FixedPolicy
+	n    int
+	seen []int // the lengths it was offered
+}
+
+func (c *cutEvery) Cut(data []byte) int {
+	c.seen = append(c.seen, len(data))
+	return c.n
+}
+
+// A byte stream starts with small frames (WithStartFrame: 16 KiB, then
+// each at most twice the one before, up to the chunk size); a Cutter
+// policy ends frames where it says, and is offered at most what the
+// start allows. Every path that makes bytes frames does both: Write
+// (a pooled buffer that several frames share), WriteBorrowed and
+// WriteFrame.
+func TestStartFrameAndCutter(t *testing.T) {
+	data := make([]byte, 3<<20)
+	for i := range data {
+		data[i] = byte(i * 7 >> 3)
+	}
+	for _, path := range []string{"Write", "WriteBorrowed", "WriteFrame"} {
+		for _, cutAt := range []int{0, 100 << 10} {
+			var buf bytes.Buffer
+			opts := []codec.Option{codec.WithChunkSize(1 << 20), codec.WithStartFrame(16 << 10)}
+			var cut *cutEvery
+			if cutAt > 0 {
+				cut = &cutEvery{n: cutAt}
+				opts = append(opts, codec.WithPolicy(cut))
+			}
+			w, err := codec.NewWriter(&buf, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch path {
+			case "Write":
+				_, err = w.Write(data)
+			case "WriteBorrowed":
+				_, err = w.WriteBorrowed(data)
+			default:
+				for off := 0; off < len(data) && err == nil; off += 1 << 20 {
+					err = w.WriteFrame(data[off : off+1<<20])
+				}
+			}
+			if err == nil {
+				err = w.Close()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := codec.NewReader(&buf)
+			var sizes []int
+			var got []byte
+			for {
+				f, err := r.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f.Header.Type != codec.FrameBytes {
+					continue
+				}
+				sizes = append(sizes, len(f.Bytes))
+				got = append(got, f.Bytes...)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatalf("%s, cut %d: the stream differs", path, cutAt)
+			}
+			limit := 16 << 10
+			for i, n := range sizes {
+				want := limit
+				if cutAt > 0 {
+					want = min(want, cutAt)
+				}
+				if i < 6 && n != want {
+					t.Errorf("%s, cut %d: frame %d holds %d bytes, want %d (frames %v)", path, cutAt, i, n, want, sizes)
+					break
+				}
+				if n > max(limit, 1<<20) {
+					t.Errorf("%s: frame %d holds %d bytes", path, i, n)
+				}
+				limit = min(2*limit, 1<<20)
+			}
+			if cut != nil {
+				for i, n := range cut.seen[:min(len(cut.seen), 6)] {
+					if n > 16<<10<<i {
+						t.Errorf("%s: Cut was offered %d bytes for frame %d", path, n, i)
+					}
+				}
+			}
+		}
+	}
+}

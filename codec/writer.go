@@ -42,6 +42,7 @@ type Writer struct {
 	inflight atomic.Int64 // jobs queued and not yet through the output goroutine
 	pending  []byte       // buffered byte-stream data, up to chunkSize
 	cutter   Cutter       // the policy, when it cuts byte streams into frames
+	frameCap int          // the next bytes frame's largest size (WithStartFrame; 0: the chunk size)
 	started  bool
 	closed   bool
 	bufPool  sync.Pool
@@ -97,6 +98,7 @@ func NewWriter(w io.Writer, opts ...Option) (*Writer, error) {
 		done:  make(chan struct{}),
 	}
 	wr.cutter, _ = cfg.policy.(Cutter)
+	wr.frameCap = cfg.startFrame
 	for range cfg.concurrency {
 		wr.wg.Add(1)
 		go wr.worker()
@@ -448,8 +450,15 @@ func (w *Writer) flushPending() error {
 }
 
 // cut returns how many bytes of data (at most the chunk size) go into the
-// next bytes frame: the policy's choice where it is a Cutter, else all.
+// next bytes frame: at most the start frame's size while the stream
+// starts, then the policy's choice where it is a Cutter, else all.
 func (w *Writer) cut(data []byte) int {
+	if w.frameCap > 0 && len(data) > 0 {
+		data = data[:min(len(data), w.frameCap)]
+		if w.frameCap *= 2; w.frameCap >= w.cfg.chunkSize {
+			w.frameCap = 0
+		}
+	}
 	if w.cutter == nil || len(data) == 0 {
 		return len(data)
 	}

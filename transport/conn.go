@@ -113,7 +113,9 @@ func Wrap(c net.Conn, opts ...Option) (*Conn, error) {
 	if u, ok := o.policy.(interface{ UseConn(net.Conn) }); ok {
 		u.UseConn(c)
 	}
-	var copts []codec.Option
+	// The first frames are small (16 KiB, doubling): the receiver decodes
+	// whole frames, and the link's rate is not known yet.
+	copts := []codec.Option{codec.WithStartFrame(startFrame)}
 	if loopback(c) {
 		// A trusted fast path: raw frames carry no payload CRC (the
 		// header keeps its own). Options given with WithCodec come after.

@@ -421,6 +421,7 @@ func TestPeerStages(t *testing.T) {
 			break
 		}
 	}
+	go io.Copy(io.Discard, b) // the rest of the Write: it starts with small frames
 	if err := <-werr; err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +472,8 @@ func TestFeedback(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if last.Frames != 1 || last.WireBytes >= last.RawBytes || last.DecodeTime <= 0 || last.DecodeSpeed() <= 0 {
+	// 1 MiB in frames of 16, 32, ... 512 KiB (the start) and the 16 KiB left.
+	if last.Frames != 7 || last.WireBytes >= last.RawBytes || last.DecodeTime <= 0 || last.DecodeSpeed() <= 0 {
 		t.Fatalf("feedback %+v", last)
 	}
 }

@@ -27,6 +27,10 @@ type options struct {
 // a peer that does not read.
 const DefaultCloseTimeout = 5 * time.Second
 
+// startFrame is the largest first frame of a byte stream
+// (codec.WithStartFrame; WithCodec may set another).
+const startFrame = 16 << 10
+
 // DefaultFeedbackInterval is the shortest time between two feedback frames.
 const DefaultFeedbackInterval = 20 * time.Millisecond
 
