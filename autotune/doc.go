@@ -3,6 +3,10 @@
 //
 // A Tuner is a codec.Policy: pass it to codec.WithPolicy or
 // transport.WithPolicy. It combines
+//   - a cutter (Cut, a codec.Cutter): byte streams are cut into frames
+//     where the kind of data changes (float weights, mostly-zero
+//     gradients, bytes), read off a strip of every 64 KiB, and frames of
+//     typed elements start on an element;
 //   - a link estimator (Link): the rate frames leave at while the writer is
 //     held back by the link, the receiver's feedback, TCP_INFO on Linux TCP
 //     connections, and a configured hint;
@@ -12,7 +16,10 @@
 //     samples coded with the other candidates, within an exploration budget
 //     (a share of the encoding time, 0.5% by default, 5% at most);
 //   - a cost model of the pipelined writer: throughput = min(cores × encode
-//     speed, bandwidth × ratio, decode speed);
+//     speed / load, bandwidth × ratio, decode speed), where load is the
+//     share of the time the encoders were busy lately (at least 1/4): in
+//     a stream that mixes kinds of data on a slow link they wait, and a
+//     class that codes slowly but well may take that time;
 //   - a selector with hysteresis (a 10% predicted gain, 3 frames between
 //     switches by default).
 //
@@ -25,7 +32,11 @@
 // the largest whose frame arrives within the time the caller allows.
 //
 // Every switch can be explained (WithExplain, and a slog debug line) with
-// the estimates behind it. Without a profile, candidates are lossless
+// the estimates behind it, once its frame was sent: the explanation names
+// the recipe the frame went out with (and the one chosen, where the writer
+// sent another). With transport, the Tuner learns the peer's stages from
+// its hello (ObservePeer) and never chooses a recipe the peer cannot
+// decode. Without a profile, candidates are lossless
 // unless the caller gives lossy ones (WithErrorBudget bounds them); the
 // Writer refuses lossy recipes on tensors tagged lossless whatever a
 // policy returns.

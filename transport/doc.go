@@ -8,12 +8,23 @@
 // receiver sends feedback control frames back (decode speed, how far the
 // application has read) for the sender's policy.
 //
+// The package links the standard stages (lossless, sparse, lossy,
+// gradient): a program that wraps a connection decodes every frame a
+// sender's policy may choose without importing them. A policy that is a
+// PeerObserver learns the peer's stages before the first frame and chooses
+// only among recipes the peer decodes; one that is a codec.Cutter says
+// where the frames of the stream end (the autotuner cuts where the kind of
+// data changes). A stream starts with small frames (16 KiB, each next at
+// most twice as large, up to the chunk size), so that the first bytes
+// arrive before the link's rate is known.
+//
 // Guarantees:
 //   - What Write accepted arrives in order, exactly, or the peer's Read
 //     reports an error: a stream cut short or damaged is an error (an
 //     unexpected EOF, a checksum or corruption error), never silently
 //     shortened. Data of the frames that arrived whole is delivered first.
-//   - A frame is only coded with stages the peer announced; others are
+//   - A frame is only coded with stages the peer announced; a recipe with
+//     another (a fixed one, or a policy's that is not a PeerObserver) is
 //     stored raw.
 //   - The peer's frames are read with limits (WithLimits; codec's defaults
 //     otherwise), so a hostile peer cannot make the reader allocate more
