@@ -671,11 +671,11 @@ rules:
 	}
 	// Frames encoded on the writing goroutine (WriteFrame) have one core;
 	// the encoders' speed counts as if they were busy for the time they
-	// were (at least minLoad). Time is left to pass between frames: the
-	// encoders are busy 1 ms in 4.
+	// were while coding (at least minLoad). Time is left to pass between
+	// frames: the encoders are busy 1 ms in 4.
 	cd := candidate{r: chosen, name: recipeName(chosen)}
 	time.Sleep(4 * time.Millisecond)
-	tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: 2}, Encode: time.Millisecond})
+	tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: 2}, Recipe: chosen, Encode: time.Millisecond})
 	two := tu.predict(ds[0].Class, cd, math.Inf(1)).Throughput
 	load2 := max(tu.load(2), minLoad)
 	tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: 3}, Inline: true})

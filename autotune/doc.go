@@ -17,7 +17,7 @@
 //     (a share of the encoding time, 0.5% by default, 5% at most);
 //   - a cost model of the pipelined writer: throughput = min(cores × encode
 //     speed / load, bandwidth × ratio, decode speed), where load is the
-//     share of the time the encoders were busy lately (at least 1/4): in
+//     share of the time the encoders were busy lately while coding (at least 1/2): in
 //     a stream that mixes kinds of data on a slow link they wait, and a
 //     class that codes slowly but well may take that time;
 //   - a selector with hysteresis (a 10% predicted gain, 3 frames between

@@ -712,15 +712,30 @@ func (t *Tuner) exploreOne(c Class, rs *ruleSet, fi *codec.FrameInfo) []candidat
 	return []candidate{rs.cands[pick]}
 }
 
+// Above fastLink bytes per second, a coding recipe must promise
+// fastHysteresis more than raw to replace it.
+const (
+	fastLink       = 250e6
+	fastHysteresis = 0.3
+)
+
 // Load: loadWindow is the time constant of the encoders' load, and
 // minLoad the least load the cost model assumes.
 const (
 	loadWindow = time.Second
-	minLoad    = 0.25
+	minLoad    = 0.5
 )
 
-// observeLoad adds a frame's encode time to the load figures.
-func (t *Tuner) observeLoad(enc time.Duration, now time.Time) {
+// observeLoad adds a frame's encode time to the load figures. Only the
+// time of coded frames counts: frames stored raw take no encoder, and a
+// stream sent raw says nothing of how busy coding it would keep them (on
+// a fast link, all of it: counting the raw frames' time would make coding
+// look free and the Tuner swing between the two).
+func (t *Tuner) observeLoad(enc time.Duration, coded bool, now time.Time) {
+	if !coded {
+		t.cpuAt = now
+		return
+	}
 	if !t.cpuAt.IsZero() {
 		dt := now.Sub(t.cpuAt).Seconds()
 		decay := math.Exp(-dt / loadWindow.Seconds())
@@ -752,6 +767,18 @@ func (t *Tuner) load(cores int) float64 {
 func (t *Tuner) predict(c Class, cd candidate, bw float64) Prediction {
 	s, _ := t.prof.Get(c, cd.name)
 	p := Prediction{Recipe: cd.name, Throughput: math.Inf(1), Limit: "encode", Stats: s}
+	if cd.r == nil {
+		// Stored raw, a frame costs what the same bytes cost without
+		// tensorpress: a copy on each side, which a sample's timing of a
+		// few KiB overstates many times (0.7 GB/s where memory copies at
+		// 10): the link alone sets its pace.
+		if s.Samples == 0 {
+			p.Throughput = 0
+		} else if s.Ratio > 0 {
+			p.Throughput, p.Limit = bw*s.Ratio, "link"
+		}
+		return p
+	}
 	if enc := s.Encode; enc > 0 {
 		if s.Live > 0 {
 			// Frames sent show the sample far too optimistic: trust
@@ -877,7 +904,14 @@ func (t *Tuner) decide(c Class, rs *ruleSet, fi *codec.FrameInfo, st *classState
 	cur := preds[st.cur].Throughput
 	fresh := st.fresh
 	st.fresh = false
-	if best == st.cur || !fresh && (st.since < t.minFrames && preds[st.cur].Throughput > 0 || !(bestThr > cur*(1+t.hysteresis))) {
+	h := t.hysteresis
+	if cands[st.cur].r == nil && bw > fastLink && !math.IsInf(bw, 1) {
+		// Leaving raw on a link faster than 2 Gbit/s: there the rate
+		// measured moves with the CPU (a link between two processes of
+		// one machine is the CPU), which coding takes from it.
+		h = max(h, fastHysteresis)
+	}
+	if best == st.cur || !fresh && (st.since < t.minFrames && preds[st.cur].Throughput > 0 || !(bestThr > cur*(1+h))) {
 		return nil
 	}
 	switch {
@@ -936,7 +970,7 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 	defer t.mu.Unlock()
 	t.inline = fs.Inline
 	t.work += fs.Encode
-	t.observeLoad(fs.Encode, time.Now())
+	t.observeLoad(fs.Encode, fs.Recipe != nil, time.Now())
 	sc := &t.classes[fs.Info.Seq%uint64(len(t.classes))]
 	if sc.seq != fs.Info.Seq || sc.st == nil {
 		return

@@ -247,19 +247,7 @@ func TestLinkMixed(t *testing.T) {
 	if !strings.Contains(out.String(), "FIRST BYTE") || !strings.Contains(out.String(), "VS ZSTD -1") {
 		t.Errorf("table without the FIRST BYTE and VS ZSTD -1 columns:\n%s", out.String())
 	}
-	// Nothing left behind: no goroutine (given a moment to end), no
-	// child process.
-	deadline := time.Now().Add(5 * time.Second)
-	for goroutines() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := goroutines(); n > before {
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
-	}
-	if kids := childProcesses(t); kids != "" {
-		t.Errorf("child processes left: %s", kids)
-	}
+	nothingLeft(t, before)
 }
 
 // goroutines counts the goroutines but the signal package's, which
@@ -487,6 +475,13 @@ func TestLinkExternalAbort(t *testing.T) {
 	} else {
 		t.Log("zstd not installed: cancellation not checked")
 	}
+	nothingLeft(t, before)
+}
+
+// nothingLeft checks that no more goroutines run than before (given a
+// moment to end) and that no child process is left.
+func nothingLeft(t *testing.T, before int) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for goroutines() > before && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
