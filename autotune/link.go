@@ -38,6 +38,12 @@ const (
 	// not held back by the link at all, whose bandwidth is then unknown
 	// (at least the rate sent).
 	freeShare = 0.1
+	// linkStartBytes: on TCP, the writer's own timing says nothing until
+	// it has sent this much: socket buffers take the first megabyte or so
+	// at once, whatever the link (a stream starts with small frames,
+	// which would all look unhindered). Bytes queued unsent (TCP_INFO)
+	// say that the link is slow sooner.
+	linkStartBytes = 1 << 20
 )
 
 type sent struct {
@@ -56,6 +62,7 @@ type Link struct {
 	mu     sync.Mutex
 	hint   float64
 	frames []sent
+	total  int64    // wire bytes of all the frames observed
 	from   uint64   // frames before this sequence number are not in the window
 	known  Estimate // the last bandwidth measured while link-bound
 
@@ -97,6 +104,7 @@ func (l *Link) Restart(seq uint64) {
 func (l *Link) ObserveWrite(seq uint64, n int, blocked time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.total += int64(n)
 	if seq < l.from {
 		return
 	}
@@ -197,6 +205,15 @@ func (l *Link) Estimate() Estimate {
 		e := Estimate{Bandwidth: ti.DeliveryRate, Source: "tcp_info", RTT: rtt, At: l.now()}
 		l.known = e
 		return e
+	}
+	if haveTCP && l.total < linkStartBytes {
+		// Nothing known yet: the writes so far went into the socket's
+		// buffers, and a receiver's rate is that of the few frames it
+		// had. The hint, or none (the Tuner's initial guess).
+		if l.hint > 0 {
+			return Estimate{Bandwidth: l.hint, Source: "hint", RTT: rtt, At: l.now()}
+		}
+		return Estimate{RTT: rtt, At: l.now()}
 	}
 	e, ok := l.writerEstimate()
 	switch {
