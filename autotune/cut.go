@@ -27,6 +27,10 @@ func (t *Tuner) Cut(data []byte) int {
 	}
 	c, n := cut(data[:n], prev)
 	t.cutData, t.cutLen, t.cutClass = &data[0], n, c
+	// A piece this short, cut off the start of the data (a few bytes
+	// before the first whole element, or an edge found early), is stored
+	// raw: it is too short to learn a class from.
+	t.cutShort = n < minBlock && n < len(data)
 	t.class, t.sniffed = c, true
 	return n
 }
@@ -71,6 +75,13 @@ func cut(data []byte, prev *Class) (Class, int) {
 		n := edge(data, last, min(pos+cutStrip, len(data)), c, ph, k, kph)
 		if typed(k) {
 			n += int(kph) // the first whole element of k
+		}
+		if len(data)-n < minBlock {
+			// What is left after the edge is too short to tell (the end
+			// of a Write, read by the tail probe): it joins this frame.
+			run.merge(&s)
+			last = pos
+			return Class{}, 0, false
 		}
 		if n >= minFrame || typed(k) && n < len(data) {
 			rc, _ := run.class(prev, -1)

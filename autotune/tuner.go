@@ -194,6 +194,7 @@ type Tuner struct {
 	cutData  *byte
 	cutLen   int
 	cutClass Class
+	cutShort bool
 
 	// The stages the peer decodes (nil: not known, all allowed), and
 	// whether each candidate uses only those.
@@ -604,7 +605,7 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	if t.link.isLoopback() && slices.ContainsFunc(rs.cands, func(c candidate) bool { return c.r == nil }) {
 		return nil // nothing beats raw on loopback: no sampling either
 	}
-	if len(fi.Data) < tinyFrame {
+	if len(fi.Data) < tinyFrame || t.cutShort && fi.Type == codec.FrameBytes && t.cutData == &fi.Data[0] {
 		// Nothing to code, nor to learn from: empty, or the few bytes
 		// Cut sends on their own so that the next frame starts on an
 		// element.
