@@ -183,7 +183,7 @@ func (s *spy) Observe(fs codec.FrameStats) {
 func wrappedLink(tb testing.TB, link netsim.Link, p codec.Policy, chunk int) (a *netsim.Conn, ca *transport.Conn, finish func()) {
 	tb.Helper()
 	a, b := netsim.Pipe(link)
-	ca, err := transport.Wrap(a, transport.WithPolicy(p), transport.WithCodec(codec.WithChunkSize(chunk), codec.WithConcurrency(2)))
+	ca, err := transport.Wrap(a, transport.WithPolicy(p), transport.WithCodec(codec.WithChunkSize(chunk), codec.WithEncoderConcurrency(2)))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -492,14 +492,18 @@ func sendTensors(t *testing.T, link netsim.Link, tu *Tuner, n int) map[string][]
 	got := map[string][]string{}
 	var mu sync.Mutex
 	pol := &namedSpy{Tuner: tu, got: got, mu: &mu}
-	w, err := codec.NewWriter(a, codec.WithPolicy(pol), codec.WithChunkSize(32<<10), codec.WithConcurrency(2))
+	w, err := codec.NewWriter(a, codec.WithPolicy(pol), codec.WithChunkSize(32<<10), codec.WithEncoderConcurrency(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sent := map[string][]byte{}
 	done := make(chan error, 1)
 	go func() {
-		r := codec.NewReader(b)
+		r, err := codec.NewReader(b)
+		if err != nil {
+			done <- err
+			return
+		}
 		for {
 			f, err := r.Next()
 			if err == io.EOF {

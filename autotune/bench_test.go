@@ -44,7 +44,7 @@ func BenchmarkTunerOverhead(b *testing.B) {
 	data := weights(4<<20, 42)
 	planes := codec.MustParseRecipe(planes)
 	run := func(b *testing.B, p codec.Policy, tu *Tuner) {
-		w, err := codec.NewWriter(&paced{rate: 200e6}, codec.WithPolicy(p), codec.WithConcurrency(2))
+		w, err := codec.NewWriter(&paced{rate: 200e6}, codec.WithPolicy(p), codec.WithEncoderConcurrency(2))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -236,7 +236,7 @@ func BenchmarkTunerChoose(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if out, _, err = enc.AppendBytes(out[:0], data, planes); err != nil {
+			if out, err = enc.AppendBytes(out[:0], data, planes); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -350,7 +350,7 @@ func BenchmarkTunerChooseMixed(b *testing.B) {
 			fi := codec.FrameInfo{Seq: *seq, Type: codec.FrameBytes, DType: codec.Byte, Len: n, First: true, Data: chunk[:n]}
 			r := tu.Choose(fi)
 			t1 := time.Now()
-			if out, _, err = enc.AppendBytes(out[:0], chunk[:n], r); err != nil {
+			if out, err = enc.AppendBytes(out[:0], chunk[:n], r); err != nil {
 				b.Fatal(err)
 			}
 			t2 := time.Now()

@@ -161,7 +161,12 @@ func TestExplainMatchesSent(t *testing.T) {
 			rerr := make(chan error, 1)
 			go func() {
 				var frames [][]codec.StageID
-				r := codec.NewReader(b)
+				r, err := codec.NewReader(b)
+				if err != nil {
+					rerr <- err
+					got <- nil
+					return
+				}
 				for {
 					f, err := r.Next()
 					if errors.Is(err, io.EOF) {
@@ -176,7 +181,7 @@ func TestExplainMatchesSent(t *testing.T) {
 					}
 				}
 				got <- frames
-				_, err := b.Write(codec.AppendControl(nil, transport.ControlEndAck, nil))
+				_, err = b.Write(codec.AppendControl(nil, transport.ControlEndAck, nil))
 				rerr <- err
 			}()
 			data, _, _ := mixed(6<<20, 2)

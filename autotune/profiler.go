@@ -72,7 +72,7 @@ func NewProfiler() *Profiler {
 	if err != nil {
 		panic(err) // no options: cannot fail
 	}
-	return &Profiler{stats: map[profKey]*Stats{}, enc: enc, dec: codec.NewDecoder(codec.Limits{})}
+	return &Profiler{stats: map[profKey]*Stats{}, enc: enc, dec: new(codec.Decoder)}
 }
 
 // Get returns the estimates for recipe name on class c.
@@ -132,9 +132,9 @@ func (p *Profiler) Measure(c Class, name string, r *codec.Recipe, fi *codec.Fram
 		n := len(sample) / esz
 		in = sample[:n*esz]
 		t := &codec.Tensor{Name: fi.Name, DType: fi.DType, Shape: []int64{int64(n)}, Data: in}
-		out, _, err = p.enc.AppendTensor(p.buf[:0], t, r)
+		out, err = p.enc.AppendTensor(p.buf[:0], t, r)
 	} else {
-		out, _, err = p.enc.AppendBytes(p.buf[:0], sample, r)
+		out, err = p.enc.AppendBytes(p.buf[:0], sample, r)
 	}
 	t1 := time.Now()
 	if err != nil {

@@ -12,8 +12,8 @@ func BenchmarkFrame(b *testing.B) {
 	for _, n := range []int{1 << 10, 64 << 10, 1 << 20} {
 		x := randTensor("layer.weight", F32, 1, int64(n/4))
 		enc, _ := NewEncoder()
-		d := NewDecoder(Limits{})
-		frame, _, _ := enc.AppendTensor(nil, x, nil)
+		d := new(Decoder)
+		frame, _ := enc.AppendTensor(nil, x, nil)
 		b.Run(fmt.Sprintf("copy/%d", n), func(b *testing.B) {
 			dst := make([]byte, n)
 			b.SetBytes(int64(n))
@@ -27,7 +27,7 @@ func BenchmarkFrame(b *testing.B) {
 			b.SetBytes(int64(n))
 			b.ReportAllocs()
 			for b.Loop() {
-				buf, _, _ = enc.AppendTensor(buf[:0], x, nil)
+				buf, _ = enc.AppendTensor(buf[:0], x, nil)
 			}
 		})
 		b.Run(fmt.Sprintf("decode/%d", n), func(b *testing.B) {
@@ -60,7 +60,7 @@ func BenchmarkWriterRaw(b *testing.B) {
 			b.SetBytes(int64(len(x.Data)))
 			b.ReportAllocs()
 			for b.Loop() {
-				w, _ := NewWriter(io.Discard, WithConcurrency(c))
+				w, _ := NewWriter(io.Discard, WithEncoderConcurrency(c))
 				if err := w.WriteTensor(x); err != nil {
 					b.Fatal(err)
 				}

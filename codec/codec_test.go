@@ -88,7 +88,7 @@ func TestSelectorRanges(t *testing.T) {
 func roundTrip(t *testing.T, x *Tensor, recipe string) []byte {
 	t.Helper()
 	enc, _ := NewEncoder()
-	frame, stats, err := enc.AppendTensor(nil, x, MustParseRecipe(recipe))
+	frame, stats, err := enc.AppendTensorsStats(nil, nil, []*Tensor{x}, []*Recipe{MustParseRecipe(recipe)})
 	if err != nil {
 		t.Fatalf("%s: %v", recipe, err)
 	}
@@ -99,7 +99,7 @@ func roundTrip(t *testing.T, x *Tensor, recipe string) []byte {
 	if stored > len(x.Data) {
 		t.Errorf("%s: stored %d > raw %d", recipe, stored, len(x.Data))
 	}
-	f, n, err := NewDecoder(Limits{}).DecodeFrame(frame)
+	f, n, err := new(Decoder).DecodeFrame(frame)
 	if err != nil {
 		t.Fatalf("%s: decode: %v", recipe, err)
 	}
@@ -134,16 +134,16 @@ func TestBytesFrame(t *testing.T) {
 		for i := range p {
 			p[i] = byte(i * 7)
 		}
-		frame, _, err := enc.AppendBytes(nil, p, MustParseRecipe("halve | data.lo:xor(1)"))
+		frame, err := enc.AppendBytes(nil, p, MustParseRecipe("halve | data.lo:xor(1)"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, _, err := NewDecoder(Limits{}).DecodeFrame(frame)
+		f, _, err := new(Decoder).DecodeFrame(frame)
 		if err != nil || !bytes.Equal(f.Bytes, p) || f.Header.Type != FrameBytes {
 			t.Fatalf("n=%d: %v", n, err)
 		}
 	}
-	if _, _, err := enc.AppendBytes(nil, []byte("x"), MustParseRecipe("lossy")); !errors.Is(err, ErrLossy) {
+	if _, err := enc.AppendBytes(nil, []byte("x"), MustParseRecipe("lossy")); !errors.Is(err, ErrLossy) {
 		t.Fatalf("lossy bytes: %v", err)
 	}
 }
@@ -154,7 +154,7 @@ func TestSmallFrameOverhead(t *testing.T) {
 	enc, _ := NewEncoder()
 	for _, name := range []string{"w", "layer3.attention.q_proj.weight"} {
 		x := randTensor(name, F32, 3, 256)
-		frame, _, err := enc.AppendTensor(nil, x, MustParseRecipe("*:zeros"))
+		frame, err := enc.AppendTensor(nil, x, MustParseRecipe("*:zeros"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +167,7 @@ func TestSmallFrameOverhead(t *testing.T) {
 	for i := range p {
 		p[i] = byte(rng.Uint32())
 	}
-	frame, _, _ := enc.AppendBytes(nil, p, MustParseRecipe("*:zeros"))
+	frame, _ := enc.AppendBytes(nil, p, MustParseRecipe("*:zeros"))
 	if over := len(frame) - len(p); over > 13 {
 		t.Errorf("1 KiB bytes frame: %d bytes of overhead", over)
 	}
@@ -177,17 +177,17 @@ func TestLossyRefused(t *testing.T) {
 	x := randTensor("w", F32, 1, 100)
 	x.Tags.Lossless = true
 	enc, _ := NewEncoder()
-	if _, _, err := enc.AppendTensor(nil, x, MustParseRecipe("xor(1),lossy")); !errors.Is(err, ErrLossy) {
+	if _, err := enc.AppendTensor(nil, x, MustParseRecipe("xor(1),lossy")); !errors.Is(err, ErrLossy) {
 		t.Fatalf("Encoder: %v", err)
 	}
 	var buf bytes.Buffer
-	w, _ := NewWriter(&buf, WithHello(false, ""), WithPolicy(FixedPolicy{MustParseRecipe("lossy")}))
+	w, _ := NewWriter(&buf, WithHello(false), WithPolicy(FixedPolicy{MustParseRecipe("lossy")}))
 	if err := w.WriteTensor(x); !errors.Is(err, ErrLossy) {
 		t.Fatalf("Writer: %v", err)
 	}
 	w.Close()
 	if buf.Len() > 0 {
-		f, _, err := NewDecoder(Limits{}).DecodeFrame(buf.Bytes())
+		f, _, err := new(Decoder).DecodeFrame(buf.Bytes())
 		if err != nil || f.Header.Type != FrameEnd {
 			t.Fatalf("something other than the end frame was written: %v %v", f, err)
 		}
@@ -220,7 +220,7 @@ func TestStreamOverPipe(t *testing.T) {
 	chunks := [][]byte{[]byte("first"), bytes.Repeat([]byte{0, 1, 2}, 3000)}
 	errc := make(chan error, 1)
 	go func() {
-		w, err := NewWriter(a, WithChunkSize(4096), WithConcurrency(3), WithPolicy(pol), WithHello(true, "sender"))
+		w, err := NewWriter(a, WithChunkSize(4096), WithEncoderConcurrency(3), WithPolicy(pol), WithHello(true), WithPeerID("sender"))
 		if err != nil {
 			errc <- err
 			return
@@ -244,7 +244,10 @@ func TestStreamOverPipe(t *testing.T) {
 		errc <- w.Close()
 		a.Close()
 	}()
-	r := NewReader(b)
+	r, err := NewReader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var gotT []*Tensor
 	var gotB [][]byte
 	for {
@@ -316,7 +319,10 @@ func TestReadTensorJoinsChunks(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r := NewReader(&buf)
+	r, err := NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []*Tensor{x, y} {
 		got, err := r.ReadTensor()
 		if err != nil {
@@ -356,7 +362,7 @@ func TestEndFrameCounts(t *testing.T) {
 	s := buf.Bytes()
 	// Drop the second data frame: the end frame's counts no longer match.
 	var frames [][]byte
-	d := NewDecoder(Limits{})
+	d := new(Decoder)
 	for len(s) > 0 {
 		_, n, err := d.DecodeFrame(s)
 		if err != nil {
@@ -365,8 +371,10 @@ func TestEndFrameCounts(t *testing.T) {
 		frames, s = append(frames, s[:n]), s[n:]
 	}
 	cut := append(append([]byte{}, frames[0]...), bytes.Join(frames[2:], nil)...)
-	r := NewReader(bytes.NewReader(cut))
-	var err error
+	r, err := NewReader(bytes.NewReader(cut))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for err == nil {
 		_, err = r.Next()
 	}
@@ -374,7 +382,10 @@ func TestEndFrameCounts(t *testing.T) {
 		t.Fatalf("lost frame: %v", err)
 	}
 	// Cut before the end frame: unexpected EOF.
-	r = NewReader(bytes.NewReader(bytes.Join(frames[:len(frames)-1], nil)))
+	r, err = NewReader(bytes.NewReader(bytes.Join(frames[:len(frames)-1], nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for err = nil; err == nil; {
 		_, err = r.Next()
 	}
@@ -397,7 +408,7 @@ func TestHugeClaimRefusedBeforeAllocation(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	_, _, err := NewDecoder(Limits{}).DecodeFrame(frame)
+	_, _, err := new(Decoder).DecodeFrame(frame)
 	runtime.ReadMemStats(&after)
 	if !errors.Is(err, ErrLimit) {
 		t.Fatalf("1 TiB claim: %v", err)
@@ -406,14 +417,18 @@ func TestHugeClaimRefusedBeforeAllocation(t *testing.T) {
 		t.Fatalf("decoder allocated %d bytes for a refused frame", grew)
 	}
 	// The same through a stream reader.
-	if _, err := NewReader(bytes.NewReader(frame)).Next(); !errors.Is(err, ErrLimit) {
+	rd, err := NewReader(bytes.NewReader(frame))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rd.Next(); !errors.Is(err, ErrLimit) {
 		t.Fatalf("reader: %v", err)
 	}
 	// A step claiming a huge raw length.
 	hdr = []byte{tflagCoded, 1, 'x', byte(U8), 1, 4, 1, byte(xorID), 0}
 	hdr = binary.AppendUvarint(hdr, 1<<40)
 	frame = frameWith(FrameTensor, append(hdr, 1, 7, 1, 4), []byte{1, 2, 3, 4}, true)
-	if _, _, err := NewDecoder(Limits{}).DecodeFrame(frame); !errors.Is(err, ErrLimit) {
+	if _, _, err := new(Decoder).DecodeFrame(frame); !errors.Is(err, ErrLimit) {
 		t.Fatalf("huge step: %v", err)
 	}
 }
@@ -421,7 +436,7 @@ func TestHugeClaimRefusedBeforeAllocation(t *testing.T) {
 func TestMalformedFrames(t *testing.T) {
 	x := randTensor("w", F32, 1, 64)
 	good := roundTrip(t, x, "halve | data.lo:xor(3),zeros")
-	d := NewDecoder(Limits{})
+	d := new(Decoder)
 	// Every truncation fails with a typed error.
 	for n := 0; n < len(good); n++ {
 		if _, _, err := d.DecodeFrame(good[:n]); !typed(err) {
@@ -491,7 +506,10 @@ func TestHelloControlEnd(t *testing.T) {
 	s := AppendHello(nil, h)
 	s = AppendControl(s, 1024, []byte("ack"))
 	s = AppendEnd(s, End{})
-	r := NewReader(bytes.NewReader(s))
+	r, err := NewReader(bytes.NewReader(s))
+	if err != nil {
+		t.Fatal(err)
+	}
 	f, err := r.Next()
 	if err != nil || f.Header.Hello.Peer != "p1" || f.Header.Hello.Session != h.Session || len(f.Header.Hello.Stages) != 3 || f.Header.Hello.MaxFrame != 1<<20 {
 		t.Fatalf("hello: %+v %v", f, err)
@@ -509,7 +527,7 @@ func TestHelloControlEnd(t *testing.T) {
 }
 
 func TestWriterErrorsAreSticky(t *testing.T) {
-	w, _ := NewWriter(failWriter{}, WithHello(false, ""))
+	w, _ := NewWriter(failWriter{}, WithHello(false))
 	x := randTensor("x", U8, 1, 10)
 	w.WriteTensor(x)
 	err := w.Flush()
@@ -525,7 +543,7 @@ func TestWriterErrorsAreSticky(t *testing.T) {
 	if _, err := NewWriter(io.Discard, WithChunkSize(1)); err == nil {
 		t.Fatal("bad chunk size accepted")
 	}
-	if _, err := NewWriter(io.Discard, WithConcurrency(0)); err == nil {
+	if _, err := NewWriter(io.Discard, WithEncoderConcurrency(0)); err == nil {
 		t.Fatal("bad concurrency accepted")
 	}
 }
@@ -567,10 +585,10 @@ func TestDTypes(t *testing.T) {
 func TestWriterStopsGoroutines(t *testing.T) {
 	before := runtime.NumGoroutine()
 	for i := 0; i < 5; i++ {
-		w, _ := NewWriter(io.Discard, WithConcurrency(4))
+		w, _ := NewWriter(io.Discard, WithEncoderConcurrency(4))
 		w.WriteTensor(randTensor("x", U8, 1, 1000))
 		w.Close()
-		w2, _ := NewWriter(failWriter{}, WithConcurrency(2))
+		w2, _ := NewWriter(failWriter{}, WithEncoderConcurrency(2))
 		w2.WriteTensor(randTensor("x", U8, 1, 1000))
 		w2.Close()
 	}
@@ -587,12 +605,12 @@ func TestWriterStopsGoroutines(t *testing.T) {
 func TestDecodeFrameInto(t *testing.T) {
 	enc, _ := NewEncoder()
 	xs := []*Tensor{randTensor("a", U8, 1, 13), randTensor("b", F64, 2, 9), randTensor("c", F32, 3, 5)}
-	frame, _, err := enc.AppendTensors(nil, xs, []*Recipe{MustParseRecipe("halve | *:zeros")})
+	frame, err := enc.AppendTensors(nil, xs, []*Recipe{MustParseRecipe("halve | *:zeros")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	buf := AlignedBytes(256)
-	f, _, err := NewDecoder(Limits{}).DecodeFrameInto(buf, frame)
+	f, _, err := new(Decoder).DecodeFrameInto(buf, frame)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -608,7 +626,7 @@ func TestDecodeFrameInto(t *testing.T) {
 		t.Fatal("tensors not decoded into buf at aligned offsets")
 	}
 	// Too small a buffer: decoded into fresh memory, still correct.
-	f, _, err = NewDecoder(Limits{}).DecodeFrameInto(make([]byte, 4), frame)
+	f, _, err = new(Decoder).DecodeFrameInto(make([]byte, 4), frame)
 	if err != nil || !bytes.Equal(f.Tensors[1].Data, xs[1].Data) {
 		t.Fatal(err)
 	}
@@ -626,13 +644,13 @@ func TestDecodeWorkBounded(t *testing.T) {
 		hdr = append(hdr, 1, 7)
 	}
 	hdr = append(append(hdr, 1), binary.AppendUvarint(nil, n)...)
-	if _, _, err := NewDecoder(Limits{}).DecodeFrame(frameWith(FrameTensor, hdr, nil, false)); !errors.Is(err, ErrLimit) {
+	if _, _, err := new(Decoder).DecodeFrame(frameWith(FrameTensor, hdr, nil, false)); !errors.Is(err, ErrLimit) {
 		t.Fatalf("six full-size filters: %v", err)
 	}
 	// The encoder refuses to write such a frame in the first place.
 	x := NewTensor("z", U8, n)
 	r := MustParseRecipe("xor(0),xor(0),xor(0),xor(0),xor(0) | *:zeros")
-	if _, _, err := mustEncoder().AppendTensor(nil, x, r); !errors.Is(err, ErrRecipe) {
+	if _, err := mustEncoder().AppendTensor(nil, x, r); !errors.Is(err, ErrRecipe) {
 		t.Fatalf("encoder: %v", err)
 	}
 }
@@ -670,7 +688,11 @@ func TestLossyChoiceOnBytesStoredRaw(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := io.ReadAll(NewReader(&buf))
+	rd, err := NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(rd)
 	if err != nil || !bytes.Equal(out, in) {
 		t.Fatalf("read back %d bytes, %v", len(out), err)
 	}
@@ -680,11 +702,14 @@ func TestReadTensorRefusesChunkInTensorsFrame(t *testing.T) {
 	a := randTensor("a", U8, 1, 4)
 	b := randTensor("b", F32, 2, 10)
 	b.Data, b.Offset = b.Data[20:40], 5
-	frame, _, err := mustEncoder().AppendTensors(nil, []*Tensor{a, b}, nil)
+	frame, err := mustEncoder().AppendTensors(nil, []*Tensor{a, b}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewReader(bytes.NewReader(frame))
+	r, err := NewReader(bytes.NewReader(frame))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := r.ReadTensor(); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("got %v", err)
 	}
@@ -695,10 +720,14 @@ func TestReadTensorRefusesChunkInTensorsFrame(t *testing.T) {
 
 func TestNonMinimalHeaderLength(t *testing.T) {
 	in := []byte{0x25, 0x82, 0x00, 0x07, 0xa2, 0x85, 0xa7, 0x29}
-	if _, _, err := NewDecoder(Limits{}).DecodeFrame(in); !errors.Is(err, ErrCorrupt) {
+	if _, _, err := new(Decoder).DecodeFrame(in); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("DecodeFrame: %v", err)
 	}
-	if _, err := NewReader(bytes.NewReader(in)).Next(); !errors.Is(err, ErrCorrupt) {
+	rd, err := NewReader(bytes.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rd.Next(); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Reader: %v", err)
 	}
 }
@@ -706,11 +735,14 @@ func TestNonMinimalHeaderLength(t *testing.T) {
 func TestConsecutiveStreams(t *testing.T) {
 	enc := mustEncoder()
 	s := AppendHello(nil, &Hello{})
-	s, _, _ = enc.AppendBytes(s, []byte("abc"), nil)
+	s, _ = enc.AppendBytes(s, []byte("abc"), nil)
 	s = AppendEnd(s, End{Frames: 1, Bytes: 3})
-	s, _, _ = enc.AppendBytes(s, []byte("de"), nil)
+	s, _ = enc.AppendBytes(s, []byte("de"), nil)
 	s = AppendEnd(s, End{Frames: 1, Bytes: 2})
-	r := NewReader(bytes.NewReader(s))
+	r, err := NewReader(bytes.NewReader(s))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for {
 		_, err := r.Next()
 		if err == io.EOF {
@@ -723,22 +755,28 @@ func TestConsecutiveStreams(t *testing.T) {
 	// A hello in the middle of a chunked tensor is corruption.
 	x := randTensor("x", U8, 1, 10)
 	first := &Tensor{Name: "x", DType: U8, Shape: x.Shape, Data: x.Data[:5]}
-	s, _, _ = enc.AppendTensor(nil, first, nil)
+	s, _ = enc.AppendTensor(nil, first, nil)
 	s = AppendHello(s, &Hello{})
 	second := &Tensor{Name: "x", DType: U8, Shape: x.Shape, Offset: 5, Data: x.Data[5:]}
-	s, _, _ = enc.AppendTensor(s, second, nil)
-	if _, err := NewReader(bytes.NewReader(s)).ReadTensor(); !errors.Is(err, ErrCorrupt) {
+	s, _ = enc.AppendTensor(s, second, nil)
+	rd, err := NewReader(bytes.NewReader(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rd.ReadTensor(); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("hello inside a tensor: %v", err)
 	}
 }
 
 func TestErrorOffsets(t *testing.T) {
 	enc := mustEncoder()
-	s, _, _ := enc.AppendBytes(nil, []byte("abc"), nil)
+	s, _ := enc.AppendBytes(nil, []byte("abc"), nil)
 	at := len(s)
 	s = AppendEnd(s, End{Frames: 5})
-	r := NewReader(bytes.NewReader(append(AppendHello(nil, &Hello{}), s...)))
-	var err error
+	r, err := NewReader(bytes.NewReader(append(AppendHello(nil, &Hello{}), s...)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for err == nil {
 		_, err = r.Next()
 	}
@@ -751,11 +789,11 @@ func TestErrorOffsets(t *testing.T) {
 
 func TestEncoderRefusesWhatReadersRefuse(t *testing.T) {
 	x := randTensor(string(make([]byte, 5000)), U8, 1, 4)
-	if _, _, err := mustEncoder().AppendTensor(nil, x, nil); !errors.Is(err, ErrLimit) {
+	if _, err := mustEncoder().AppendTensor(nil, x, nil); !errors.Is(err, ErrLimit) {
 		t.Fatalf("long name: %v", err)
 	}
 	y := NewTensor("deep", U8, make([]int64, 40)...)
-	if _, _, err := mustEncoder().AppendTensor(nil, y, nil); !errors.Is(err, ErrLimit) {
+	if _, err := mustEncoder().AppendTensor(nil, y, nil); !errors.Is(err, ErrLimit) {
 		t.Fatalf("rank 40: %v", err)
 	}
 }

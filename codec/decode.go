@@ -20,13 +20,32 @@ type Frame struct {
 
 // Decoder decodes frames held in memory. It is safe for concurrent use.
 type Decoder struct {
-	lim    Limits
+	lim    Limits    // zero: DefaultLimits
 	arenas sync.Pool // *Arena
 }
 
-// NewDecoder returns a decoder with the given limits (zero fields take
-// their defaults).
-func NewDecoder(lim Limits) *Decoder { return &Decoder{lim: lim.withDefaults()} }
+var defaultLimits = DefaultLimits()
+
+// limits returns the Decoder's limits (the zero Decoder's are the defaults).
+func (d *Decoder) limits() *Limits {
+	if d.lim.MaxHeaderSize == 0 {
+		return &defaultLimits
+	}
+	return &d.lim
+}
+
+// NewDecoder returns a Decoder. It takes WithLimits (default
+// DefaultLimits) and refuses the options that only a Reader uses.
+func NewDecoder(opts ...DOption) (*Decoder, error) {
+	cfg, err := newDConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.streamOnly != "" {
+		return nil, fmt.Errorf("codec: NewDecoder: %s applies to a Reader, not a Decoder", cfg.streamOnly)
+	}
+	return &Decoder{lim: cfg.lim}, nil
+}
 
 // DecodeFrame decodes the frame at the start of src and returns it with
 // the number of bytes it took. A frame cut short gives io.ErrUnexpectedEOF.
@@ -41,7 +60,7 @@ func (d *Decoder) DecodeFrame(src []byte) (*Frame, int, error) {
 // and bytes then alias buf: reusing buf for the next frame saves the
 // allocation and page faults of a fresh buffer per frame.
 func (d *Decoder) DecodeFrameInto(buf []byte, src []byte) (*Frame, int, error) {
-	h, err := parseFrameHeader(src, &d.lim)
+	h, err := parseFrameHeader(src, d.limits())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -62,7 +81,7 @@ func (d *Decoder) DecodeFrameInto(buf []byte, src []byte) (*Frame, int, error) {
 			return buf[off:off:len(buf)]
 		}
 	}
-	f, err := decodePayload(h, src[h.HeaderLen:end], &d.lim, a, into)
+	f, err := decodePayload(h, src[h.HeaderLen:end], d.limits(), a, into)
 	d.arenas.Put(a)
 	if err != nil {
 		return nil, 0, err
@@ -203,7 +222,7 @@ type AddDecoder interface {
 // accumulator, so a failing entry adds nothing (earlier entries of a
 // tensors frame stay added).
 func (d *Decoder) DecodeAdd(src []byte, alpha float32, target func(t *Tensor) ([]float32, error)) (int, error) {
-	h, err := parseFrameHeader(src, &d.lim)
+	h, err := parseFrameHeader(src, d.limits())
 	if err != nil {
 		return 0, err
 	}
@@ -233,7 +252,7 @@ func (d *Decoder) DecodeAdd(src []byte, alpha float32, target func(t *Tensor) ([
 		seg := payload[:e.Payload]
 		payload = payload[e.Payload:]
 		t := e.Tensor
-		err := addEntry(&Ctx{Tensor: &t, Arena: a, Limits: &d.lim}, e, seg, alpha, target)
+		err := addEntry(&Ctx{Tensor: &t, Arena: a, Limits: d.limits()}, e, seg, alpha, target)
 		a.Reset()
 		if err != nil {
 			return 0, fmt.Errorf("tensor %q: %w", t.Name, err)

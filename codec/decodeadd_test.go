@@ -17,11 +17,11 @@ func floatTensor(name string, n int, seed float32) *Tensor {
 
 func TestDecodeAdd(t *testing.T) {
 	enc := mustEncoder()
-	dec := NewDecoder(Limits{})
+	dec := new(Decoder)
 	x := floatTensor("w", 1000, 1)
 	xv, _ := View[float32](x)
 	for _, recipe := range []string{"", "halve | *:xor(5)", "halve,halve | data.lo.lo:zeros"} {
-		frame, _, err := enc.AppendTensor(nil, x, MustParseRecipe(recipe))
+		frame, err := enc.AppendTensor(nil, x, MustParseRecipe(recipe))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestDecodeAddChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := buf.Bytes()
-	dec := NewDecoder(Limits{})
+	dec := new(Decoder)
 	acc := make([]float32, 5000)
 	frames := 0
 	for len(src) > 0 {
@@ -91,9 +91,9 @@ func TestDecodeAddChunks(t *testing.T) {
 
 func TestDecodeAddErrors(t *testing.T) {
 	enc := mustEncoder()
-	dec := NewDecoder(Limits{})
+	dec := new(Decoder)
 	x := floatTensor("w", 100, 3)
-	frame, _, err := enc.AppendTensor(nil, x, MustParseRecipe("halve | *:xor(5)"))
+	frame, err := enc.AppendTensor(nil, x, MustParseRecipe("halve | *:xor(5)"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestDecodeAddErrors(t *testing.T) {
 		t.Errorf("target error: %v", err)
 	}
 	i8 := randTensor("b", I8, 1, 64)
-	frame8, _, err := enc.AppendTensor(nil, i8, nil)
+	frame8, err := enc.AppendTensor(nil, i8, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

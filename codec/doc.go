@@ -36,9 +36,22 @@
 //
 // Encoder, Decoder, Recipe and registered Ops are safe for concurrent use.
 // Writer and Reader are not (one goroutine each), but the Writer runs an
-// ordered encode pipeline of its own (WithConcurrency). Tensors returned by
+// ordered encode pipeline of its own (WithEncoderConcurrency). Tensors returned by
 // a Reader or Decoder own their data, aligned to 8 bytes so that View works.
-// Encoder.Append* functions append to the caller's buffer.
+// Encoder.Append* functions append to the caller's buffer; MaxEncodedLen and
+// MaxTensorLen bound what they append for lossless recipes, so a caller can
+// size the buffer once. Per-segment statistics are made only when asked for
+// (AppendTensorsStats, AppendBytesStats).
+//
+// # Options
+//
+// One option type per direction, as in klauspost/compress/zstd: EOption for
+// NewEncoder and NewWriter, DOption for NewDecoder and NewReader. Options are
+// checked where they are applied, and a constructor fails on a bad value;
+// NewEncoder and NewDecoder refuse options that only the streaming type
+// uses (a chunk size, a policy, a concurrency) instead of ignoring them.
+// Every default is set in one place (options.go) and listed there. The
+// zero Decoder is ready to use with DefaultLimits.
 //
 // The host must be little-endian; tensor data is little-endian everywhere.
 package codec

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sync"
 )
 
@@ -18,16 +19,19 @@ type SegmentStat struct {
 
 // Encoder builds frames in memory. It is safe for concurrent use.
 type Encoder struct {
-	cfg   config
+	cfg   econfig
 	arena sync.Pool // *Arena
 }
 
 // NewEncoder returns an Encoder. It takes the options that concern frame
-// encoding (WithPayloadCRC); others are ignored.
-func NewEncoder(opts ...Option) (*Encoder, error) {
-	cfg, err := newConfig(opts)
+// encoding (WithPayloadCRC) and refuses the ones that only a Writer uses.
+func NewEncoder(opts ...EOption) (*Encoder, error) {
+	cfg, err := newEConfig(opts)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.streamOnly != "" {
+		return nil, fmt.Errorf("codec: NewEncoder: %s applies to a Writer, not an Encoder", cfg.streamOnly)
 	}
 	return &Encoder{cfg: cfg}, nil
 }
@@ -45,33 +49,50 @@ func (e *Encoder) putArena(a *Arena) {
 }
 
 // AppendTensor appends one frame carrying t (a whole tensor or a chunk)
-// coded by r, and returns the extended buffer and per-segment sizes. A nil
-// recipe stores the data raw. It refuses a lossy recipe for a tensor tagged
-// lossless with ErrLossy.
-func (e *Encoder) AppendTensor(dst []byte, t *Tensor, r *Recipe) ([]byte, []SegmentStat, error) {
-	return e.AppendTensors(dst, []*Tensor{t}, []*Recipe{r})
+// coded by r and returns the extended buffer. A nil recipe stores the
+// data raw. It refuses a lossy recipe for a tensor tagged lossless with
+// ErrLossy. With a lossless recipe the frame is at most
+// MaxTensorLen(t) bytes.
+func (e *Encoder) AppendTensor(dst []byte, t *Tensor, r *Recipe) ([]byte, error) {
+	dst, _, err := e.appendTensors(dst, nil, false, []*Tensor{t}, []*Recipe{r})
+	return dst, err
 }
 
 // AppendTensors appends one frame carrying all of ts, tensor i coded by
 // rs[i] (rs may be shorter: missing recipes store raw). One tensor gives a
 // tensor frame, several a tensors frame.
-func (e *Encoder) AppendTensors(dst []byte, ts []*Tensor, rs []*Recipe) ([]byte, []SegmentStat, error) {
+func (e *Encoder) AppendTensors(dst []byte, ts []*Tensor, rs []*Recipe) ([]byte, error) {
+	dst, _, err := e.appendTensors(dst, nil, false, ts, rs)
+	return dst, err
+}
+
+// AppendTensorsStats is AppendTensors that also appends a SegmentStat per
+// stored segment to stats and returns it.
+func (e *Encoder) AppendTensorsStats(dst []byte, stats []SegmentStat, ts []*Tensor, rs []*Recipe) ([]byte, []SegmentStat, error) {
+	return e.appendTensors(dst, stats, true, ts, rs)
+}
+
+func (e *Encoder) appendTensors(dst []byte, stats []SegmentStat, withStats bool, ts []*Tensor, rs []*Recipe) ([]byte, []SegmentStat, error) {
 	if len(ts) == 0 {
-		return dst, nil, fmt.Errorf("codec: AppendTensors: no tensors")
+		return dst, stats, fmt.Errorf("codec: AppendTensors: no tensors")
 	}
 	if limit := DefaultLimits().MaxTensors; len(ts) > limit {
-		return dst, nil, fmt.Errorf("%w: %d tensors in one frame (readers accept %d by default)", ErrLimit, len(ts), limit)
+		return dst, stats, fmt.Errorf("%w: %d tensors in one frame (readers accept %d by default)", ErrLimit, len(ts), limit)
 	}
 	a := e.getArena()
 	defer e.putArena(a)
-	ents := make([]entry, len(ts))
+	var one [1]entry
+	ents := one[:]
+	if len(ts) > 1 {
+		ents = make([]entry, len(ts))
+	}
 	for i, t := range ts {
 		var r *Recipe
 		if i < len(rs) {
 			r = rs[i]
 		}
 		if err := ents[i].encodeTensor(a, t, r); err != nil {
-			return dst, nil, err
+			return dst, stats, err
 		}
 	}
 	typ := FrameTensor
@@ -83,21 +104,35 @@ func (e *Encoder) AppendTensors(dst []byte, ts []*Tensor, rs []*Recipe) ([]byte,
 	for i := range ents {
 		hdr = ents[i].appendHeader(hdr)
 	}
-	return e.assemble(dst, typ, hdr, ents)
+	return e.assemble(dst, stats, withStats, typ, hdr, ents)
 }
 
-// AppendBytes appends one bytes frame carrying p coded by r.
-func (e *Encoder) AppendBytes(dst, p []byte, r *Recipe) ([]byte, []SegmentStat, error) {
+// AppendBytes appends one bytes frame carrying p coded by r (a nil recipe
+// stores p raw). Byte streams are lossless: a lossy recipe is refused with
+// ErrLossy. The frame is at most MaxEncodedLen(len(p)) bytes.
+func (e *Encoder) AppendBytes(dst, p []byte, r *Recipe) ([]byte, error) {
+	dst, _, err := e.appendBytes(dst, nil, false, p, r)
+	return dst, err
+}
+
+// AppendBytesStats is AppendBytes that also appends a SegmentStat per
+// stored segment to stats and returns it.
+func (e *Encoder) AppendBytesStats(dst []byte, stats []SegmentStat, p []byte, r *Recipe) ([]byte, []SegmentStat, error) {
+	return e.appendBytes(dst, stats, true, p, r)
+}
+
+func (e *Encoder) appendBytes(dst []byte, stats []SegmentStat, withStats bool, p []byte, r *Recipe) ([]byte, []SegmentStat, error) {
 	if r.Lossy() {
-		return dst, nil, fmt.Errorf("%w: byte streams are always lossless (recipe %q)", ErrLossy, r)
+		return dst, stats, fmt.Errorf("%w: byte streams are always lossless (recipe %q)", ErrLossy, r)
 	}
 	a := e.getArena()
 	defer e.putArena(a)
-	ents := make([]entry, 1)
+	var one [1]entry
+	ents := one[:]
 	en := &ents[0]
 	ctx := &Ctx{Arena: a}
 	if err := en.encode(ctx, Segment{SegInfo{Name: "data", Elem: Byte, Len: len(p)}, p}, r); err != nil {
-		return dst, nil, err
+		return dst, stats, err
 	}
 	hdr := a.Alloc(0)
 	var flags byte
@@ -107,7 +142,37 @@ func (e *Encoder) AppendBytes(dst, p []byte, r *Recipe) ([]byte, []SegmentStat, 
 	hdr = append(hdr, flags)
 	hdr = binary.AppendUvarint(hdr, uint64(len(p)))
 	hdr = en.appendBody(hdr)
-	return e.assemble(dst, FrameBytes, hdr, ents)
+	return e.assemble(dst, stats, withStats, FrameBytes, hdr, ents)
+}
+
+// MaxEncodedLen returns the largest bytes frame AppendBytes (or a Writer)
+// makes of n bytes, whatever the recipe: a coded frame is kept only when
+// its steps, segment table and segments take fewer bytes than the data,
+// so the bound is the frame that stores the data as it is, with its
+// payload CRC.
+func MaxEncodedLen(n int) int {
+	hdr := 1 + uvarintLen(uint64(n)) // flags, length
+	return frameOverhead(hdr+n) + hdr + n
+}
+
+// MaxTensorLen returns the largest tensor frame AppendTensor makes of t
+// with a lossless recipe (or none): as MaxEncodedLen, the frame that
+// stores t's data as it is. Lossy and gradient stages have no such
+// bound in general (a TopK keeping every element writes an index per
+// value); their frames are usually far smaller.
+func MaxTensorLen(t *Tensor) int {
+	var en entry
+	en.t = t
+	hdr := len(en.appendHeader(nil))
+	return frameOverhead(hdr+len(t.Data)) + hdr + len(t.Data)
+}
+
+// frameOverhead is what a frame adds to its header and payload when the
+// header and the coded body (step list, segment table and segments)
+// together take at most body bytes: lead, header length, header CRC and
+// payload CRC.
+func frameOverhead(body int) int {
+	return 1 + uvarintLen(uint64(body)) + 4 + 4
 }
 
 // AppendHello appends a hello frame.
@@ -192,19 +257,31 @@ func (e *Encoder) AppendRawBytesHead(dst, p []byte) (head, tail []byte) {
 	return head, tail
 }
 
-func (e *Encoder) assemble(dst []byte, typ FrameType, hdr []byte, ents []entry) ([]byte, []SegmentStat, error) {
-	var parts [][]byte
-	var stats []SegmentStat
+func (e *Encoder) assemble(dst []byte, stats []SegmentStat, withStats bool, typ FrameType, hdr []byte, ents []entry) ([]byte, []SegmentStat, error) {
 	coded := false
+	size := 0
 	for i := range ents {
 		coded = coded || len(ents[i].steps) > 0
 		for _, l := range ents[i].leaves {
-			parts = append(parts, l.Data)
-			stats = append(stats, SegmentStat{Tensor: ents[i].t.Name, Name: l.Name, Coder: l.coder, RawLen: l.raw, StoredLen: len(l.Data)})
+			size += len(l.Data)
+			if withStats {
+				stats = append(stats, SegmentStat{Tensor: ents[i].t.Name, Name: l.Name, Coder: l.coder, RawLen: l.raw, StoredLen: len(l.Data)})
+			}
 		}
 	}
 	withCRC := e.cfg.payloadCRC == CRCAlways || coded
-	return appendFrame(dst, typ, hdr, parts, withCRC), stats, nil
+	dst = slices.Grow(dst, frameOverhead(len(hdr))+len(hdr)+size)
+	dst = appendFrameHead(dst, typ, hdr, withCRC)
+	pstart := len(dst)
+	for i := range ents {
+		for _, l := range ents[i].leaves {
+			dst = append(dst, l.Data...)
+		}
+	}
+	if withCRC {
+		dst = binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[pstart:], castagnoli))
+	}
+	return dst, stats, nil
 }
 
 // entry is one tensor (or byte chunk) being encoded.

@@ -27,7 +27,10 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	r := codec.NewReader(&wire)
+	r, err := codec.NewReader(&wire)
+	if err != nil {
+		log.Fatal(err)
+	}
 	t, err := r.ReadTensor()
 	if err != nil {
 		log.Fatal(err)
@@ -63,14 +66,14 @@ func ExampleEncoder() {
 		v[i] = []float32{0.5, -1, 2, 0}[i%4]
 	}
 	x := codec.FromFloat32("bias", v)
-	frame, segs, err := enc.AppendTensor(nil, x, codec.MustParseRecipe("shuffle4 | *:zstd(1)"))
+	frame, segs, err := enc.AppendTensorsStats(nil, nil, []*codec.Tensor{x}, []*codec.Recipe{codec.MustParseRecipe("shuffle4 | *:zstd(1)")})
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, s := range segs {
 		fmt.Println(s.Name, s.Coder, s.StoredLen < s.RawLen)
 	}
-	f, n, err := codec.NewDecoder(codec.Limits{}).DecodeFrame(frame)
+	f, n, err := new(codec.Decoder).DecodeFrame(frame)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -90,7 +93,11 @@ func ExampleWriter_Write() {
 	w, _ := codec.NewWriter(&wire, codec.WithRecipe(codec.MustParseRecipe("*:zstd(3)")))
 	io.WriteString(w, "any bytes at all, any bytes at all, any bytes at all")
 	w.Close()
-	back, err := io.ReadAll(codec.NewReader(&wire))
+	rd, err := codec.NewReader(&wire)
+	if err != nil {
+		log.Fatal(err)
+	}
+	back, err := io.ReadAll(rd)
 	fmt.Println(string(back), err)
 	// Output: any bytes at all, any bytes at all, any bytes at all <nil>
 }

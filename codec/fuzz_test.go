@@ -12,12 +12,12 @@ func fuzzSeeds(f *testing.F) {
 	x := randTensor("w", F32, 1, 3, 10)
 	x.Tags.Extra = []Tag{{"a", "b"}}
 	for _, r := range []string{"", "*:zeros", "halve | data.lo:xor(3),zeros", "halve,halve"} {
-		fr, _, _ := enc.AppendTensor(nil, x, MustParseRecipe(r))
+		fr, _ := enc.AppendTensor(nil, x, MustParseRecipe(r))
 		f.Add(fr)
 	}
-	fr, _, _ := enc.AppendTensors(nil, []*Tensor{x, randTensor("b", U8, 2, 5)}, nil)
+	fr, _ := enc.AppendTensors(nil, []*Tensor{x, randTensor("b", U8, 2, 5)}, nil)
 	f.Add(fr)
-	fr, _, _ = enc.AppendBytes(nil, []byte("some bytes"), MustParseRecipe("halve"))
+	fr, _ = enc.AppendBytes(nil, []byte("some bytes"), MustParseRecipe("halve"))
 	f.Add(fr)
 	f.Add(AppendHello(nil, &Hello{Peer: "p", Stages: []StageID{1, 2}}))
 	f.Add(AppendControl(nil, 1024, []byte("x")))
@@ -30,7 +30,10 @@ func fuzzSeeds(f *testing.F) {
 // panic; what decodes re-encodes to a frame that decodes to the same data.
 func FuzzDecodeFrame(f *testing.F) {
 	fuzzSeeds(f)
-	d := NewDecoder(Limits{MaxDecodedSize: 1 << 20, MaxFrameSize: 1 << 20, MaxTensorSize: 1 << 24})
+	d, err := NewDecoder(WithLimits(Limits{MaxDecodedSize: 1 << 20, MaxFrameSize: 1 << 20, MaxTensorSize: 1 << 24}))
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		fr, n, err := d.DecodeFrame(in)
 		if err != nil {
@@ -47,7 +50,7 @@ func FuzzDecodeFrame(f *testing.F) {
 			if err := x.Validate(); err != nil {
 				t.Fatalf("decoded tensor invalid: %v", err)
 			}
-			out, _, err := enc.AppendTensor(nil, x, nil)
+			out, err := enc.AppendTensor(nil, x, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -64,7 +67,10 @@ func FuzzDecodeFrame(f *testing.F) {
 func FuzzReader(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
-		r := NewReader(bytes.NewReader(in), WithLimits(Limits{MaxDecodedSize: 1 << 20, MaxFrameSize: 1 << 20, MaxTensorSize: 1 << 24}))
+		r, err := NewReader(bytes.NewReader(in), WithLimits(Limits{MaxDecodedSize: 1 << 20, MaxFrameSize: 1 << 20, MaxTensorSize: 1 << 24}))
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i := 0; i < 1000; i++ {
 			_, err := r.ReadTensor()
 			if err == io.EOF {
@@ -114,7 +120,10 @@ func FuzzFrameFields(f *testing.F) {
 	f.Add(byte(FrameTensors), []byte{2, 0, 0, byte(U8), 1, 1, tflagChunk, 0, byte(I16), 1, 4, 1, 2}, []byte{1, 2, 3, 4, 5}, true)
 	f.Add(byte(FrameBytes), []byte{tflagCoded, 4, 1, byte(xorID), 0, 4, 1, 7, 1, 4}, []byte{1, 2, 3, 4}, true)
 	f.Add(byte(FrameHello), append([]byte("TPRS\x01\x01"), make([]byte, 19)...), []byte{}, false)
-	d := NewDecoder(Limits{MaxDecodedSize: 1 << 20, MaxFrameSize: 1 << 20, MaxTensorSize: 1 << 24})
+	d, err := NewDecoder(WithLimits(Limits{MaxDecodedSize: 1 << 20, MaxFrameSize: 1 << 20, MaxTensorSize: 1 << 24}))
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, typ byte, hdr, payload []byte, withCRC bool) {
 		frame := appendFrame(nil, FrameType(typ&leadTypeMask), hdr, [][]byte{payload}, withCRC)
 		_, _, err := d.DecodeFrame(frame)

@@ -5,9 +5,29 @@ import (
 	"runtime"
 )
 
-// Option configures a Writer or an Encoder. Options are checked when
-// applied: a bad value makes NewWriter or NewEncoder fail.
-type Option func(*config) error
+// Options come in two types, as in klauspost/compress/zstd: EOption
+// configures an Encoder or a Writer, DOption a Decoder or a Reader. Each is
+// checked where it is applied, so a bad value makes the constructor fail;
+// an option that concerns only the streaming type (a Writer's chunk size,
+// a Reader's concurrency) is refused by the in-memory type with an error
+// rather than ignored.
+//
+// Defaults, all set in newEConfig and newDConfig:
+//
+//	Writer/Encoder                         Reader/Decoder
+//	chunk size      DefaultChunkSize (1 MiB)   limits        DefaultLimits()
+//	start frame     0 (every frame a chunk)    concurrency   1 (decode on the caller's goroutine)
+//	concurrency     min(4, GOMAXPROCS)
+//	recipe          nil (store raw)
+//	policy          none (the recipe)
+//	payload CRC     CRCAlways
+//	hello           on, no peer ID
+
+// EOption configures an Encoder or a Writer.
+type EOption func(*econfig) error
+
+// DOption configures a Decoder or a Reader.
+type DOption func(*dconfig) error
 
 // CRCMode says when frames carry a payload CRC.
 type CRCMode uint8
@@ -26,10 +46,16 @@ const (
 // pipeline of a few chunks stays in cache-friendly memory.
 const DefaultChunkSize = 1 << 20
 
-// MaxChunkSize is the largest chunk size a Writer accepts.
-const MaxChunkSize = 64 << 20
+// MinChunkSize and MaxChunkSize bound the chunk size a Writer accepts.
+const (
+	MinChunkSize = 64
+	MaxChunkSize = 64 << 20
+)
 
-type config struct {
+// MaxConcurrency bounds WithEncoderConcurrency and WithDecoderConcurrency.
+const MaxConcurrency = 256
+
+type econfig struct {
 	chunkSize   int
 	startFrame  int
 	concurrency int
@@ -38,16 +64,48 @@ type config struct {
 	payloadCRC  CRCMode
 	hello       bool
 	peer        string
+
+	streamOnly string // the first Writer-only option applied, for NewEncoder's error
 }
 
-func newConfig(opts []Option) (config, error) {
-	c := config{
+func newEConfig(opts []EOption) (econfig, error) {
+	c := econfig{
 		chunkSize:   DefaultChunkSize,
 		concurrency: min(4, runtime.GOMAXPROCS(0)),
 		payloadCRC:  CRCAlways,
 		hello:       true,
 	}
 	for _, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("codec: nil option")
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// writerOnly marks c as configured by the Writer-only option name.
+func (c *econfig) writerOnly(name string) {
+	if c.streamOnly == "" {
+		c.streamOnly = name
+	}
+}
+
+type dconfig struct {
+	lim         Limits
+	concurrency int
+
+	streamOnly string // the first Reader-only option applied, for NewDecoder's error
+}
+
+func newDConfig(opts []DOption) (dconfig, error) {
+	c := dconfig{lim: DefaultLimits(), concurrency: 1}
+	for _, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("codec: nil option")
+		}
 		if err := o(&c); err != nil {
 			return c, err
 		}
@@ -57,13 +115,14 @@ func newConfig(opts []Option) (config, error) {
 
 // WithChunkSize sets the decoded bytes per frame (default DefaultChunkSize,
 // at most MaxChunkSize). Tensors are cut on element boundaries (on block
-// boundaries for block stages); whole-tensor stages ignore it.
-func WithChunkSize(n int) Option {
-	return func(c *config) error {
-		if n < 64 || n > MaxChunkSize {
-			return fmt.Errorf("codec: chunk size %d outside [64, %d]", n, MaxChunkSize)
+// boundaries for block stages); whole-tensor stages ignore it. Writer only.
+func WithChunkSize(n int) EOption {
+	return func(c *econfig) error {
+		if n < MinChunkSize || n > MaxChunkSize {
+			return fmt.Errorf("codec: chunk size %d outside [%d, %d]", n, MinChunkSize, MaxChunkSize)
 		}
 		c.chunkSize = n
+		c.writerOnly("WithChunkSize")
 		return nil
 	}
 }
@@ -74,53 +133,60 @@ func WithChunkSize(n int) Option {
 // size). A receiver decodes whole frames, so on a slow link the first
 // byte of a stream cut into 1 MiB frames arrives after the whole first
 // megabyte; transport.Wrap starts at 16 KiB. Tensor frames are not
-// affected.
-func WithStartFrame(n int) Option {
-	return func(c *config) error {
+// affected. Writer only.
+func WithStartFrame(n int) EOption {
+	return func(c *econfig) error {
 		if n < 0 || n > MaxChunkSize {
 			return fmt.Errorf("codec: start frame %d outside [0, %d]", n, MaxChunkSize)
 		}
 		c.startFrame = n
+		c.writerOnly("WithStartFrame")
 		return nil
 	}
 }
 
-// WithConcurrency sets how many chunks are encoded at once (default
-// min(4, GOMAXPROCS)). Frames always leave in order; memory is about
-// (n+2) times the chunk size. 1 still overlaps encoding with writing.
-func WithConcurrency(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > 256 {
-			return fmt.Errorf("codec: concurrency %d outside [1, 256]", n)
+// WithEncoderConcurrency sets how many chunks a Writer encodes at once
+// (default min(4, GOMAXPROCS), at most MaxConcurrency). Frames always
+// leave in order; memory is about (n+2) times the chunk size. 1 still
+// overlaps encoding with writing. Writer only: an Encoder encodes on the
+// caller's goroutine and is safe for concurrent use.
+func WithEncoderConcurrency(n int) EOption {
+	return func(c *econfig) error {
+		if n < 1 || n > MaxConcurrency {
+			return fmt.Errorf("codec: concurrency %d outside [1, %d]", n, MaxConcurrency)
 		}
 		c.concurrency = n
+		c.writerOnly("WithEncoderConcurrency")
 		return nil
 	}
 }
 
 // WithRecipe sets a fixed recipe for every frame (default: store raw).
-// WithPolicy overrides it.
-func WithRecipe(r *Recipe) Option {
-	return func(c *config) error {
+// WithPolicy overrides it. Writer only: an Encoder takes a recipe per call.
+func WithRecipe(r *Recipe) EOption {
+	return func(c *econfig) error {
 		c.recipe = r
+		c.writerOnly("WithRecipe")
 		return nil
 	}
 }
 
-// WithPolicy lets p choose the recipe of each frame and observe the result.
-func WithPolicy(p Policy) Option {
-	return func(c *config) error {
+// WithPolicy lets p choose the recipe of each frame and observe the
+// result. Writer only.
+func WithPolicy(p Policy) EOption {
+	return func(c *econfig) error {
 		if p == nil {
 			return fmt.Errorf("codec: nil policy")
 		}
 		c.policy = p
+		c.writerOnly("WithPolicy")
 		return nil
 	}
 }
 
 // WithPayloadCRC sets when frames carry a payload CRC (default CRCAlways).
-func WithPayloadCRC(m CRCMode) Option {
-	return func(c *config) error {
+func WithPayloadCRC(m CRCMode) EOption {
+	return func(c *econfig) error {
 		if m > CRCOmitRaw {
 			return fmt.Errorf("codec: unknown CRC mode %d", m)
 		}
@@ -130,10 +196,52 @@ func WithPayloadCRC(m CRCMode) Option {
 }
 
 // WithHello sets whether a Writer opens the stream with a hello frame
-// (default true) and the peer ID it announces.
-func WithHello(on bool, peer string) Option {
-	return func(c *config) error {
-		c.hello, c.peer = on, peer
+// (default true). Writer only.
+func WithHello(on bool) EOption {
+	return func(c *econfig) error {
+		c.hello = on
+		c.writerOnly("WithHello")
+		return nil
+	}
+}
+
+// WithPeerID sets the peer ID a Writer's hello announces (default none;
+// at most DefaultLimits().MaxNameLen bytes). Writer only.
+func WithPeerID(id string) EOption {
+	return func(c *econfig) error {
+		if limit := DefaultLimits().MaxNameLen; len(id) > limit {
+			return fmt.Errorf("codec: peer ID of %d bytes (readers accept %d by default)", len(id), limit)
+		}
+		c.peer = id
+		c.writerOnly("WithPeerID")
+		return nil
+	}
+}
+
+// WithLimits sets the decoding limits (zero fields keep their defaults,
+// DefaultLimits).
+func WithLimits(l Limits) DOption {
+	return func(c *dconfig) error {
+		c.lim = l.withDefaults()
+		return nil
+	}
+}
+
+// WithDecoderConcurrency sets how many frames a Reader decodes at once
+// (default 1: on the caller's goroutine; at most MaxConcurrency). With
+// n > 1 a goroutine reads frames ahead and n workers decode them while the
+// caller consumes earlier ones; results come in stream order, errors at
+// the frame where they happened. Memory is bounded by about 2n frames
+// (each within the limits). Reader only.
+func WithDecoderConcurrency(n int) DOption {
+	return func(c *dconfig) error {
+		if n < 1 || n > MaxConcurrency {
+			return fmt.Errorf("codec: concurrency %d outside [1, %d]", n, MaxConcurrency)
+		}
+		c.concurrency = n
+		if c.streamOnly == "" {
+			c.streamOnly = "WithDecoderConcurrency"
+		}
 		return nil
 	}
 }

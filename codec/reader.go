@@ -52,26 +52,20 @@ type ReaderStats struct {
 // Stats returns the Reader's counters.
 func (r *Reader) Stats() ReaderStats { return r.stats }
 
-// ReaderOption configures a Reader.
-type ReaderOption func(*Reader)
-
-// WithLimits sets the decoding limits (zero fields keep their defaults).
-func WithLimits(l Limits) ReaderOption {
-	return func(r *Reader) { r.lim = l.withDefaults() }
-}
-
-// NewReader returns a Reader of the frames in src.
-func NewReader(src io.Reader, opts ...ReaderOption) *Reader {
-	r := &Reader{lim: DefaultLimits()}
+// NewReader returns a Reader of the frames in src. It fails only on a bad
+// option.
+func NewReader(src io.Reader, opts ...DOption) (*Reader, error) {
+	cfg, err := newDConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reader{lim: cfg.lim}
 	if br, ok := src.(*bufio.Reader); ok && br.Size() >= 64<<10 {
 		r.br = br
 	} else {
 		r.br = bufio.NewReaderSize(src, 64<<10)
 	}
-	for _, o := range opts {
-		o(r)
-	}
-	return r
+	return r, nil
 }
 
 // Hello returns the stream's hello, once one has been read.

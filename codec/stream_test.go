@@ -66,7 +66,7 @@ func TestStreamRealStagesOverPipe(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		defer a.Close()
-		wr, err := codec.NewWriter(a, codec.WithChunkSize(64<<10), codec.WithConcurrency(2), codec.WithPolicy(pol))
+		wr, err := codec.NewWriter(a, codec.WithChunkSize(64<<10), codec.WithEncoderConcurrency(2), codec.WithPolicy(pol))
 		if err != nil {
 			errc <- err
 			return
@@ -83,7 +83,10 @@ func TestStreamRealStagesOverPipe(t *testing.T) {
 		}
 		errc <- wr.Close()
 	}()
-	r := codec.NewReader(b)
+	r, err := codec.NewReader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := r.ReadTensor()
 	if err != nil || !bytes.Equal(got.Data, w.Data) || !got.Tags.Lossless {
 		t.Fatalf("weights: %v", err)
@@ -144,7 +147,7 @@ func BenchmarkWriterMemory(b *testing.B) {
 				b.SetBytes(int64(len(x.Data)))
 				b.ReportAllocs()
 				for b.Loop() {
-					w, _ := codec.NewWriter(io.Discard, codec.WithConcurrency(c), codec.WithChunkSize(chunk), codec.WithRecipe(r))
+					w, _ := codec.NewWriter(io.Discard, codec.WithEncoderConcurrency(c), codec.WithChunkSize(chunk), codec.WithRecipe(r))
 					if err := w.WriteTensor(x); err != nil {
 						b.Fatal(err)
 					}
@@ -153,7 +156,7 @@ func BenchmarkWriterMemory(b *testing.B) {
 			})
 			// One stream carrying tensor after tensor: the steady state.
 			b.Run(fmt.Sprintf("stream/concurrency=%d/chunk=%dKiB", c, chunk>>10), func(b *testing.B) {
-				w, _ := codec.NewWriter(io.Discard, codec.WithConcurrency(c), codec.WithChunkSize(chunk), codec.WithRecipe(r))
+				w, _ := codec.NewWriter(io.Discard, codec.WithEncoderConcurrency(c), codec.WithChunkSize(chunk), codec.WithRecipe(r))
 				b.SetBytes(int64(len(x.Data)))
 				b.ReportAllocs()
 				for b.Loop() {
@@ -177,7 +180,7 @@ func TestAppendRawBytesHead(t *testing.T) {
 		}
 		for _, n := range []int{0, 1, 1000, 300000} {
 			p := bytes.Repeat([]byte{byte(n), 7}, n/2+1)[:n]
-			want, _, err := enc.AppendBytes(nil, p, nil)
+			want, err := enc.AppendBytes(nil, p, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -214,7 +217,11 @@ func TestWriterRawVectored(t *testing.T) {
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
 		}
-		got, err := io.ReadAll(codec.NewReader(&buf))
+		rd, err := codec.NewReader(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rd)
 		if err != nil || !bytes.Equal(got, append(slices.Clone(a), b...)) {
 			t.Fatalf("mode %d: read %d bytes, %v", mode, len(got), err)
 		}
@@ -233,7 +240,10 @@ func TestNextIntoRaw(t *testing.T) {
 	mine := make([]byte, 0, 70000)
 	var got []byte
 	direct := 0
-	r := codec.NewReader(bytes.NewReader(stream))
+	r, err := codec.NewReader(bytes.NewReader(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for {
 		f, err := r.NextInto(func(h *codec.FrameHeader, i int) []byte { return mine[:0] })
 		if err == io.EOF {
@@ -255,8 +265,10 @@ func TestNextIntoRaw(t *testing.T) {
 	// A damaged payload is a checksum error on the direct path too.
 	bad := slices.Clone(stream)
 	bad[len(bad)/2] ^= 1
-	r = codec.NewReader(bytes.NewReader(bad))
-	var err error
+	r, err = codec.NewReader(bytes.NewReader(bad))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for err == nil {
 		_, err = r.NextInto(func(*codec.FrameHeader, int) []byte { return mine[:0] })
 	}
@@ -293,7 +305,11 @@ func TestWriteFrame(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := io.ReadAll(codec.NewReader(&buf))
+	rd, err := codec.NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rd)
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("read %d of %d bytes: %v", len(got), len(want), err)
 	}
@@ -311,7 +327,7 @@ func TestWriteEncoded(t *testing.T) {
 	for i := range foreign.Data {
 		foreign.Data[i] = byte(i * 7)
 	}
-	frame, _, err := enc.AppendTensor(nil, foreign, nil)
+	frame, err := enc.AppendTensor(nil, foreign, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +360,10 @@ func TestWriteEncoded(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r := codec.NewReader(&buf)
+	r, err := codec.NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var got []string
 	for {
 		f, err := r.Next()
@@ -395,7 +414,7 @@ func TestStartFrameAndCutter(t *testing.T) {
 	for _, path := range []string{"Write", "WriteBorrowed", "WriteFrame"} {
 		for _, cutAt := range []int{0, 100 << 10} {
 			var buf bytes.Buffer
-			opts := []codec.Option{codec.WithChunkSize(1 << 20), codec.WithStartFrame(16 << 10)}
+			opts := []codec.EOption{codec.WithChunkSize(1 << 20), codec.WithStartFrame(16 << 10)}
 			var cut *cutEvery
 			if cutAt > 0 {
 				cut = &cutEvery{n: cutAt}
@@ -421,7 +440,10 @@ func TestStartFrameAndCutter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := codec.NewReader(&buf)
+			r, err := codec.NewReader(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var sizes []int
 			var got []byte
 			for {

@@ -16,7 +16,7 @@ import (
 // Writer encodes tensors and byte streams into frames on an io.Writer.
 //
 // Tensors are cut into chunks of the configured size and encoded by a
-// pipeline of WithConcurrency workers while earlier frames are written;
+// pipeline of WithEncoderConcurrency workers while earlier frames are written;
 // frames leave in order. WriteTensor returns once every chunk of the tensor
 // is encoded, so the caller may reuse the tensor's data then; the frames
 // themselves may still be in flight until Flush or Close. Write copies p.
@@ -25,7 +25,7 @@ import (
 // be called to write the end-of-stream frame and stop the workers. After an
 // error, every later call returns the same error.
 type Writer struct {
-	cfg   config
+	cfg   econfig
 	dst   io.Writer
 	enc   *Encoder
 	jobs  chan *job
@@ -84,8 +84,8 @@ func (w *Writer) release(j *job) {
 }
 
 // NewWriter returns a Writer that writes frames to w.
-func NewWriter(w io.Writer, opts ...Option) (*Writer, error) {
-	cfg, err := newConfig(opts)
+func NewWriter(w io.Writer, opts ...EOption) (*Writer, error) {
+	cfg, err := newEConfig(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,10 @@ func (w *Writer) encodeJob(j *job) {
 	t0 := time.Now()
 	vectored := j.tensor == nil && j.recipe == nil && len(j.data) >= vectorMin
 	out := w.getBuf()
-	need := j.info.Len + 4096 // a frame is never much larger than its chunk
+	need := MaxEncodedLen(j.info.Len)
+	if j.tensor != nil {
+		need = MaxTensorLen(j.tensor)
+	}
 	if vectored {
 		need = 64 // the head only
 	}
@@ -132,7 +135,7 @@ func (w *Writer) encodeJob(j *job) {
 	}
 	switch {
 	case j.tensor != nil:
-		j.out, j.stats, j.err = w.enc.AppendTensor(out, j.tensor, j.recipe)
+		j.out, j.stats, j.err = w.enc.AppendTensorsStats(out, nil, []*Tensor{j.tensor}, []*Recipe{j.recipe})
 	case vectored:
 		// Stored raw: the head and tail go around the data itself
 		// in one vectored write, with no copy of the data.
@@ -140,7 +143,7 @@ func (w *Writer) encodeJob(j *job) {
 		j.raw = j.data
 		j.stats = []SegmentStat{{Name: "data", RawLen: len(j.data), StoredLen: len(j.data)}}
 	default:
-		j.out, j.stats, j.err = w.enc.AppendBytes(out, j.data, j.recipe)
+		j.out, j.stats, j.err = w.enc.AppendBytesStats(out, nil, j.data, j.recipe)
 	}
 	j.encode = time.Since(t0)
 	if j.data != nil && j.raw == nil {

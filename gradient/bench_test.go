@@ -87,7 +87,10 @@ func BenchmarkReceiverAdd(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := NewReceiver(codec.Limits{})
+	r, err := NewReceiver()
+	if err != nil {
+		b.Fatal(err)
+	}
 	acc := make([]float32, len(g))
 	b.SetBytes(int64(4 * len(g)))
 	b.ReportAllocs()

@@ -256,7 +256,11 @@ func TestBloomChunks(t *testing.T) {
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
 		}
-		got, err := codec.NewReader(&buf).ReadTensor()
+		rd, err := codec.NewReader(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := rd.ReadTensor()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,7 +429,10 @@ var errDiffer = errors.New("DecodeAdd differs from Decode")
 // decodeLoose decodes a frame and adds it, ignoring errors; it checks that
 // the two agree when both succeed.
 func decodeLoose(frame []byte) error {
-	d := codec.NewDecoder(codec.Limits{MaxDecodedSize: 1 << 22, MaxFrameSize: 1 << 22, MaxTensorSize: 1 << 22})
+	d, err := codec.NewDecoder(codec.WithLimits(codec.Limits{MaxDecodedSize: 1 << 22, MaxFrameSize: 1 << 22, MaxTensorSize: 1 << 22}))
+	if err != nil {
+		return err
+	}
 	f, _, err := d.DecodeFrame(frame)
 	var acc []float32
 	_, err2 := d.DecodeAdd(frame, 1, func(t *codec.Tensor) ([]float32, error) {
@@ -690,7 +697,7 @@ func TestDeepReduceSizes(t *testing.T) {
 		"topk(0.01) | idx:delta,bitpack | val:polyfit | val.perm:bitpack | *:huff0",
 		"topk(0.01) | idx:delta,bitpack | val:qsgd(127) | *:huff0",
 	} {
-		frame, stats, err := enc.AppendTensor(nil, tt, codec.MustParseRecipe(rs))
+		frame, stats, err := enc.AppendTensorsStats(nil, nil, []*codec.Tensor{tt}, []*codec.Recipe{codec.MustParseRecipe(rs)})
 		if err != nil {
 			t.Fatalf("%s: %v", rs, err)
 		}
@@ -749,7 +756,7 @@ func deepReduceSeeds(f *testing.F) {
 		"topk(0.1) | idx:delta,bitpack | val:polyfit(3)", "polyfit(8)",
 	} {
 		enc, _ := codec.NewEncoder()
-		fr, _, err := enc.AppendTensor(nil, codec.FromFloat32("g", x, 300), codec.MustParseRecipe(rs))
+		fr, err := enc.AppendTensor(nil, codec.FromFloat32("g", x, 300), codec.MustParseRecipe(rs))
 		if err != nil {
 			f.Fatal(err)
 		}

@@ -18,7 +18,7 @@ func FuzzDecode(f *testing.F) {
 		"dgc(0.05)", "randk(0.2,seed=3) | val:fp16", "powersgd(2)", "powersgd(3,seed=4) | p:fp16",
 	} {
 		enc, _ := codec.NewEncoder()
-		fr, _, err := enc.AppendTensor(nil, codec.FromFloat32("g", x, 12, 20), codec.MustParseRecipe(rs))
+		fr, err := enc.AppendTensor(nil, codec.FromFloat32("g", x, 12, 20), codec.MustParseRecipe(rs))
 		if err != nil {
 			f.Fatal(err)
 		}

@@ -24,7 +24,7 @@ func normal(n int, seed uint64, sd float64) []float32 {
 
 func decodeAll(t *testing.T, frame []byte) []float32 {
 	t.Helper()
-	f, n, err := codec.NewDecoder(codec.Limits{}).DecodeFrame(frame)
+	f, n, err := new(codec.Decoder).DecodeFrame(frame)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,11 @@ func decodeAll(t *testing.T, frame []byte) []float32 {
 func decodeAdd(t *testing.T, frame []byte, n int) []float32 {
 	t.Helper()
 	acc := make([]float32, n)
-	if _, err := NewReceiver(codec.Limits{}).Add(frame, 1, func(string, []int64) ([]float32, error) { return acc, nil }); err != nil {
+	recv, err := NewReceiver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recv.Add(frame, 1, func(string, []int64) ([]float32, error) { return acc, nil }); err != nil {
 		t.Fatal(err)
 	}
 	return acc
@@ -92,7 +96,7 @@ func TestSelectionStages(t *testing.T) {
 			"randk(0.05,seed=9) | val:shuffle | *:huff0",
 		} {
 			r := codec.MustParseRecipe(rs)
-			frame, _, err := enc.AppendTensor(nil, tt, r)
+			frame, err := enc.AppendTensor(nil, tt, r)
 			if err != nil {
 				t.Fatalf("n=%d %q: %v", n, rs, err)
 			}
@@ -159,7 +163,11 @@ func TestRandKChunks(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := codec.NewReader(&buf).ReadTensor()
+	rd, err := codec.NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := rd.ReadTensor()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +197,7 @@ func TestPowerSGDStage(t *testing.T) {
 		}
 	}
 	enc, _ := codec.NewEncoder()
-	frame, _, err := enc.AppendTensor(nil, codec.FromFloat32("w", m, int64(rows), int64(cols)), codec.MustParseRecipe("powersgd(2)"))
+	frame, err := enc.AppendTensor(nil, codec.FromFloat32("w", m, int64(rows), int64(cols)), codec.MustParseRecipe("powersgd(2)"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +396,10 @@ func TestShapeChecks(t *testing.T) {
 	if _, err := snd.Append(nil, codec.FromFloat32("w", normal(100, 1, 1), 100)); err == nil {
 		t.Fatal("a new shape for a known tensor was accepted")
 	}
-	r := NewReceiver(codec.Limits{})
+	r, err := NewReceiver()
+	if err != nil {
+		t.Fatal(err)
+	}
 	acc := make([]float32, 99)
 	if _, err := r.Add(frame, 1, func(string, []int64) ([]float32, error) { return acc, nil }); err == nil {
 		t.Fatal("an accumulator of the wrong size was accepted")
@@ -407,7 +418,7 @@ func TestShapeChecks(t *testing.T) {
 func mustFrame(t *testing.T, recipe string, x []float32) []byte {
 	t.Helper()
 	enc, _ := codec.NewEncoder()
-	f, _, err := enc.AppendTensor(nil, codec.FromFloat32("g", x, int64(len(x))), codec.MustParseRecipe(recipe))
+	f, err := enc.AppendTensor(nil, codec.FromFloat32("g", x, int64(len(x))), codec.MustParseRecipe(recipe))
 	if err != nil {
 		t.Fatal(err)
 	}

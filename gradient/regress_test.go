@@ -303,7 +303,7 @@ func TestPowerSGDThinShapes(t *testing.T) {
 		}
 		x := normal(n, 9, 1)
 		enc, _ := codec.NewEncoder()
-		f, _, err := enc.AppendTensor(nil, codec.FromFloat32("g", x, shape...), codec.MustParseRecipe("powersgd(8)"))
+		f, err := enc.AppendTensor(nil, codec.FromFloat32("g", x, shape...), codec.MustParseRecipe("powersgd(8)"))
 		if err != nil {
 			t.Fatalf("%v: %v", shape, err)
 		}

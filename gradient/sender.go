@@ -96,7 +96,11 @@ func NewSender(c Compressor, opts ...Option) (*Sender, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sender{comp: c, ef: true, enc: enc, dec: codec.NewDecoder(selfLimits())}
+	dec, err := codec.NewDecoder(codec.WithLimits(selfLimits()))
+	if err != nil {
+		return nil, err
+	}
+	s := &Sender{comp: c, ef: true, enc: enc, dec: dec}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -190,7 +194,7 @@ func (s *Sender) Append(dst []byte, t *codec.Tensor) ([]byte, error) {
 		r = &codec.Recipe{Steps: s.steps}
 	}
 	ct := &codec.Tensor{Name: t.Name, DType: codec.F32, Shape: t.Shape, Tags: t.Tags, Version: t.Version, Base: t.Base, Data: view.Of(in.C)}
-	out, _, err := s.enc.AppendTensor(dst, ct, r)
+	out, err := s.enc.AppendTensor(dst, ct, r)
 	if err != nil {
 		return fail(err)
 	}
@@ -263,8 +267,14 @@ type Receiver struct {
 	dec *codec.Decoder
 }
 
-// NewReceiver returns a Receiver with the given decoder limits.
-func NewReceiver(lim codec.Limits) *Receiver { return &Receiver{dec: codec.NewDecoder(lim)} }
+// NewReceiver returns a Receiver whose decoder takes opts (WithLimits).
+func NewReceiver(opts ...codec.DOption) (*Receiver, error) {
+	dec, err := codec.NewDecoder(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Receiver{dec: dec}, nil
+}
 
 // Add decodes the frame at the start of src and adds weight times its
 // tensor into acc(name), which must return a buffer of exactly the

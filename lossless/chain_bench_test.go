@@ -71,7 +71,7 @@ func chainBench(b *testing.B, recipe string) {
 		frames = frames[:0]
 		for _, t := range chunks {
 			var err error
-			if frames, _, err = enc.AppendTensor(frames, t, r); err != nil {
+			if frames, err = enc.AppendTensor(frames, t, r); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -85,7 +85,7 @@ func chainBench(b *testing.B, recipe string) {
 		}
 		b.ReportMetric(float64(len(data))/float64(len(frames)), "ratio")
 	})
-	dec := codec.NewDecoder(codec.Limits{})
+	dec := new(codec.Decoder)
 	b.Run("decode", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		b.ReportAllocs()
@@ -144,7 +144,7 @@ func TestChainRatio(t *testing.T) {
 	var frames []byte
 	for _, c := range chainChunks(data) {
 		var err error
-		if frames, _, err = enc.AppendTensor(frames, c, r); err != nil {
+		if frames, err = enc.AppendTensor(frames, c, r); err != nil {
 			t.Fatal(err)
 		}
 	}

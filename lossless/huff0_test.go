@@ -310,7 +310,7 @@ func BenchmarkHuff0(b *testing.B) {
 func TestHuff0Stream(t *testing.T) {
 	data := fastTestFloats(300000, 6) // 1.2 MB: two frames of 1 MiB chunks
 	var buf bytes.Buffer
-	w, err := codec.NewWriter(&buf, codec.WithRecipe(codec.MustParseRecipe("shuffle4 | plane3:huff0 | plane0..2:raw")), codec.WithConcurrency(2))
+	w, err := codec.NewWriter(&buf, codec.WithRecipe(codec.MustParseRecipe("shuffle4 | plane3:huff0 | plane0..2:raw")), codec.WithEncoderConcurrency(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,11 @@ func TestHuff0Stream(t *testing.T) {
 	if ratio := float64(len(data)) / float64(buf.Len()); ratio < 1.18 {
 		t.Errorf("stream ratio %.3f", ratio)
 	}
-	got, err := codec.NewReader(&buf).ReadTensor()
+	rd, err := codec.NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := rd.ReadTensor()
 	if err != nil {
 		t.Fatal(err)
 	}

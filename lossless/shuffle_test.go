@@ -54,11 +54,11 @@ func fastTestRoundTrip(t testing.TB, tn *codec.Tensor, recipe string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	frame, _, err := enc.AppendTensor(nil, tn, r)
+	frame, err := enc.AppendTensor(nil, tn, r)
 	if err != nil {
 		t.Fatalf("%q on %v x %d: encode: %v", recipe, tn.DType, len(tn.Data), err)
 	}
-	f, n, err := codec.NewDecoder(codec.Limits{}).DecodeFrame(frame)
+	f, n, err := new(codec.Decoder).DecodeFrame(frame)
 	if err != nil {
 		t.Fatalf("%q on %v x %d: decode: %v", recipe, tn.DType, len(tn.Data), err)
 	}
@@ -338,7 +338,7 @@ func TestShuffleOp(t *testing.T) {
 		t.Error("shuffle on bytes: no error")
 	}
 	enc, _ := codec.NewEncoder()
-	if _, _, err := enc.AppendBytes(nil, make([]byte, 64), codec.MustParseRecipe("shuffle")); !errors.Is(err, codec.ErrRecipe) {
+	if _, err := enc.AppendBytes(nil, make([]byte, 64), codec.MustParseRecipe("shuffle")); !errors.Is(err, codec.ErrRecipe) {
 		t.Errorf("shuffle on a byte stream: %v, want ErrRecipe", err)
 	}
 	if b, err := auto.(shuffleOp).Bind(codec.SegInfo{Elem: codec.F32}); err != nil || b.String() != "shuffle4" {

@@ -345,14 +345,14 @@ func TestXzFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := zstdTestShuffle4(zstdTestFloats(8<<10, 18))
-	frame, stats, err := enc.AppendBytes(nil, data, codec.MustParseRecipe("*:xz(dict=20)"))
+	frame, stats, err := enc.AppendBytesStats(nil, nil, data, codec.MustParseRecipe("*:xz(dict=20)"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(stats) != 1 || stats[0].Coder != "xz" {
 		t.Errorf("stats %+v: want one segment coded by xz", stats)
 	}
-	f, _, err := codec.NewDecoder(codec.Limits{}).DecodeFrame(frame)
+	f, _, err := new(codec.Decoder).DecodeFrame(frame)
 	if err != nil || !bytes.Equal(f.Bytes, data) {
 		t.Fatalf("DecodeFrame: %v", err)
 	}

@@ -225,9 +225,9 @@ func TestZstdFrame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := codec.NewDecoder(codec.Limits{})
+	dec := new(codec.Decoder)
 	data := zstdTestFloats(16<<10, 5)
-	frame, stats, err := enc.AppendBytes(nil, data, codec.MustParseRecipe("*:zstd(1)"))
+	frame, stats, err := enc.AppendBytesStats(nil, nil, data, codec.MustParseRecipe("*:zstd(1)"))
 	if err != nil {
 		t.Fatal(err)
 	}

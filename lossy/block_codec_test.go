@@ -94,11 +94,11 @@ func TestBlockThroughCodec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := codec.NewDecoder(codec.Limits{})
+	dec := new(codec.Decoder)
 	for _, text := range quantE2ERecipes {
 		r := codec.MustParseRecipe(text)
 		tensor := codec.FromFloat32("layer.w", x, 4, int64(len(x)/4))
-		frame, stats, err := enc.AppendTensor(nil, tensor, r)
+		frame, stats, err := enc.AppendTensorsStats(nil, nil, []*codec.Tensor{tensor}, []*codec.Recipe{r})
 		if err != nil {
 			t.Fatalf("%s: %v", text, err)
 		}
@@ -146,7 +146,7 @@ func TestBlockLosslessTagRefused(t *testing.T) {
 	for _, text := range quantE2ERecipes {
 		tensor := codec.FromFloat32("w", x)
 		tensor.Tags.Lossless = true
-		if _, _, err := enc.AppendTensor(nil, tensor, codec.MustParseRecipe(text)); !errors.Is(err, codec.ErrLossy) {
+		if _, err := enc.AppendTensor(nil, tensor, codec.MustParseRecipe(text)); !errors.Is(err, codec.ErrLossy) {
 			t.Errorf("%s on a lossless tensor: err %v, want ErrLossy", text, err)
 		}
 		var buf bytes.Buffer
@@ -168,7 +168,7 @@ func TestBlockChunked(t *testing.T) {
 	x := quantE2EInput()
 	x = append(x, quantNormals(64*256*2, 0.02, 5)...) // more than two groups of 256 nf4 scales
 	enc, _ := codec.NewEncoder()
-	dec := codec.NewDecoder(codec.Limits{})
+	dec := new(codec.Decoder)
 	for _, text := range quantE2ERecipes {
 		r := codec.MustParseRecipe(text)
 		chunk := 4096 // bytes: 1024 elements; block-aligned by the Writer
@@ -179,7 +179,7 @@ func TestBlockChunked(t *testing.T) {
 			chunk = 64 * 256 * 4
 		}
 		tensor := codec.FromFloat32("w", x)
-		frame, _, err := enc.AppendTensor(nil, tensor, r)
+		frame, err := enc.AppendTensor(nil, tensor, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestBlockChunked(t *testing.T) {
 		whole, _ := codec.View[float32](f.Tensors[0])
 
 		var buf bytes.Buffer
-		w, err := codec.NewWriter(&buf, codec.WithRecipe(r), codec.WithChunkSize(chunk), codec.WithConcurrency(2))
+		w, err := codec.NewWriter(&buf, codec.WithRecipe(r), codec.WithChunkSize(chunk), codec.WithEncoderConcurrency(2))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +200,10 @@ func TestBlockChunked(t *testing.T) {
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
 		}
-		rd := codec.NewReader(bytes.NewReader(buf.Bytes()))
+		rd, err := codec.NewReader(bytes.NewReader(buf.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
 		got, err := rd.ReadTensor()
 		if err != nil {
 			t.Fatalf("%s: %v", text, err)
@@ -253,7 +256,7 @@ func TestBlockSizes(t *testing.T) {
 		"qsgd(127,4096)", "sign", "ternary"} {
 		var sizes [2]int
 		for k, suffix := range []string{"", " | q:huff0"} {
-			frame, _, err := enc.AppendTensor(nil, codec.FromFloat32("w", x), codec.MustParseRecipe(text+suffix))
+			frame, err := enc.AppendTensor(nil, codec.FromFloat32("w", x), codec.MustParseRecipe(text+suffix))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -133,7 +133,7 @@ func BenchmarkFP16Stage(b *testing.B) {
 		b.Fatal(err)
 	}
 	r := codec.MustParseRecipe("fp16")
-	frame, _, err := enc.AppendTensor(nil, tn, r)
+	frame, err := enc.AppendTensor(nil, tn, r)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -142,13 +142,13 @@ func BenchmarkFP16Stage(b *testing.B) {
 		b.ReportAllocs()
 		buf := make([]byte, 0, len(frame)+1024)
 		for b.Loop() {
-			buf, _, _ = enc.AppendTensor(buf[:0], tn, r)
+			buf, _ = enc.AppendTensor(buf[:0], tn, r)
 		}
 	})
 	b.Run("decode", func(b *testing.B) {
 		b.SetBytes(int64(len(f32)))
 		b.ReportAllocs()
-		dec := codec.NewDecoder(codec.Limits{})
+		dec := new(codec.Decoder)
 		out := codec.AlignedBytes(len(f32) + 64)
 		for b.Loop() {
 			if _, _, err := dec.DecodeFrameInto(out, frame); err != nil {

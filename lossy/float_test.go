@@ -524,11 +524,11 @@ func floatRoundTrip(t testing.TB, tn *codec.Tensor, recipe string) *codec.Tensor
 	if err != nil {
 		t.Fatal(err)
 	}
-	frame, _, err := enc.AppendTensor(nil, tn, r)
+	frame, err := enc.AppendTensor(nil, tn, r)
 	if err != nil {
 		t.Fatalf("%q on %v x %d: encode: %v", recipe, tn.DType, len(tn.Data), err)
 	}
-	f, n, err := codec.NewDecoder(codec.Limits{}).DecodeFrame(frame)
+	f, n, err := new(codec.Decoder).DecodeFrame(frame)
 	if err != nil {
 		t.Fatalf("%q on %v x %d: decode: %v", recipe, tn.DType, len(tn.Data), err)
 	}
@@ -911,7 +911,7 @@ func TestFloatRecipes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := enc.AppendTensor(nil, tn, codec.MustParseRecipe(recipe)); !errors.Is(err, codec.ErrLossy) {
+		if _, err := enc.AppendTensor(nil, tn, codec.MustParseRecipe(recipe)); !errors.Is(err, codec.ErrLossy) {
 			t.Errorf("%q on a lossless tensor: %v, want ErrLossy", recipe, err)
 		}
 	}
@@ -922,7 +922,7 @@ func TestFloatRecipes(t *testing.T) {
 	}
 	for _, dt := range []codec.DType{codec.I32, codec.F16, codec.BF16, codec.U8} {
 		tn := codec.NewTensor("i", dt, 64)
-		if _, _, err := enc.AppendTensor(nil, tn, codec.MustParseRecipe("fp16")); !errors.Is(err, codec.ErrRecipe) {
+		if _, err := enc.AppendTensor(nil, tn, codec.MustParseRecipe("fp16")); !errors.Is(err, codec.ErrRecipe) {
 			t.Errorf("fp16 on %v: %v, want ErrRecipe", dt, err)
 		}
 	}

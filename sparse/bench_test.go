@@ -46,7 +46,7 @@ func benchChunks(b *testing.B, data []byte, recipe string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	dec := codec.NewDecoder(codec.Limits{})
+	dec := new(codec.Decoder)
 	shape := []int64{int64(len(data) / 4)}
 	var chunks []*codec.Tensor
 	for off := 0; off < len(data); off += codec.DefaultChunkSize {
@@ -56,7 +56,7 @@ func benchChunks(b *testing.B, data []byte, recipe string) {
 	frames := make([][]byte, len(chunks))
 	total := 0
 	for i, c := range chunks {
-		if frames[i], _, err = enc.AppendTensor(nil, c, r); err != nil {
+		if frames[i], err = enc.AppendTensor(nil, c, r); err != nil {
 			b.Fatal(err)
 		}
 		total += len(frames[i])
@@ -67,7 +67,7 @@ func benchChunks(b *testing.B, data []byte, recipe string) {
 		b.ReportAllocs()
 		for b.Loop() {
 			for i, c := range chunks {
-				if frames[i], _, err = enc.AppendTensor(frames[i][:0], c, r); err != nil {
+				if frames[i], err = enc.AppendTensor(frames[i][:0], c, r); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -58,7 +58,7 @@ func FuzzRoundTrip(f *testing.F) {
 	f.Add(make([]byte, 64), byte(3))
 	f.Add(bytes.Repeat([]byte{1, 0, 0, 0, 0, 0, 0, 0}, 40), byte(5))
 	enc, _ := codec.NewEncoder()
-	dec := codec.NewDecoder(codec.Limits{})
+	dec := new(codec.Decoder)
 	recipes := []*codec.Recipe{
 		codec.MustParseRecipe("sparse | val:shuffle | *:huff0"),
 		codec.MustParseRecipe("sparse(bitmap)"), codec.MustParseRecipe("sparse(gaps)"),
@@ -76,7 +76,7 @@ func FuzzRoundTrip(f *testing.F) {
 		}
 		tn := &codec.Tensor{Name: "f", DType: codec.F32, Shape: []int64{int64(len(data) / 4)}, Data: data}
 		r := recipes[int(which)%len(recipes)]
-		frame, _, err := enc.AppendTensor(nil, tn, r)
+		frame, err := enc.AppendTensor(nil, tn, r)
 		if err != nil {
 			t.Fatal(err)
 		}

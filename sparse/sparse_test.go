@@ -57,11 +57,11 @@ func tryRoundTrip(t testing.TB, tn *codec.Tensor, recipe string) (int, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	frame, _, err := enc.AppendTensor(nil, tn, codec.MustParseRecipe(recipe))
+	frame, err := enc.AppendTensor(nil, tn, codec.MustParseRecipe(recipe))
 	if err != nil {
 		return 0, err
 	}
-	f, _, err := codec.NewDecoder(codec.Limits{}).DecodeFrame(frame)
+	f, _, err := new(codec.Decoder).DecodeFrame(frame)
 	if err != nil {
 		t.Fatalf("%s: decode: %v", recipe, err)
 	}
@@ -341,7 +341,7 @@ func TestMalformed(t *testing.T) {
 	}
 	enc, _ := codec.NewEncoder()
 	bt := &codec.Tensor{Name: "b", DType: codec.BF16, Shape: []int64{3}, Data: make([]byte, 6)}
-	if _, _, err := enc.AppendTensor(nil, codec.FromFloat32("f", []float32{1, 2}), codec.MustParseRecipe("delta")); !errors.Is(err, codec.ErrRecipe) {
+	if _, err := enc.AppendTensor(nil, codec.FromFloat32("f", []float32{1, 2}), codec.MustParseRecipe("delta")); !errors.Is(err, codec.ErrRecipe) {
 		t.Errorf("delta on float32: err %v", err)
 	}
 	_ = bt

@@ -30,12 +30,18 @@ func FuzzDecodeReal(f *testing.F) {
 		return nil
 	})
 	lim := codec.Limits{MaxDecodedSize: 4 << 20, MaxFrameSize: 4 << 20, MaxTensorSize: 16 << 20}
-	d := codec.NewDecoder(lim)
+	d, err := codec.NewDecoder(codec.WithLimits(lim))
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if _, _, err := d.DecodeFrame(in); err != nil && !typed(err) {
 			t.Fatalf("untyped error: %v", err)
 		}
-		r := codec.NewReader(bytes.NewReader(in), codec.WithLimits(lim))
+		r, err := codec.NewReader(bytes.NewReader(in), codec.WithLimits(lim))
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i := 0; i < 100; i++ {
 			if _, err := r.Next(); err != nil {
 				if err != io.EOF && !typed(err) {
@@ -59,14 +65,14 @@ func FuzzRoundTrip(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{0, 0, 0x80, 0x3f}, 300), uint8(3), uint8(2))
 	f.Add(make([]byte, 4096), uint8(4), uint8(0))
 	enc, _ := codec.NewEncoder()
-	d := codec.NewDecoder(codec.Limits{})
+	d := new(codec.Decoder)
 	f.Fuzz(func(t *testing.T, data []byte, ri, kind uint8) {
 		r := codec.MustParseRecipe(fuzzRecipes[int(ri)%len(fuzzRecipes)])
 		var frame []byte
 		var err error
 		switch kind % 3 {
 		case 0:
-			frame, _, err = enc.AppendBytes(nil, data, r)
+			frame, err = enc.AppendBytes(nil, data, r)
 		case 1, 2:
 			dt := codec.F32
 			if kind%3 == 2 {
@@ -75,7 +81,7 @@ func FuzzRoundTrip(f *testing.F) {
 			n := len(data) / dt.Size()
 			x := codec.NewTensor("t", dt, int64(n))
 			copy(x.Data, data)
-			frame, _, err = enc.AppendTensor(nil, x, r)
+			frame, err = enc.AppendTensor(nil, x, r)
 			data = x.Data
 		}
 		if err != nil {

@@ -34,9 +34,9 @@ func encodeCase(t *testing.T, c Case) []byte {
 	}
 	var out []byte
 	if c.Tensor != nil {
-		out, _, err = enc.AppendTensor(nil, c.Tensor, r)
+		out, err = enc.AppendTensor(nil, c.Tensor, r)
 	} else {
-		out, _, err = enc.AppendBytes(nil, c.Bytes, r)
+		out, err = enc.AppendBytes(nil, c.Bytes, r)
 	}
 	if err != nil {
 		t.Fatalf("%s: %v", c.Name, err)
@@ -67,7 +67,7 @@ func checkGolden(t *testing.T, name string, got []byte, exact bool) []byte {
 }
 
 func TestGoldenFrames(t *testing.T) {
-	d := codec.NewDecoder(codec.Limits{})
+	d := new(codec.Decoder)
 	for _, c := range Cases() {
 		t.Run(c.Name, func(t *testing.T) {
 			got := encodeCase(t, c)
@@ -110,12 +110,12 @@ func goldenStream(t *testing.T) []byte {
 	copy(h.Session[:], "0123456789abcdef")
 	s := codec.AppendHello(nil, h)
 	small := []*codec.Tensor{Normal("bias", 16, 0.1, 10), Ints("ln", codec.F16, 8, 11), Ramp("idx", codec.I32, 5)}
-	s, _, err := enc.AppendTensors(s, small, []*codec.Recipe{codec.MustParseRecipe("shuffle4"), nil, codec.MustParseRecipe("*:s2")})
+	s, err := enc.AppendTensors(s, small, []*codec.Recipe{codec.MustParseRecipe("shuffle4"), nil, codec.MustParseRecipe("*:s2")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s = codec.AppendControl(s, 1024, []byte("app message"))
-	s, _, err = enc.AppendBytes(s, []byte("a byte stream chunk"), nil)
+	s, err = enc.AppendBytes(s, []byte("a byte stream chunk"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,10 @@ func goldenStream(t *testing.T) []byte {
 
 func TestGoldenStream(t *testing.T) {
 	want := checkGolden(t, "stream", goldenStream(t), true)
-	r := codec.NewReader(bytes.NewReader(want))
+	r, err := codec.NewReader(bytes.NewReader(want))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var types []string
 	for {
 		f, err := r.Next()
@@ -220,7 +223,7 @@ func malformedCases() []malformed {
 	huff := golden("huff0-planes")
 	zstdFrame := func(t *testing.T, n int) []byte {
 		enc, _ := codec.NewEncoder()
-		f, _, _ := enc.AppendBytes(nil, bytes.Repeat([]byte("zstd content "), n), codec.MustParseRecipe("*:zstd(3)"))
+		f, _ := enc.AppendBytes(nil, bytes.Repeat([]byte("zstd content "), n), codec.MustParseRecipe("*:zstd(3)"))
 		return f
 	}
 	return []malformed{
@@ -276,7 +279,7 @@ func malformedCases() []malformed {
 		{"stream-lost-frame", true, codec.ErrCorrupt, func(t *testing.T) []byte {
 			s := goldenStream(t)
 			// Remove the bytes frame (the one before the end frame).
-			d := codec.NewDecoder(codec.Limits{})
+			d := new(codec.Decoder)
 			var frames [][]byte
 			for len(s) > 0 {
 				_, n, err := d.DecodeFrame(s)
@@ -332,14 +335,21 @@ func TestMalformedCorpus(t *testing.T) {
 		}
 		want := errNames[f[2]]
 		if f[1] == "stream" {
-			r := codec.NewReader(bytes.NewReader(in))
+			r, rerr := codec.NewReader(bytes.NewReader(in))
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
 			for err = nil; err == nil; {
 				_, err = r.Next()
 			}
 		} else {
-			_, _, err = codec.NewDecoder(codec.Limits{}).DecodeFrame(in)
+			_, _, err = new(codec.Decoder).DecodeFrame(in)
 			// The stream reader must agree.
-			if _, err2 := codec.NewReader(bytes.NewReader(in)).Next(); !errors.Is(err2, want) {
+			rd, rerr := codec.NewReader(bytes.NewReader(in))
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			if _, err2 := rd.Next(); !errors.Is(err2, want) {
 				t.Errorf("%s via Reader: got %v, want %s", f[0], err2, f[2])
 			}
 		}

@@ -115,13 +115,13 @@ func Wrap(c net.Conn, opts ...Option) (*Conn, error) {
 	}
 	// The first frames are small (16 KiB, doubling): the receiver decodes
 	// whole frames, and the link's rate is not known yet.
-	copts := []codec.Option{codec.WithStartFrame(startFrame)}
+	copts := []codec.EOption{codec.WithStartFrame(startFrame)}
 	if loopback(c) {
 		// A trusted fast path: raw frames carry no payload CRC (the
 		// header keeps its own). Options given with WithCodec come after.
 		copts = append(copts, codec.WithPayloadCRC(codec.CRCOmitRaw))
 	}
-	copts = append(append(copts, o.codec...), codec.WithPolicy(tc.policy), codec.WithHello(true, o.peerID))
+	copts = append(append(copts, o.codec...), codec.WithPolicy(tc.policy), codec.WithHello(true), codec.WithPeerID(o.peerID))
 	w, err := codec.NewWriter(c, copts...)
 	if err != nil {
 		return nil, err
@@ -453,7 +453,10 @@ func (c *Conn) pump() {
 		close(c.pumpDone)
 		close(c.data)
 	}()
-	r := codec.NewReader(c.raw, codec.WithLimits(c.o.limits))
+	r, err := codec.NewReader(c.raw, codec.WithLimits(c.o.limits))
+	if err != nil {
+		return // cannot happen: WithLimits takes any value
+	}
 	into := func(h *codec.FrameHeader, i int) []byte {
 		if n := h.Entries[i].RawLen; h.Type == codec.FrameBytes && n <= maxPooled {
 			return c.getBuf(int(n))

@@ -408,7 +408,10 @@ func TestPeerStages(t *testing.T) {
 		_, err := ca.Write(floats(100000, 1))
 		werr <- err
 	}()
-	r := codec.NewReader(b)
+	r, err := codec.NewReader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for {
 		f, err := r.Next()
 		if err != nil {

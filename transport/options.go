@@ -11,7 +11,7 @@ import (
 type Option func(*options) error
 
 type options struct {
-	codec         []codec.Option
+	codec         []codec.EOption
 	policy        codec.Policy
 	recipe        *codec.Recipe
 	limits        codec.Limits
@@ -61,7 +61,7 @@ func WithPolicy(p codec.Policy) Option {
 // WithCodec passes Writer options (chunk size, concurrency, payload CRC)
 // to the frame writer. A policy or recipe given here is overridden by
 // WithPolicy and WithRecipe.
-func WithCodec(opts ...codec.Option) Option {
+func WithCodec(opts ...codec.EOption) Option {
 	return func(o *options) error { o.codec = append(o.codec, opts...); return nil }
 }
 

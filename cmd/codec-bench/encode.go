@@ -35,8 +35,8 @@ func cmdEncode(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("--chain: %v", err)
 	}
-	if _, err := codec.NewEncoder(codec.WithChunkSize(*chunk)); err != nil {
-		return usagef("--chunk: %v", err)
+	if *chunk < codec.MinChunkSize || *chunk > codec.MaxChunkSize {
+		return usagef("--chunk %d outside [%d, %d]", *chunk, codec.MinChunkSize, codec.MaxChunkSize)
 	}
 	var t *codec.Tensor
 	if *dtype != "" {
@@ -110,7 +110,10 @@ func cmdDecode(args []string, stdout, stderr io.Writer) error {
 }
 
 func decodeStream(in io.Reader, out io.Writer, lim codec.Limits) error {
-	rd := codec.NewReader(in, codec.WithLimits(lim))
+	rd, err := codec.NewReader(in, codec.WithLimits(lim))
+	if err != nil {
+		return err
+	}
 	for {
 		f, err := rd.Next()
 		if err == io.EOF {

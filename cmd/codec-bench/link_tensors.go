@@ -59,8 +59,11 @@ func (b *linkBench) sendTensors(conn io.Writer, ch linkChain, tu *autotune.Tuner
 // decoded tensor bytes (sparse updates count at their dense size), not
 // hashed, and when the first frame with tensor bytes was decoded.
 func receiveTensors(r io.Reader) (received, error) {
-	rd := codec.NewReader(r)
 	var got received
+	rd, err := codec.NewReader(r)
+	if err != nil {
+		return got, err
+	}
 	for {
 		f, err := rd.Next()
 		if errors.Is(err, io.EOF) {

@@ -80,12 +80,12 @@ func (b *bench) newTrial(s *sample, c *chain) (*trial, error) {
 func (tr *trial) encode(enc *codec.Encoder, dst []byte) ([]byte, error) {
 	var err error
 	for i := range tr.tensors {
-		if dst, _, err = enc.AppendTensor(dst, &tr.tensors[i], tr.c.recipe); err != nil {
+		if dst, err = enc.AppendTensor(dst, &tr.tensors[i], tr.c.recipe); err != nil {
 			return dst, err
 		}
 	}
 	for _, p := range tr.parts {
-		if dst, _, err = enc.AppendBytes(dst, p, tr.c.recipe); err != nil {
+		if dst, err = enc.AppendBytes(dst, p, tr.c.recipe); err != nil {
 			return dst, err
 		}
 	}

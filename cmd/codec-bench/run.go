@@ -111,9 +111,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	if _, err := fl.parse(args, 0, 0); err != nil {
 		return err
 	}
-	enc, err := codec.NewEncoder(codec.WithChunkSize(*chunk))
+	if *chunk < codec.MinChunkSize || *chunk > codec.MaxChunkSize {
+		return usagef("--chunk %d outside [%d, %d]", *chunk, codec.MinChunkSize, codec.MaxChunkSize)
+	}
+	enc, err := codec.NewEncoder()
 	if err != nil {
-		return usagef("--chunk: %v", err)
+		return err
 	}
 	switch {
 	case *minTime < 0:
@@ -182,7 +185,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	// One core, as the zstd tool gets with -T1: the encoder runs on this
 	// goroutine, and the garbage collector shares its core.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	b := &bench{enc: enc, dec: codec.NewDecoder(codec.Limits{}), chunk: *chunk, minTime: *minTime, reps: *reps}
+	b := &bench{enc: enc, dec: new(codec.Decoder), chunk: *chunk, minTime: *minTime, reps: *reps}
 	measured := 0
 	for i := range samples {
 		s := &samples[i]

@@ -24,7 +24,11 @@ type Compressed struct {
 // NewCompressed returns an Uplink for spec over the model's parameters
 // (names and shapes as in MLP.Params).
 func NewCompressed(spec *gradient.Spec, params []Param) *Compressed {
-	return &Compressed{spec: spec, params: params, recv: gradient.NewReceiver(codec.Limits{})}
+	recv, err := gradient.NewReceiver()
+	if err != nil {
+		panic(err) // no options: cannot fail
+	}
+	return &Compressed{spec: spec, params: params, recv: recv}
 }
 
 // SetEpoch tells the compressors' schedules (DGC's warm-up) the epoch.
