@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -19,13 +20,22 @@ import (
 // tensors of a tensors frame), so use one of them per stretch of the
 // stream. After an error other than io.EOF every call returns that error.
 // A Reader is not safe for concurrent use.
+//
+// With WithDecoderConcurrency(n), n > 1, frames are decoded by up to n
+// goroutines while the caller's goroutine reads the next ones: ReadTensor
+// decodes the chunks of a tensor in parallel, each straight into its
+// place in the tensor; Next reads up to n-1 frames ahead of the one it
+// returns, but only frames whose first bytes have already arrived, so a
+// peer that waits for an answer is never waited for. Results and errors
+// come in stream order. The goroutines end with the frames they decode;
+// a Reader needs no Close.
 type Reader struct {
-	br     *bufio.Reader
-	lim    Limits
-	hdrBuf []byte
-	payBuf []byte
-	arena  Arena
-	off    int64 // stream offset of the next frame
+	br      *bufio.Reader
+	lim     Limits
+	workers int
+	hdrBuf  []byte
+	payBuf  []byte // one worker: the payload buffer, reused
+	off     int64  // stream offset of the next frame
 
 	last int64 // stream offset of the frame returned last
 	err  error // sticky: after an error every call returns it
@@ -35,10 +45,26 @@ type Reader struct {
 	decoded   uint64 // their decoded bytes
 	expectEnd bool   // a hello was read and its end frame was not
 
-	queue []*Tensor // tensors of a tensors frame not yet returned
-	rest  []byte    // unread bytes of the current bytes frame
+	ahead []*pending // frames read ahead by Next, in stream order
+	queue []*Tensor  // tensors of a tensors frame not yet returned
+	rest  []byte     // unread bytes of the current bytes frame
+
+	arenas sync.Pool // *Arena
+	pays   sync.Pool // *[]byte: payload buffers of frames decoded by workers
 
 	stats ReaderStats
+}
+
+// pending is a frame read from the stream and being (or to be) decoded.
+type pending struct {
+	start  int64        // stream offset
+	h      *FrameHeader // nil with err
+	raw    []byte       // payload and its CRC
+	pooled *[]byte      // raw's buffer, from Reader.pays
+	f      *Frame
+	err    error         // read or decode error, located at start
+	done   chan struct{} // closed once decoded by a worker; nil: decoded already
+	took   time.Duration // decode time
 }
 
 // ReaderStats counts what a Reader has read since it was made.
@@ -46,7 +72,7 @@ type ReaderStats struct {
 	Frames     uint64        // data frames (tensor, tensors, bytes)
 	WireBytes  uint64        // their bytes in the stream, headers included
 	RawBytes   uint64        // their decoded bytes
-	DecodeTime time.Duration // time spent checking and decoding payloads, without waiting for input
+	DecodeTime time.Duration // time spent checking and decoding payloads, summed over workers, without waiting for input
 }
 
 // Stats returns the Reader's counters.
@@ -59,7 +85,7 @@ func NewReader(src io.Reader, opts ...DOption) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{lim: cfg.lim}
+	r := &Reader{lim: cfg.lim, workers: cfg.concurrency}
 	if br, ok := src.(*bufio.Reader); ok && br.Size() >= 64<<10 {
 		r.br = br
 	} else {
@@ -83,7 +109,9 @@ func (r *Reader) Next() (*Frame, error) {
 // of the frame with header h, a buffer (length 0, capacity at least the
 // entry's RawLen) to decode the entry into, or nil to allocate one. The
 // payload of a bytes frame stored as is is read straight into it, without
-// a copy.
+// a copy. With WithDecoderConcurrency, into is called on the caller's
+// goroutine for frames read ahead too, before the earlier ones are
+// returned.
 func (r *Reader) NextInto(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	return r.next(into)
 }
@@ -92,27 +120,78 @@ func (r *Reader) next(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	f, err := r.read(into)
-	if err != nil && err != io.EOF {
-		r.err = err
+	var p *pending
+	if r.workers == 1 && len(r.ahead) == 0 {
+		p = r.readFrame(into)
+		r.decode(p, entryInto(p, into))
+	} else {
+		r.readAhead(into)
+		p = r.ahead[0]
+		r.ahead[0] = nil
+		r.ahead = r.ahead[1:]
 	}
-	return f, err
+	return r.finish(p)
 }
 
-func (r *Reader) read(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
+// readAhead fills r.ahead up to the number of workers, dispatching each
+// frame to a worker. It reads a frame beyond the first only when its first
+// bytes have arrived, and stops after an error.
+func (r *Reader) readAhead(into func(h *FrameHeader, i int) []byte) {
+	for len(r.ahead) < r.workers {
+		if n := len(r.ahead); n > 0 && (r.ahead[n-1].err != nil || r.br.Buffered() == 0) {
+			return
+		}
+		p := r.readFrame(into)
+		r.dispatch(p, entryInto(p, into))
+		r.ahead = append(r.ahead, p)
+	}
+}
+
+// finish waits for p, counts it and records it as the frame returned last.
+func (r *Reader) finish(p *pending) (*Frame, error) {
+	r.wait(p)
+	if p.err != nil {
+		if p.err != io.EOF {
+			r.err = p.err
+		}
+		return nil, p.err
+	}
+	r.stats.DecodeTime += p.took
+	r.last = p.start
+	return p.f, nil
+}
+
+// entryInto adapts a NextInto callback to p's header; a bytes frame
+// stored raw that readFrame already read into the caller's buffer needs
+// none.
+func entryInto(p *pending, into func(h *FrameHeader, i int) []byte) func(int) []byte {
+	if into == nil || p.err != nil || p.f != nil {
+		return nil
+	}
+	return func(i int) []byte { return into(p.h, i) }
+}
+
+// readFrame reads the next frame's header and payload, without decoding
+// the payload, and keeps the stream's accounting (hello, end, counts),
+// which depends on headers only. Errors are returned in p.err.
+func (r *Reader) readFrame(into func(h *FrameHeader, i int) []byte) *pending {
 	start := r.off
+	p := &pending{start: start}
 	h, hb, err := ReadFrameHeader(r.br, r.br, r.lim, r.hdrBuf)
 	r.hdrBuf = hb
 	if err != nil {
-		if err == io.EOF {
-			if r.expectEnd {
-				return nil, r.wrapAt(start, io.ErrUnexpectedEOF, "stream ends without an end frame")
-			}
-			return nil, io.EOF
+		switch {
+		case err != io.EOF:
+			p.err = r.wrapAt(start, err, "frame header")
+		case r.expectEnd:
+			p.err = r.wrapAt(start, io.ErrUnexpectedEOF, "stream ends without an end frame")
+		default:
+			p.err = io.EOF
 		}
-		return nil, r.wrapAt(start, err, "frame header")
+		return p
 	}
-	var f *Frame
+	p.h = h
+	n := h.FrameLen() - int64(h.HeaderLen)
 	var dst []byte
 	if into != nil && h.Type == FrameBytes && len(h.Entries) == 1 && !h.Entries[0].Coded {
 		dst = into(h, 0)
@@ -120,28 +199,27 @@ func (r *Reader) read(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	if dst != nil && int64(cap(dst)) >= h.Entries[0].RawLen {
 		// The caller's buffer has the room: no allocation by what the
 		// header claims, and no copy.
-		if f, err = r.readRawBytes(h, dst); err != nil {
-			return nil, r.wrapAt(start, err, fmt.Sprintf("%v frame payload of %d bytes", h.Type, h.FrameLen()-int64(h.HeaderLen)))
-		}
-	} else {
-		raw, err := r.readPayload(h.FrameLen() - int64(h.HeaderLen))
-		if err != nil {
-			return nil, r.wrapAt(start, unexpected(err), fmt.Sprintf("%v frame payload of %d bytes", h.Type, h.FrameLen()-int64(h.HeaderLen)))
-		}
-		var intoEntry func(int) []byte
-		if into != nil {
-			intoEntry = func(i int) []byte {
-				if i == 0 && dst != nil {
-					return dst // already asked for
-				}
-				return into(h, i)
-			}
-		}
 		t0 := time.Now()
-		f, err = decodePayload(h, raw, &r.lim, &r.arena, intoEntry)
-		r.stats.DecodeTime += time.Since(t0)
+		if p.f, err = r.readRawBytes(h, dst); err != nil {
+			p.err = r.wrapAt(start, err, fmt.Sprintf("%v frame payload of %d bytes", h.Type, n))
+			return p
+		}
+		p.took = time.Since(t0)
+	} else {
+		if r.workers > 1 {
+			p.pooled, _ = r.pays.Get().(*[]byte)
+			if p.pooled == nil {
+				p.pooled = new([]byte)
+			}
+			p.raw, err = readPayload(r.br, *p.pooled, n)
+			*p.pooled = p.raw
+		} else {
+			p.raw, err = readPayload(r.br, r.payBuf, n)
+			r.payBuf = p.raw
+		}
 		if err != nil {
-			return nil, r.wrapAt(start, err, fmt.Sprintf("%v frame", h.Type))
+			p.err = r.wrapAt(start, unexpected(err), fmt.Sprintf("%v frame payload of %d bytes", h.Type, n))
+			return p
 		}
 	}
 	switch h.Type {
@@ -149,8 +227,9 @@ func (r *Reader) read(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 		r.hello, r.expectEnd, r.frames, r.decoded = h.Hello, true, 0, 0
 	case FrameEnd:
 		if r.hello != nil && (h.End.Frames != r.frames || h.End.Bytes != r.decoded) {
-			return nil, r.wrapAt(start, ErrCorrupt, fmt.Sprintf("end frame counts %d frames and %d bytes, received %d and %d",
+			p.err = r.wrapAt(start, ErrCorrupt, fmt.Sprintf("end frame counts %d frames and %d bytes, received %d and %d",
 				h.End.Frames, h.End.Bytes, r.frames, r.decoded))
+			return p
 		}
 		r.expectEnd, r.frames, r.decoded = false, 0, 0
 	case FrameTensor, FrameTensors, FrameBytes:
@@ -162,8 +241,62 @@ func (r *Reader) read(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 			r.stats.RawBytes += uint64(e.RawLen)
 		}
 	}
-	r.last, r.off = start, start+h.FrameLen()
-	return f, nil
+	r.off = start + h.FrameLen()
+	return p
+}
+
+// dispatch decodes p on a goroutine of its own when the Reader has workers
+// and p carries data; otherwise on the caller's.
+func (r *Reader) dispatch(p *pending, into func(int) []byte) {
+	if r.workers == 1 || p.err != nil || p.f != nil || p.h.Type == FrameHello || p.h.Type == FrameEnd || p.h.Type == FrameControl {
+		r.decode(p, into)
+		return
+	}
+	if into != nil {
+		// The caller's callback runs on the caller's goroutine.
+		dsts := make([][]byte, len(p.h.Entries))
+		for i := range dsts {
+			dsts[i] = into(i)
+		}
+		into = func(i int) []byte { return dsts[i] }
+	}
+	p.done = make(chan struct{})
+	go func() {
+		r.decode(p, into)
+		close(p.done)
+	}()
+}
+
+// wait waits until p is decoded.
+func (r *Reader) wait(p *pending) {
+	if p.done != nil {
+		<-p.done
+	}
+}
+
+// decode checks and decodes p's payload (unless that is done or failed).
+// It touches no Reader state but its pools, so workers may run it.
+func (r *Reader) decode(p *pending, into func(int) []byte) {
+	if p.err != nil || p.f != nil {
+		return
+	}
+	a, _ := r.arenas.Get().(*Arena)
+	if a == nil {
+		a = &Arena{}
+	}
+	t0 := time.Now()
+	f, err := decodePayload(p.h, p.raw, &r.lim, a, into)
+	p.took = time.Since(t0)
+	r.arenas.Put(a)
+	if p.pooled != nil {
+		r.pays.Put(p.pooled)
+		p.pooled, p.raw = nil, nil
+	}
+	if err != nil {
+		p.err = r.wrapAt(p.start, err, fmt.Sprintf("%v frame", p.h.Type))
+		return
+	}
+	p.f = f
 }
 
 // readRawBytes reads the payload of a bytes frame stored as is straight
@@ -178,20 +311,17 @@ func (r *Reader) readRawBytes(h *FrameHeader, dst []byte) (*Frame, error) {
 		if _, err := io.ReadFull(r.br, c[:]); err != nil {
 			return nil, unexpected(err)
 		}
-		t0 := time.Now()
-		got := crc32.Checksum(dst, castagnoli)
-		r.stats.DecodeTime += time.Since(t0)
-		if want := binary.LittleEndian.Uint32(c[:]); got != want {
+		if got, want := crc32.Checksum(dst, castagnoli), binary.LittleEndian.Uint32(c[:]); got != want {
 			return nil, fmt.Errorf("%w: payload CRC %08x, computed %08x", ErrChecksum, want, got)
 		}
 	}
 	return &Frame{Header: h, Bytes: dst}, nil
 }
 
-// readPayload reads n bytes into the reused payload buffer, growing it as
-// the bytes arrive rather than to what the header claims.
-func (r *Reader) readPayload(n int64) ([]byte, error) {
-	buf := r.payBuf[:0]
+// readPayload reads n bytes into buf (reused), growing it as the bytes
+// arrive rather than to what the header claims.
+func readPayload(rd io.Reader, buf []byte, n int64) ([]byte, error) {
+	buf = buf[:0]
 	for int64(len(buf)) < n {
 		if len(buf) == cap(buf) {
 			c := int(min(n, int64(max(2*cap(buf), 64<<10))))
@@ -200,12 +330,11 @@ func (r *Reader) readPayload(n int64) ([]byte, error) {
 			buf = nb
 		}
 		k := int(min(n-int64(len(buf)), int64(cap(buf)-len(buf))))
-		if _, err := io.ReadFull(r.br, buf[len(buf):len(buf)+k]); err != nil {
-			return nil, err
+		if _, err := io.ReadFull(rd, buf[len(buf):len(buf)+k]); err != nil {
+			return buf, err
 		}
 		buf = buf[:len(buf)+k]
 	}
-	r.payBuf = buf
 	return buf, nil
 }
 
@@ -222,83 +351,205 @@ func (r *Reader) fail(err error, what string) error {
 
 // ReadTensor returns the next whole tensor, joining its chunks. Control
 // and hello frames are skipped; a bytes frame is an error. At the end of
-// the stream it returns io.EOF. The tensor's size is bounded by
-// Limits.MaxTensorSize, and its buffer grows with the chunks received, not
-// with what the first header claims.
+// the stream it returns io.EOF.
+//
+// The chunks of a tensor must follow each other in order, each starting
+// where the one before ended, with no other data frame between them.
+// The tensor's buffer is allocated once, at the size its shape gives,
+// once the first chunk's header has passed its CRC and the limits (the
+// shape's bytes are bounded by Limits.MaxTensorSize); each chunk is
+// decoded straight into its place, by a worker of its own with
+// WithDecoderConcurrency.
 func (r *Reader) ReadTensor() (*Tensor, error) {
 	if len(r.queue) > 0 {
 		t := r.queue[0]
 		r.queue = r.queue[1:]
 		return t, nil
 	}
-	var acc *Tensor // tensor being assembled
+	if r.err != nil {
+		return nil, r.err
+	}
+	a := assembly{r: r}
+	t, err := a.run()
+	if err != nil && err != io.EOF {
+		a.drain()
+		if r.err == nil {
+			r.err = err
+		}
+		return nil, r.err
+	}
+	return t, err
+}
+
+// assembly joins the chunks of one tensor for ReadTensor.
+type assembly struct {
+	r        *Reader
+	acc      *Tensor    // the tensor being assembled; nil before its first chunk
+	filled   int64      // bytes of acc.Data placed so far
+	inflight []*pending // chunks being decoded into acc, in stream order
+}
+
+func (a *assembly) run() (*Tensor, error) {
+	r := a.r
 	for {
-		appended := false // the frame decoded straight into acc
-		f, err := r.next(func(h *FrameHeader, i int) []byte {
-			if acc == nil || h.Type != FrameTensor {
-				return nil
+		var p *pending
+		placed := false
+		if len(r.ahead) > 0 {
+			// Read ahead by Next: decoded into buffers of their own.
+			p = r.ahead[0]
+			r.ahead[0] = nil
+			r.ahead = r.ahead[1:]
+		} else {
+			p = r.readFrame(nil)
+			if dst := a.place(p); dst != nil {
+				r.dispatch(p, func(int) []byte { return dst })
+				placed = true
+			} else {
+				r.dispatch(p, nil)
 			}
-			e := &h.Entries[0]
-			if !sameTensor(acc, &e.Tensor) || e.Tensor.Offset*int64(acc.DType.Size()) != int64(len(acc.Data)) {
-				return nil
+		}
+		if placed {
+			a.inflight = append(a.inflight, p)
+			a.filled += p.h.Entries[0].RawLen
+			if err := a.settle(r.workers - 1); err != nil {
+				return nil, err
 			}
-			acc.Data = grow(acc.Data, int(e.RawLen), acc.NumBytes())
-			appended = true
-			return acc.Data[len(acc.Data):]
-		})
+			if a.filled == a.acc.NumBytes() {
+				if err := a.settle(0); err != nil {
+					return nil, err
+				}
+				a.acc.Offset = 0
+				return a.acc, nil
+			}
+			continue
+		}
+		if err := a.settle(0); err != nil {
+			return nil, err
+		}
+		f, err := r.finish(p)
 		if err != nil {
-			if err == io.EOF && acc != nil {
-				return nil, r.fail(io.ErrUnexpectedEOF, fmt.Sprintf("tensor %q ends after %d of %d bytes", acc.Name, len(acc.Data), acc.NumBytes()))
+			if err == io.EOF && a.acc != nil {
+				return nil, r.fail(io.ErrUnexpectedEOF, a.short())
 			}
 			return nil, err
 		}
-		switch f.Header.Type {
-		case FrameEnd:
-			if acc != nil {
-				return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q ends after %d of %d bytes", acc.Name, len(acc.Data), acc.NumBytes()))
-			}
-			return nil, io.EOF
-		case FrameBytes:
-			return nil, r.fail(ErrCorrupt, "bytes frame where a tensor was expected")
-		case FrameHello:
-			if acc != nil {
-				return nil, r.fail(ErrCorrupt, fmt.Sprintf("new stream inside tensor %q", acc.Name))
-			}
-			continue
-		case FrameTensor, FrameTensors:
-		default:
-			continue
-		}
-		if f.Header.Type == FrameTensors {
-			for _, t := range f.Tensors {
-				if !t.IsWhole() {
-					return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensors frame carries a chunk of %q", t.Name))
-				}
-			}
-		}
-		if acc == nil {
-			t := f.Tensors[0]
-			if t.IsWhole() {
-				r.queue = append(r.queue, f.Tensors[1:]...)
-				return t, nil
-			}
-			if t.Offset != 0 {
-				return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q starts at element %d", t.Name, t.Offset))
-			}
-			acc = t
-			continue
-		}
-		t := f.Tensors[0]
-		if !appended {
-			return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q interrupted after %d of %d bytes by %q at element %d",
-				acc.Name, len(acc.Data), acc.NumBytes(), t.Name, t.Offset))
-		}
-		acc.Data = acc.Data[:len(acc.Data)+len(t.Data)]
-		if int64(len(acc.Data)) == acc.NumBytes() {
-			acc.Offset = 0
-			return acc, nil
+		t, err := a.frame(f)
+		if t != nil || err != nil {
+			return t, err
 		}
 	}
+}
+
+// place returns where p's chunk goes in the tensor being assembled (its
+// first chunk allocates the tensor), or nil when p is not a chunk that
+// continues it.
+func (a *assembly) place(p *pending) []byte {
+	if p.err != nil || p.f != nil || p.h.Type != FrameTensor {
+		return nil
+	}
+	e := &p.h.Entries[0]
+	t := &e.Tensor
+	if t.IsWhole() {
+		return nil
+	}
+	esz := int64(t.DType.Size())
+	if a.acc == nil {
+		if t.Offset != 0 {
+			return nil
+		}
+		a.acc = &Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Tags: t.Tags, Version: t.Version, Base: t.Base}
+		a.acc.Data = AlignedBytes(int(a.acc.NumBytes()))
+	} else if !sameTensor(a.acc, t) || t.Offset*esz != a.filled {
+		return nil
+	}
+	end := a.filled + e.RawLen
+	if end > int64(len(a.acc.Data)) {
+		return nil // more than the shape holds: the frame path reports it
+	}
+	return a.acc.Data[a.filled:a.filled:end]
+}
+
+// settle waits until at most n placed chunks are being decoded, and
+// returns the first error among the finished ones.
+func (a *assembly) settle(n int) error {
+	for len(a.inflight) > n {
+		p := a.inflight[0]
+		a.inflight[0] = nil
+		a.inflight = a.inflight[1:]
+		if _, err := a.r.finish(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drain waits for every chunk still being decoded, so that no worker
+// writes into a buffer after ReadTensor returned.
+func (a *assembly) drain() {
+	for _, p := range a.inflight {
+		a.r.wait(p)
+	}
+	a.inflight = nil
+}
+
+// frame handles a frame that is not a placed chunk: a whole tensor, the
+// chunk of a tensor read ahead by Next, or a frame between tensors.
+func (a *assembly) frame(f *Frame) (*Tensor, error) {
+	r := a.r
+	switch f.Header.Type {
+	case FrameEnd:
+		if a.acc != nil {
+			return nil, r.fail(ErrCorrupt, a.short())
+		}
+		return nil, io.EOF
+	case FrameBytes:
+		return nil, r.fail(ErrCorrupt, "bytes frame where a tensor was expected")
+	case FrameHello:
+		if a.acc != nil {
+			return nil, r.fail(ErrCorrupt, fmt.Sprintf("new stream inside tensor %q", a.acc.Name))
+		}
+		return nil, nil
+	case FrameTensor, FrameTensors:
+	default:
+		return nil, nil
+	}
+	if f.Header.Type == FrameTensors {
+		for _, t := range f.Tensors {
+			if !t.IsWhole() {
+				return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensors frame carries a chunk of %q", t.Name))
+			}
+		}
+	}
+	t := f.Tensors[0]
+	if a.acc == nil {
+		if t.IsWhole() {
+			r.queue = append(r.queue, f.Tensors[1:]...)
+			return t, nil
+		}
+		if t.Offset != 0 {
+			return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q starts at element %d", t.Name, t.Offset))
+		}
+		// The first chunk, read ahead by Next into a buffer of its own.
+		a.acc = &Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Tags: t.Tags, Version: t.Version, Base: t.Base}
+		a.acc.Data = AlignedBytes(int(a.acc.NumBytes()))
+	} else if t.IsWhole() || !sameTensor(a.acc, t) || t.Offset*int64(t.DType.Size()) != a.filled {
+		return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q interrupted after %d of %d bytes by %q at element %d",
+			a.acc.Name, a.filled, a.acc.NumBytes(), t.Name, t.Offset))
+	}
+	if a.filled+int64(len(t.Data)) > int64(len(a.acc.Data)) {
+		return nil, r.fail(ErrCorrupt, fmt.Sprintf("chunk of tensor %q at element %d runs past its shape", t.Name, t.Offset))
+	}
+	a.filled += int64(copy(a.acc.Data[a.filled:], t.Data))
+	if a.filled == a.acc.NumBytes() {
+		a.acc.Offset = 0
+		return a.acc, nil
+	}
+	return nil, nil
+}
+
+// short describes a tensor that ended early.
+func (a *assembly) short() string {
+	return fmt.Sprintf("tensor %q ends after %d of %d bytes", a.acc.Name, a.filled, a.acc.NumBytes())
 }
 
 // sameTensor reports whether chunk b continues tensor a.
@@ -313,20 +564,6 @@ func sameTensor(a, b *Tensor) bool {
 		}
 	}
 	return true
-}
-
-// grow returns b with room for n more bytes, growing geometrically up to
-// total.
-func grow(b []byte, n int, total int64) []byte {
-	if cap(b)-len(b) >= n {
-		return b
-	}
-	c := int64(max(2*cap(b), len(b)+n))
-	c = min(c, total)
-	c = max(c, int64(len(b)+n))
-	nb := AlignedBytes(int(c))[:len(b)]
-	copy(nb, b)
-	return nb
 }
 
 // Read reads the content of bytes frames as one byte stream. It returns

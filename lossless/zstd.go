@@ -206,10 +206,13 @@ func zstdCheckHeader(src []byte, n int) error {
 //   - WithEncoderCRC(false): no content checksum; the frame has CRC-32C.
 //     `zstd -d` accepts frames without one.
 //   - WithZeroFrames(true): an empty input gives a valid 9-byte frame.
-//   - WithEncoderConcurrency: min(GOMAXPROCS, 4) calls encode at once per
-//     level (2 at levels 10-22), each with its own match tables, made up
-//     front: 0.25 MiB at levels 1-2, 1.25 MiB at 3-5, 4 MiB at 6-9 and 34 MiB
-//     at 10-22.
+//   - WithEncoderConcurrency(1) on each encoder, and a pool per level
+//     (klauspostPool) that makes encoders as concurrent calls need them,
+//     up to GOMAXPROCS: each has its own match tables (0.25 MiB at levels
+//     1-2, 1.25 MiB at 3-5, 4 MiB at 6-9 and 34 MiB at 10-22), so memory
+//     follows the concurrency actually used. (One encoder with a fixed
+//     concurrency of min(GOMAXPROCS, 4) serialised a Writer's workers
+//     beyond 4.)
 //
 // Decoder: one *zstd.Decoder for all levels with WithDecodeAllCapLimit, so
 // DecodeAll never produces more than cap(dst)-len(dst) bytes; decode hands
@@ -227,35 +230,59 @@ const (
 	klauspostMaxMemory = 1 << 30   // above codec's MaxDecodedSize default (256 MiB)
 )
 
-var klauspostEncoders = sync.OnceValue(func() int { return min(runtime.GOMAXPROCS(0), 4) })
+// klauspostPool holds the encoders of one level. get takes a free one,
+// makes one while fewer than GOMAXPROCS exist, and waits otherwise.
+type klauspostPool struct {
+	level zstd.EncoderLevel
+	free  chan *zstd.Encoder
+	mu    sync.Mutex
+	made  int
+}
 
-var klauspostEnc [zstd.SpeedBestCompression + 1]func() *zstd.Encoder
+var klauspostEnc [zstd.SpeedBestCompression + 1]*klauspostPool
 
 func init() {
 	for l := zstd.SpeedFastest; l <= zstd.SpeedBestCompression; l++ {
-		klauspostEnc[l] = sync.OnceValue(func() *zstd.Encoder {
-			conc, window := klauspostEncoders(), 2<<20
-			if l >= zstd.SpeedBetterCompression {
-				window = 8 << 20
-			}
-			if l == zstd.SpeedBestCompression {
-				conc = min(conc, 2)
-			}
-			e, err := zstd.NewWriter(nil,
-				zstd.WithEncoderLevel(l),
-				zstd.WithWindowSize(window),
-				zstd.WithAllLitEntropyCompression(true),
-				zstd.WithSingleSegment(true),
-				zstd.WithEncoderCRC(false),
-				zstd.WithZeroFrames(true),
-				zstd.WithEncoderConcurrency(conc),
-			)
-			if err != nil {
-				panic("lossless: zstd encoder options: " + err.Error()) // constant options
-			}
-			return e
-		})
+		klauspostEnc[l] = &klauspostPool{level: l, free: make(chan *zstd.Encoder, runtime.GOMAXPROCS(0))}
 	}
+}
+
+func (p *klauspostPool) get() *zstd.Encoder {
+	select {
+	case e := <-p.free:
+		return e
+	default:
+	}
+	p.mu.Lock()
+	if p.made < cap(p.free) {
+		p.made++
+		p.mu.Unlock()
+		return p.newEncoder()
+	}
+	p.mu.Unlock()
+	return <-p.free
+}
+
+func (p *klauspostPool) put(e *zstd.Encoder) { p.free <- e }
+
+func (p *klauspostPool) newEncoder() *zstd.Encoder {
+	window := 2 << 20
+	if p.level >= zstd.SpeedBetterCompression {
+		window = 8 << 20
+	}
+	e, err := zstd.NewWriter(nil,
+		zstd.WithEncoderLevel(p.level),
+		zstd.WithWindowSize(window),
+		zstd.WithAllLitEntropyCompression(true),
+		zstd.WithSingleSegment(true),
+		zstd.WithEncoderCRC(false),
+		zstd.WithZeroFrames(true),
+		zstd.WithEncoderConcurrency(1),
+	)
+	if err != nil {
+		panic("lossless: zstd encoder options: " + err.Error()) // constant options
+	}
+	return e
 }
 
 var klauspostDec = sync.OnceValue(func() *zstd.Decoder {
@@ -274,7 +301,10 @@ var klauspostDec = sync.OnceValue(func() *zstd.Decoder {
 type klauspostZstd struct{}
 
 func (klauspostZstd) encode(dst, src []byte, level int) ([]byte, error) {
-	return klauspostEnc[zstd.EncoderLevelFromZstd(level)]().EncodeAll(src, dst), nil
+	p := klauspostEnc[zstd.EncoderLevelFromZstd(level)]
+	e := p.get()
+	defer p.put(e)
+	return e.EncodeAll(src, dst), nil
 }
 
 func (klauspostZstd) decode(dst, src []byte, n int) ([]byte, error) {

@@ -1,0 +1,238 @@
+package codec
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// mixedStream writes a stream with chunked tensors under several recipes,
+// whole tensors, a tensors frame, a control frame and byte data, and
+// returns it with the tensors in order.
+func mixedStream(t *testing.T) ([]byte, []*Tensor) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(7, 8))
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, WithChunkSize(4096), WithEncoderConcurrency(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []*Tensor
+	recipes := []string{"", "xor(3)", "halve | data.lo:xor(1),zeros", "*:zeros"}
+	for i, n := range []int{1, 1000, 4096, 4097, 50000, 3, 123457} {
+		data := make([]byte, n)
+		for j := range data {
+			if rng.IntN(3) == 0 {
+				data[j] = byte(rng.Uint32())
+			}
+		}
+		x := &Tensor{Name: "t" + string(rune('a'+i)), DType: U8, Shape: []int64{int64(n)}, Data: data}
+		w.cfg.recipe = nil
+		if rs := recipes[i%len(recipes)]; rs != "" {
+			w.cfg.recipe = MustParseRecipe(rs)
+		}
+		if err := w.WriteTensor(x); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, x)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := buf.Bytes()
+	// A tensors frame and a control frame after the end: a second stream
+	// without a hello.
+	enc := mustEncoder()
+	a := &Tensor{Name: "small.a", DType: U8, Shape: []int64{3}, Data: []byte{1, 2, 3}}
+	b := &Tensor{Name: "small.b", DType: U8, Shape: []int64{2}, Data: []byte{4, 5}}
+	s, err = enc.AppendTensors(s, []*Tensor{a, b}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = AppendControl(s, 1024, []byte("app"))
+	c := &Tensor{Name: "last", DType: U8, Shape: []int64{5000}, Offset: 0, Data: bytes.Repeat([]byte{9}, 3000)}
+	s, _ = enc.AppendTensor(s, c, MustParseRecipe("xor(7)"))
+	c2 := &Tensor{Name: "last", DType: U8, Shape: []int64{5000}, Offset: 3000, Data: bytes.Repeat([]byte{8}, 2000)}
+	s, _ = enc.AppendTensor(s, c2, nil)
+	want = append(want, a, b, &Tensor{Name: "last", DType: U8, Shape: []int64{5000}, Data: append(bytes.Repeat([]byte{9}, 3000), bytes.Repeat([]byte{8}, 2000)...)})
+	return s, want
+}
+
+func readAllTensors(s []byte, workers int) ([]*Tensor, error) {
+	r, err := NewReader(bytes.NewReader(s), WithDecoderConcurrency(workers))
+	if err != nil {
+		return nil, err
+	}
+	var got []*Tensor
+	for {
+		x, err := r.ReadTensor()
+		if err == io.EOF {
+			if len(got) > 0 && got[len(got)-1].Name == "last" {
+				return got, nil
+			}
+			continue // the end of the first stream
+		}
+		if err != nil {
+			return got, err
+		}
+		got = append(got, x)
+	}
+}
+
+func TestReaderConcurrencyReadTensor(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	s, want := mixedStream(t)
+	for _, workers := range []int{1, 2, 3, 8} {
+		got, err := readAllTensors(s, workers)
+		if err != nil {
+			t.Fatalf("%d workers: %v", workers, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%d workers: %d tensors, want %d", workers, len(got), len(want))
+		}
+		for i := range want {
+			if got[i].Name != want[i].Name || !bytes.Equal(got[i].Data, want[i].Data) || got[i].Offset != 0 {
+				t.Fatalf("%d workers: tensor %d (%q) differs", workers, i, want[i].Name)
+			}
+		}
+	}
+}
+
+func TestReaderConcurrencyNext(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	s, _ := mixedStream(t)
+	frames := func(workers int) ([]string, error) {
+		r, err := NewReader(bytes.NewReader(s), WithDecoderConcurrency(workers))
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for {
+			f, err := r.Next()
+			if err == io.EOF {
+				return out, nil
+			}
+			if err != nil {
+				return out, err
+			}
+			d := f.Header.Type.String() + string(f.Control) + string(f.Bytes)
+			for _, x := range f.Tensors {
+				d += x.Name + string(x.Data)
+			}
+			out = append(out, d)
+		}
+	}
+	ref, err := frames(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, workers := range []int{2, 4, 16} {
+		got, err := frames(workers)
+		if err != nil || !slices.Equal(got, ref) {
+			t.Fatalf("%d workers: %d frames (%v), want %d", workers, len(got), err, len(ref))
+		}
+	}
+	// Next, then ReadTensor over frames read ahead.
+	for _, workers := range []int{1, 3} {
+		r, err := NewReader(bytes.NewReader(s), WithDecoderConcurrency(workers))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 4 { // hello, and the first three tensors (a frame each)
+			if _, err := r.Next(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		x, err := r.ReadTensor()
+		if err != nil {
+			t.Fatalf("%d workers: ReadTensor after Next: %v", workers, err)
+		}
+		if x.Name != "td" || len(x.Data) != 4097 {
+			t.Fatalf("%d workers: ReadTensor after Next gave %q", workers, x.Name)
+		}
+	}
+}
+
+// TestReaderConcurrencyErrors damages frames and checks that every worker
+// count reports the same error at the same offset, and nothing of a
+// broken tensor is returned.
+func TestReaderConcurrencyErrors(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	s, _ := mixedStream(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 60 {
+		bad := slices.Clone(s)
+		switch rng.IntN(3) {
+		case 0:
+			bad[rng.IntN(len(bad))] ^= byte(1 + rng.IntN(255))
+		case 1:
+			bad = bad[:rng.IntN(len(bad))]
+		default:
+			i := rng.IntN(len(bad))
+			j := min(len(bad), i+1+rng.IntN(5000))
+			bad = append(bad[:i:i], bad[j:]...)
+		}
+		var ref []string
+		for _, workers := range []int{1, 2, 5} {
+			got, err := readAllTensors(bad, workers)
+			desc := []string{}
+			for _, x := range got {
+				desc = append(desc, x.Name)
+			}
+			var ce *CorruptError
+			if errors.As(err, &ce) {
+				desc = append(desc, "error at", string(rune(ce.Offset)))
+			} else if err != nil {
+				desc = append(desc, err.Error())
+			}
+			if workers == 1 {
+				ref = desc
+				continue
+			}
+			if !slices.Equal(desc, ref) {
+				t.Fatalf("%d workers: %q, 1 worker: %q", workers, desc, ref)
+			}
+		}
+	}
+}
+
+// FuzzReaderConcurrency checks that a Reader with workers returns the same
+// tensors and the same error (kind and offset) as one without, on any
+// input.
+func FuzzReaderConcurrency(f *testing.F) {
+	fuzzSeeds(f)
+	lim := WithLimits(Limits{MaxDecodedSize: 1 << 20, MaxFrameSize: 1 << 20, MaxTensorSize: 1 << 24})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		run := func(workers int) []string {
+			r, err := NewReader(bytes.NewReader(in), lim, WithDecoderConcurrency(workers))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for range 1000 {
+				x, err := r.ReadTensor()
+				if err == io.EOF {
+					out = append(out, "EOF")
+					continue
+				}
+				if err != nil {
+					var ce *CorruptError
+					if errors.As(err, &ce) {
+						out = append(out, "error at "+string(rune(ce.Offset)))
+					}
+					return append(out, err.Error())
+				}
+				out = append(out, x.Name+string(x.Data))
+			}
+			return out
+		}
+		if a, b := run(1), run(3); !slices.Equal(a, b) {
+			t.Fatalf("1 worker: %q\n3 workers: %q", a, b)
+		}
+	})
+}
