@@ -34,6 +34,8 @@ type Reader struct {
 	frames    uint64 // data frames since the hello or the last end frame
 	decoded   uint64 // their decoded bytes
 	expectEnd bool   // a hello was read and its end frame was not
+	helloAt   int64  // stream offset of that hello
+	run       chunkRun
 
 	queue []*Tensor // tensors of a tensors frame not yet returned
 	rest  []byte    // unread bytes of the current bytes frame
@@ -111,12 +113,18 @@ func (r *Reader) read(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	r.hdrBuf = hb
 	if err != nil {
 		if err == io.EOF {
+			if err := r.run.atEOF(); err != nil {
+				return nil, r.wrapAt(start, err, "end of input")
+			}
 			if r.expectEnd {
 				return nil, r.wrapAt(start, io.ErrUnexpectedEOF, "stream ends without an end frame")
 			}
 			return nil, io.EOF
 		}
 		return nil, r.wrapAt(start, err, "frame header")
+	}
+	if err := r.checkOrder(h, start); err != nil {
+		return nil, r.wrapAt(start, err, fmt.Sprintf("%v frame out of order", h.Type))
 	}
 	var f *Frame
 	var dst []byte
@@ -152,7 +160,7 @@ func (r *Reader) read(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	}
 	switch h.Type {
 	case FrameHello:
-		r.hello, r.expectEnd, r.frames, r.decoded = h.Hello, true, 0, 0
+		r.hello, r.expectEnd, r.helloAt, r.frames, r.decoded = h.Hello, true, start, 0, 0
 	case FrameEnd:
 		if r.hello != nil && (h.End.Frames != r.frames || h.End.Bytes != r.decoded) {
 			return nil, r.wrapAt(start, ErrCorrupt, fmt.Sprintf("end frame counts %d frames and %d bytes, received %d and %d",
@@ -231,6 +239,12 @@ func (r *Reader) fail(err error, what string) error {
 // the stream it returns io.EOF. The tensor's size is bounded by
 // Limits.MaxTensorSize, and its buffer grows with the chunks received, not
 // with what the first header claims.
+//
+// The Reader checks the order of frames for every method (assemble.go):
+// the chunks of a tensor come in order, without gaps, overlaps or other
+// data frames between them, and an end frame or the end of the input
+// inside a tensor is an error (ErrCorrupt and io.ErrUnexpectedEOF). So each
+// tensor frame that follows a first chunk here continues it.
 func (r *Reader) ReadTensor() (*Tensor, error) {
 	if len(r.queue) > 0 {
 		t := r.queue[0]
@@ -239,86 +253,45 @@ func (r *Reader) ReadTensor() (*Tensor, error) {
 	}
 	var acc *Tensor // tensor being assembled
 	for {
-		appended := false // the frame decoded straight into acc
 		f, err := r.next(func(h *FrameHeader, i int) []byte {
 			if acc == nil || h.Type != FrameTensor {
 				return nil
 			}
-			e := &h.Entries[0]
-			if !sameTensor(acc, &e.Tensor) || e.Tensor.Offset*int64(acc.DType.Size()) != int64(len(acc.Data)) {
-				return nil
-			}
-			acc.Data = grow(acc.Data, int(e.RawLen), acc.NumBytes())
-			appended = true
+			// The next chunk of acc: decode it in place.
+			acc.Data = grow(acc.Data, int(h.Entries[0].RawLen), acc.NumBytes())
 			return acc.Data[len(acc.Data):]
 		})
 		if err != nil {
-			if err == io.EOF && acc != nil {
-				return nil, r.fail(io.ErrUnexpectedEOF, fmt.Sprintf("tensor %q ends after %d of %d bytes", acc.Name, len(acc.Data), acc.NumBytes()))
-			}
 			return nil, err
 		}
 		switch f.Header.Type {
 		case FrameEnd:
-			if acc != nil {
-				return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q ends after %d of %d bytes", acc.Name, len(acc.Data), acc.NumBytes()))
-			}
 			return nil, io.EOF
 		case FrameBytes:
 			return nil, r.fail(ErrCorrupt, "bytes frame where a tensor was expected")
-		case FrameHello:
-			if acc != nil {
-				return nil, r.fail(ErrCorrupt, fmt.Sprintf("new stream inside tensor %q", acc.Name))
-			}
-			continue
 		case FrameTensor, FrameTensors:
 		default:
 			continue
 		}
-		if f.Header.Type == FrameTensors {
-			for _, t := range f.Tensors {
-				if !t.IsWhole() {
-					return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensors frame carries a chunk of %q", t.Name))
-				}
-			}
-		}
+		t := f.Tensors[0]
 		if acc == nil {
-			t := f.Tensors[0]
 			if t.IsWhole() {
 				r.queue = append(r.queue, f.Tensors[1:]...)
 				return t, nil
 			}
-			if t.Offset != 0 {
-				return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q starts at element %d", t.Name, t.Offset))
-			}
 			acc = t
 			continue
 		}
-		t := f.Tensors[0]
-		if !appended {
-			return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q interrupted after %d of %d bytes by %q at element %d",
-				acc.Name, len(acc.Data), acc.NumBytes(), t.Name, t.Offset))
+		if n := len(acc.Data); cap(acc.Data)-n >= len(t.Data) && len(t.Data) > 0 && &acc.Data[n : n+1][0] == &t.Data[0] {
+			acc.Data = acc.Data[:n+len(t.Data)] // decoded in place
+		} else {
+			acc.Data = append(acc.Data, t.Data...)
 		}
-		acc.Data = acc.Data[:len(acc.Data)+len(t.Data)]
 		if int64(len(acc.Data)) == acc.NumBytes() {
 			acc.Offset = 0
 			return acc, nil
 		}
 	}
-}
-
-// sameTensor reports whether chunk b continues tensor a.
-func sameTensor(a, b *Tensor) bool {
-	if a.Name != b.Name || a.DType != b.DType || len(a.Shape) != len(b.Shape) || a.Version != b.Version || a.Base != b.Base ||
-		a.Tags.Lossless != b.Tags.Lossless {
-		return false
-	}
-	for i := range a.Shape {
-		if a.Shape[i] != b.Shape[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // grow returns b with room for n more bytes, growing geometrically up to
