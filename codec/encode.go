@@ -91,6 +91,12 @@ func (e *Encoder) appendTensors(dst []byte, stats []SegmentStat, withStats bool,
 		if i < len(rs) {
 			r = rs[i]
 		}
+		// What docs/FORMAT.md forbids: chunks in a tensors frame, and
+		// chunks of no element.
+		if !t.IsWhole() && (len(ts) > 1 || len(t.Data) == 0) {
+			return dst, nil, fmt.Errorf("%w: tensor %q: a chunk of %d bytes at element %d; a chunk goes alone in its frame and holds an element or more",
+				ErrRecipe, t.Name, len(t.Data), t.Offset)
+		}
 		if err := ents[i].encodeTensor(a, t, r); err != nil {
 			return dst, stats, err
 		}

@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -155,7 +156,8 @@ type headerReader struct {
 	pos   int
 	err   error
 	lim   *Limits
-	steps int // steps parsed so far in the frame
+	steps int  // steps parsed so far in the frame
+	batch bool // entries of a tensors frame: whole tensors only
 }
 
 func (r *headerReader) fail(err error) {
@@ -184,6 +186,11 @@ func (r *headerReader) uvarint() uint64 {
 	v, n := binary.Uvarint(r.b[r.pos:])
 	if n <= 0 {
 		r.fail(corruptf("bad varint at header byte %d", r.pos))
+		return 0
+	}
+	if n > 1 && r.b[r.pos+n-1] == 0 {
+		// One value, one encoding: writers use binary.AppendUvarint.
+		r.fail(corruptf("varint at header byte %d is not in its shortest form", r.pos))
 		return 0
 	}
 	r.pos += n
@@ -218,33 +225,53 @@ func (r *headerReader) str(what string) string {
 	return string(r.bytes(n))
 }
 
+// ErrNotFrame reports input that is not tensorpress data at all (a zstd
+// or gzip file, text): its first bytes are not the start of a frame of any
+// format version. It wraps ErrCorrupt. docs/FORMAT.md ("Telling a frame
+// from other data") says how a reader tells.
+var ErrNotFrame error = notFrameError{}
+
+type notFrameError struct{}
+
+func (notFrameError) Error() string { return "codec: not a tensorpress stream" }
+func (notFrameError) Unwrap() error { return ErrCorrupt }
+
+func notFrame(lead byte, why string) error {
+	return fmt.Errorf("%w: lead byte %#02x: %s", ErrNotFrame, lead, why)
+}
+
 // ReadFrameHeader reads and checks the lead, header length, header and
 // header CRC of the next frame from br, and parses the header. buf is
 // reused for the header bytes when large enough. Nothing that depends on
-// the input is allocated before the CRC matches.
+// the input is allocated before the CRC matches. Input that is not
+// tensorpress data gives an error wrapping ErrNotFrame.
 func ReadFrameHeader(br io.ByteReader, rd io.Reader, lim Limits, buf []byte) (*FrameHeader, []byte, error) {
 	lim = lim.withDefaults()
 	lead, err := br.ReadByte()
 	if err != nil {
 		return nil, buf, err // io.EOF at a frame boundary is a clean end
 	}
-	if err := checkLead(lead); err != nil {
-		return nil, buf, err
+	if lead>>leadVersionShift == 0 {
+		return nil, buf, notFrame(lead, "format version 0 does not exist")
 	}
 	hlen, err := readUvarint(br)
 	if err != nil {
-		return nil, buf, err
+		return nil, buf, envelopeErr(lead, err)
 	}
 	if hlen > uint64(lim.MaxHeaderSize) {
-		return nil, buf, limitf("header of %d bytes exceeds %d", hlen, lim.MaxHeaderSize)
+		return nil, buf, envelopeErr(lead, limitf("header of %d bytes exceeds %d", hlen, lim.MaxHeaderSize))
 	}
 	need := int(hlen) + 4
 	if cap(buf) < need {
 		buf = make([]byte, need, max(need, 512))
 	}
 	buf = buf[:need]
-	if _, err := io.ReadFull(rd, buf); err != nil {
-		return nil, buf, unexpected(err)
+	n, err := io.ReadFull(rd, buf)
+	if err := checkMagic(lead, hlen, buf[:n]); err != nil {
+		return nil, buf, err
+	}
+	if err != nil {
+		return nil, buf, envelopeErr(lead, unexpected(err))
 	}
 	var pre [5]byte
 	pre[0] = lead
@@ -259,20 +286,24 @@ func parseFrameHeader(src []byte, lim *Limits) (*FrameHeader, error) {
 	if len(src) == 0 {
 		return nil, io.ErrUnexpectedEOF
 	}
-	if err := checkLead(src[0]); err != nil {
-		return nil, err
+	lead := src[0]
+	if lead>>leadVersionShift == 0 {
+		return nil, notFrame(lead, "format version 0 does not exist")
 	}
 	hlen, err := readUvarint(&sliceReader{b: src[1:min(len(src), 5)]})
 	if err != nil {
-		return nil, err
+		return nil, envelopeErr(lead, err)
 	}
 	if hlen > uint64(lim.MaxHeaderSize) {
-		return nil, limitf("header of %d bytes exceeds %d", hlen, lim.MaxHeaderSize)
+		return nil, envelopeErr(lead, limitf("header of %d bytes exceeds %d", hlen, lim.MaxHeaderSize))
 	}
 	npre := 1 + uvarintLen(hlen)
 	end := npre + int(hlen) + 4
+	if err := checkMagic(lead, hlen, src[npre:min(end, len(src))]); err != nil {
+		return nil, err
+	}
 	if end > len(src) {
-		return nil, io.ErrUnexpectedEOF
+		return nil, envelopeErr(lead, io.ErrUnexpectedEOF)
 	}
 	return checkHeader(src[:npre], src[npre:end-4], src[end-4:end], lim)
 }
@@ -300,24 +331,48 @@ func uvarintLen(x uint64) int {
 	return n
 }
 
-func checkLead(lead byte) error {
-	if v := lead >> leadVersionShift; v != Version {
-		if v == 0 {
-			return fmt.Errorf("%w: lead byte %#02x is not a tensorpress frame", ErrCorrupt, lead)
-		}
-		return fmt.Errorf("%w: format version %d (this reader knows %d)", ErrUnsupported, v, Version)
+// envelopeErr is err, found while reading the header length, header and
+// header CRC of a frame with this lead byte. A lead byte of another format
+// version whose envelope cannot be read whole is not a frame: only a
+// matching header CRC shows a frame of a later version.
+func envelopeErr(lead byte, err error) error {
+	if lead>>leadVersionShift != Version {
+		return notFrame(lead, fmt.Sprintf("no frame of format version %d follows (%v)", lead>>leadVersionShift, err))
+	}
+	return err
+}
+
+// checkMagic refuses a hello lead byte whose header (of which b holds the
+// first bytes read) does not open with the hello magic. It runs before the
+// header CRC: other data whose first byte reads as a hello lead (a zstd
+// frame's magic does) is not a frame, not a damaged one.
+func checkMagic(lead byte, hlen uint64, b []byte) error {
+	if lead>>leadVersionShift != Version || FrameType(lead&leadTypeMask) != FrameHello {
+		return nil
+	}
+	if hlen < uint64(len(helloMagic)) {
+		return notFrame(lead, fmt.Sprintf("a hello header of %d bytes has no room for its magic", hlen))
+	}
+	b = b[:min(len(b), len(helloMagic))]
+	if string(b) != string(helloMagic[:len(b)]) {
+		return notFrame(lead, fmt.Sprintf("hello header opens with %q, not %q", b, helloMagic[:]))
 	}
 	return nil
 }
 
 // checkHeader verifies the header CRC over prefix (lead and header length)
-// and hdr, then parses hdr.
+// and hdr, then parses hdr. A frame of another format version is refused
+// as unsupported once its CRC matches, and as not a frame otherwise.
 func checkHeader(prefix, hdr, hcrc []byte, lim *Limits) (*FrameHeader, error) {
+	lead := prefix[0]
 	sum := crc32.Update(crc(prefix), castagnoli, hdr)
 	if got := binary.LittleEndian.Uint32(hcrc); got != sum {
-		return nil, fmt.Errorf("%w: header CRC %08x, computed %08x", ErrChecksum, got, sum)
+		return nil, envelopeErr(lead, fmt.Errorf("%w: header CRC %08x, computed %08x", ErrChecksum, got, sum))
 	}
-	h, err := parseHeader(prefix[0], hdr, lim)
+	if v := lead >> leadVersionShift; v != Version {
+		return nil, fmt.Errorf("%w: format version %d (this reader knows %d)", ErrUnsupported, v, Version)
+	}
+	h, err := parseHeader(lead, hdr, lim)
 	if err != nil {
 		return nil, err
 	}
@@ -376,6 +431,7 @@ func parseHeader(lead byte, hdr []byte, lim *Limits) (*FrameHeader, error) {
 		if r.err == nil {
 			h.Entries = make([]EntryHeader, n)
 		}
+		r.batch = true
 		for i := range h.Entries {
 			r.tensorEntry(&h.Entries[i])
 		}
@@ -412,8 +468,11 @@ func parseHeader(lead byte, hdr []byte, lim *Limits) (*FrameHeader, error) {
 	if h.Payload > lim.MaxFrameSize {
 		return nil, limitf("payload of %d bytes exceeds %d", h.Payload, lim.MaxFrameSize)
 	}
-	if (h.Type == FrameHello || h.Type == FrameEnd) && h.PayloadCRC {
-		return nil, corruptf("%v frame with a payload CRC", h.Type)
+	switch {
+	case (h.Type == FrameHello || h.Type == FrameEnd) && h.PayloadCRC:
+		return nil, corruptf("%v frame with a payload CRC (lead bit 4 set)", h.Type)
+	case h.Type == FrameControl && !h.PayloadCRC:
+		return nil, corruptf("control frame without a payload CRC (lead bit 4 clear)")
 	}
 	return h, nil
 }
@@ -462,9 +521,19 @@ func (r *headerReader) tensorEntry(e *EntryHeader) {
 	}
 	e.Count = total
 	if flags&tflagChunk != 0 {
+		if r.batch {
+			r.fail(corruptf("tensor %q: a chunk in a tensors frame (only tensor frames carry chunks)", t.Name))
+			return
+		}
 		off, n := r.uvarint(), r.uvarint()
 		if r.err == nil && (off > uint64(total) || n > uint64(total)-off) {
 			r.fail(corruptf("tensor %q: chunk [%d, +%d) outside its %d elements", t.Name, off, n, total))
+			return
+		}
+		// The field is there exactly when the entry carries part of the
+		// tensor, some of it: one meaning, one encoding.
+		if r.err == nil && (n == 0 || n == uint64(total)) {
+			r.fail(corruptf("tensor %q: chunk [%d, +%d) of %d elements: a chunk holds at least one element and not all of them", t.Name, off, n, total))
 			return
 		}
 		t.Offset, e.Count = int64(off), int64(n)
@@ -555,6 +624,13 @@ func (r *headerReader) body(e *EntryHeader, root SegInfo) {
 		op, err := loadOp(s.Stage, s.Params)
 		if err != nil {
 			r.fail(err)
+			return
+		}
+		// Parameters have one encoding: the one the stage writes (minimal
+		// varints, no trailing bytes). Whatever Load accepted beyond that
+		// is refused here, for every stage alike.
+		if p := op.AppendParams(nil); !bytes.Equal(p, s.Params) {
+			r.fail(corruptf("step %d (%s): parameters %x are not in the stage's form %x", i, op, s.Params, p))
 			return
 		}
 		outs, err := op.Outputs(in)

@@ -115,10 +115,10 @@ func FuzzParseRecipe(f *testing.F) {
 // payload bytes, so the fuzzer reaches the header parser and the stage
 // decoders behind the checksums.
 func FuzzFrameFields(f *testing.F) {
-	f.Add(byte(FrameTensor), []byte{tflagCoded, 1, 'x', byte(U8), 1, 4, 1, byte(xorID), 0, 4, 1, 7, 1, 4}, []byte{1, 2, 3, 4}, true)
-	f.Add(byte(FrameTensor), []byte{tflagCoded, 0, byte(U8), 1, 4, 2, byte(halveID), 0, 4, 0, byte(shrinkID), 0, 2, 0, 2, 2, 2}, []byte{0, 1, 3, 4}, false)
+	f.Add(byte(FrameTensor), []byte{tflagCoded, 1, 'x', byte(U8), 1, 4, 1, byte(xorID), 1, 0, 4, 1, 7, 1, 4}, []byte{1, 2, 3, 4}, true)
+	f.Add(byte(FrameTensor), []byte{tflagCoded, 0, byte(U8), 1, 4, 2, byte(halveID), 1, 0, 4, 0, byte(shrinkID), 1, 0, 2, 0, 2, 2, 2}, []byte{0, 1, 3, 4}, false)
 	f.Add(byte(FrameTensors), []byte{2, 0, 0, byte(U8), 1, 1, tflagChunk, 0, byte(I16), 1, 4, 1, 2}, []byte{1, 2, 3, 4, 5}, true)
-	f.Add(byte(FrameBytes), []byte{tflagCoded, 4, 1, byte(xorID), 0, 4, 1, 7, 1, 4}, []byte{1, 2, 3, 4}, true)
+	f.Add(byte(FrameBytes), []byte{tflagCoded, 4, 1, byte(xorID), 1, 0, 4, 1, 7, 1, 4}, []byte{1, 2, 3, 4}, true)
 	f.Add(byte(FrameHello), append([]byte("TPRS\x01\x01"), make([]byte, 19)...), []byte{}, false)
 	d, err := NewDecoder(WithLimits(Limits{MaxDecodedSize: 1 << 20, MaxFrameSize: 1 << 20, MaxTensorSize: 1 << 24}))
 	if err != nil {
@@ -129,6 +129,70 @@ func FuzzFrameFields(f *testing.F) {
 		_, _, err := d.DecodeFrame(frame)
 		if err != nil && !typed(err) {
 			t.Fatalf("untyped error: %v", err)
+		}
+	})
+}
+
+// FuzzChunks: streams of chunks of one tensor in any order, with gaps,
+// overlaps and repeats. ReadTensor returns the tensor only when its chunks
+// came in order and covered it exactly (then it is the tensor, byte for
+// byte); otherwise it fails with a typed error. Next agrees with it.
+func FuzzChunks(f *testing.F) {
+	f.Add([]byte{0, 10, 10, 20, 30, 10})
+	f.Add([]byte{0, 10, 20, 10, 10, 10})
+	f.Add([]byte{0, 40})
+	f.Add([]byte{30, 10})
+	f.Add([]byte{0, 10, 5, 10, 15, 25})
+	f.Add([]byte{0, 20, 0, 20, 20, 20})
+	x := randTensor("x", U8, 7, 40)
+	enc := mustEncoder()
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		var s []byte
+		next, valid := 0, true // whether the chunks so far follow the rules
+		for i := 0; i+1 < len(ops) && i < 40; i += 2 {
+			off, n := int(ops[i])%40, 1+int(ops[i+1])%40
+			n = min(n, 40-off)
+			c := &Tensor{Name: x.Name, DType: x.DType, Shape: x.Shape, Offset: int64(off), Data: x.Data[off : off+n]}
+			var err error
+			if s, err = enc.AppendTensor(s, c, nil); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case n == 40:
+				valid = valid && next == 0
+			case off != next:
+				valid = false
+			default:
+				next = (next + n) % 40
+			}
+		}
+		valid = valid && next == 0
+		r, rerr := NewReader(bytes.NewReader(s))
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		for {
+			got, err := r.ReadTensor()
+			if err != nil {
+				rerr = err
+				break
+			}
+			if !got.IsWhole() || !bytes.Equal(got.Data, x.Data) {
+				t.Fatalf("ReadTensor returned %d bytes at %d that are not the tensor", len(got.Data), got.Offset)
+			}
+		}
+		if (rerr == io.EOF) != valid || rerr != io.EOF && !typed(rerr) {
+			t.Fatalf("ops %v: ReadTensor ends with %v; the chunks follow the rules: %v", ops, rerr, valid)
+		}
+		r, nerr := NewReader(bytes.NewReader(s))
+		if nerr != nil {
+			t.Fatal(nerr)
+		}
+		for nerr == nil {
+			_, nerr = r.Next()
+		}
+		if (nerr == io.EOF) != valid {
+			t.Fatalf("ops %v: Next ends with %v, ReadTensor with %v", ops, nerr, rerr)
 		}
 	})
 }

@@ -44,6 +44,8 @@ type Reader struct {
 	frames    uint64 // data frames since the hello or the last end frame
 	decoded   uint64 // their decoded bytes
 	expectEnd bool   // a hello was read and its end frame was not
+	helloAt   int64  // stream offset of that hello
+	run       chunkRun
 
 	ahead []*pending // frames read ahead by Next, in stream order
 	queue []*Tensor  // tensors of a tensors frame not yet returned
@@ -183,11 +185,17 @@ func (r *Reader) readFrame(into func(h *FrameHeader, i int) []byte) *pending {
 		switch {
 		case err != io.EOF:
 			p.err = r.wrapAt(start, err, "frame header")
+		case r.run.atEOF() != nil:
+			p.err = r.wrapAt(start, r.run.atEOF(), "end of input")
 		case r.expectEnd:
 			p.err = r.wrapAt(start, io.ErrUnexpectedEOF, "stream ends without an end frame")
 		default:
 			p.err = io.EOF
 		}
+		return p
+	}
+	if err := r.checkOrder(h, start); err != nil {
+		p.err = r.wrapAt(start, err, fmt.Sprintf("%v frame out of order", h.Type))
 		return p
 	}
 	p.h = h
@@ -224,7 +232,7 @@ func (r *Reader) readFrame(into func(h *FrameHeader, i int) []byte) *pending {
 	}
 	switch h.Type {
 	case FrameHello:
-		r.hello, r.expectEnd, r.frames, r.decoded = h.Hello, true, 0, 0
+		r.hello, r.expectEnd, r.helloAt, r.frames, r.decoded = h.Hello, true, start, 0, 0
 	case FrameEnd:
 		if r.hello != nil && (h.End.Frames != r.frames || h.End.Bytes != r.decoded) {
 			p.err = r.wrapAt(start, ErrCorrupt, fmt.Sprintf("end frame counts %d frames and %d bytes, received %d and %d",
@@ -353,8 +361,10 @@ func (r *Reader) fail(err error, what string) error {
 // and hello frames are skipped; a bytes frame is an error. At the end of
 // the stream it returns io.EOF.
 //
-// The chunks of a tensor must follow each other in order, each starting
-// where the one before ended, with no other data frame between them.
+// The Reader checks the order of frames for every method (assemble.go):
+// the chunks of a tensor come in order, without gaps, overlaps or other
+// data frames between them, and an end frame or the end of the input
+// inside a tensor is an error (ErrCorrupt and io.ErrUnexpectedEOF).
 // The tensor's buffer is allocated once, at the size its shape gives,
 // once the first chunk's header has passed its CRC and the limits (the
 // shape's bytes are bounded by Limits.MaxTensorSize); each chunk is
@@ -550,20 +560,6 @@ func (a *assembly) frame(f *Frame) (*Tensor, error) {
 // short describes a tensor that ended early.
 func (a *assembly) short() string {
 	return fmt.Sprintf("tensor %q ends after %d of %d bytes", a.acc.Name, a.filled, a.acc.NumBytes())
-}
-
-// sameTensor reports whether chunk b continues tensor a.
-func sameTensor(a, b *Tensor) bool {
-	if a.Name != b.Name || a.DType != b.DType || len(a.Shape) != len(b.Shape) || a.Version != b.Version || a.Base != b.Base ||
-		a.Tags.Lossless != b.Tags.Lossless {
-		return false
-	}
-	for i := range a.Shape {
-		if a.Shape[i] != b.Shape[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Read reads the content of bytes frames as one byte stream. It returns
