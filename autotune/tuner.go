@@ -15,7 +15,6 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/lossy"
 	"github.com/tensorpress/tensorpress/profile"
-	"github.com/tensorpress/tensorpress/transport"
 )
 
 // DefaultCandidates are the lossless recipes a Tuner chooses among when
@@ -161,7 +160,7 @@ type stateKey struct {
 // TCP_INFO rate only show that the link is at least that fast.
 //
 // A Tuner serves one writer (one connection). It implements
-// transport.FeedbackObserver for the receiver's reports.
+// codec.FeedbackObserver for the receiver's reports.
 type Tuner struct {
 	mu         sync.Mutex
 	cands      []candidate // without a profile
@@ -423,7 +422,7 @@ func WithInitialBandwidth(bw float64) Option {
 }
 
 // UseConn tells the Tuner's link estimator which connection it sends on
-// (see Link.UseConn); transport.Wrap calls it.
+// (see Link.UseConn); transport.Wrap calls it (transport.ConnUser).
 func (t *Tuner) UseConn(c net.Conn) { t.link.UseConn(c) }
 
 // WithLink uses l as the link estimator (to set a hint or TCP_INFO).
@@ -828,7 +827,7 @@ func (t *Tuner) usable(rs *ruleSet, cd candidate, fi *codec.FrameInfo) bool {
 	return ok
 }
 
-// ObservePeer implements transport.PeerObserver: from now on only the
+// ObservePeer implements codec.PeerObserver: from now on only the
 // candidates whose stages the peer decodes are chosen.
 func (t *Tuner) ObservePeer(h *codec.Hello) {
 	t.mu.Lock()
@@ -1003,8 +1002,8 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 	}
 }
 
-// ObserveFeedback implements transport.FeedbackObserver.
-func (t *Tuner) ObserveFeedback(fb transport.Feedback) {
+// ObserveFeedback implements codec.FeedbackObserver.
+func (t *Tuner) ObserveFeedback(fb codec.Feedback) {
 	t.link.ObserveFeedback(fb.WireBytes)
 }
 
@@ -1016,8 +1015,8 @@ func (t *Tuner) LastDecision() (Decision, bool) {
 }
 
 var (
-	_ codec.Policy               = (*Tuner)(nil)
-	_ codec.Cutter               = (*Tuner)(nil)
-	_ transport.FeedbackObserver = (*Tuner)(nil)
-	_ transport.PeerObserver     = (*Tuner)(nil)
+	_ codec.Policy           = (*Tuner)(nil)
+	_ codec.Cutter           = (*Tuner)(nil)
+	_ codec.FeedbackObserver = (*Tuner)(nil)
+	_ codec.PeerObserver     = (*Tuner)(nil)
 )
