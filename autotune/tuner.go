@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/lossy"
 	"github.com/tensorpress/tensorpress/profile"
 )
 
@@ -553,7 +552,7 @@ func (t *Tuner) rule(fi *codec.FrameInfo) (int, *ruleSet) {
 			}
 			if r.ErrorBudget > 0 {
 				for _, l := range DefaultLossyCandidates() {
-					if len(r.Bits) == 0 || slices.Contains(r.Bits, lossy.Bits(l)) {
+					if len(r.Bits) == 0 || slices.Contains(r.Bits, l.Bits()) {
 						add(l)
 					}
 				}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
-	tplossy "github.com/tensorpress/tensorpress/lossy"
 )
 
 // Load parses and validates a profile (see docs/PROFILES.md). Every
@@ -664,7 +663,7 @@ func (d *decoder) rule(n *yaml.Node, index int, p *Profile) (*Rule, error) {
 				if lossyNode == nil && nr.Recipe.Lossy() {
 					lossyNode, lossy = in, nr.Recipe
 				}
-				if tplossy.Bits(nr.Recipe) > 0 {
+				if nr.Recipe.Bits() > 0 {
 					quantNodes[in] = nr.Recipe
 				}
 				r.Recipes = append(r.Recipes, nr)
@@ -764,12 +763,12 @@ func (d *decoder) rule(n *yaml.Node, index int, p *Profile) (*Rule, error) {
 		// first in the file is the one reported.
 		var bad *yaml.Node
 		for in, rec := range quantNodes {
-			if !slices.Contains(r.Bits, tplossy.Bits(rec)) && (bad == nil || in.Line < bad.Line || in.Line == bad.Line && in.Column < bad.Column) {
+			if !slices.Contains(r.Bits, rec.Bits()) && (bad == nil || in.Line < bad.Line || in.Line == bad.Line && in.Column < bad.Column) {
 				bad = in
 			}
 		}
 		if bad != nil {
-			return nil, errAt(bad, "%s: recipe %s quantizes to %d bits, not among bits %v", what, quote(quantNodes[bad].String()), tplossy.Bits(quantNodes[bad]), r.Bits)
+			return nil, errAt(bad, "%s: recipe %s quantizes to %d bits, not among bits %v", what, quote(quantNodes[bad].String()), quantNodes[bad].Bits(), r.Bits)
 		}
 	}
 	if !p.Autotune.Enabled && len(r.Recipes) == 0 {
