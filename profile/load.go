@@ -609,14 +609,19 @@ func (d *decoder) rules(n *yaml.Node, p *Profile) error {
 
 var ruleFields = []string{"match", "require_lossless", "recipes", "error_budget", "gradient", "densities", "bits"}
 
+// ruleNodes are where a rule's fields were, for the checks between
+// fields.
+type ruleNodes struct {
+	recipes, budget, grad, dens, bits *yaml.Node
+	lossy                             *yaml.Node                   // the first lossy recipe listed
+	lossyRecipe                       *codec.Recipe                // and its recipe
+	quant                             map[*yaml.Node]*codec.Recipe // recipes with a quantizer
+}
+
 func (d *decoder) rule(n *yaml.Node, index int, p *Profile) (*Rule, error) {
 	r := &Rule{Index: index, Line: n.Line, Column: n.Column}
 	what := fmt.Sprintf("rule %d", index)
-	// Where each field was, for the checks between fields.
-	var recipesNode, budgetNode, gradNode, densNode, bitsNode *yaml.Node
-	var lossyNode *yaml.Node // the first lossy recipe listed
-	var lossy *codec.Recipe
-	quantNodes := map[*yaml.Node]*codec.Recipe{} // recipes with a quantizer
+	at := ruleNodes{quant: map[*yaml.Node]*codec.Recipe{}}
 	err := d.mapping(n, what, ruleFields, func(key string, _, v *yaml.Node) error {
 		fw := what + ": " + key
 		switch key {
@@ -630,151 +635,196 @@ func (d *decoder) rule(n *yaml.Node, index int, p *Profile) (*Rule, error) {
 			r.RequireLossless, err = d.boolean(v, fw)
 			return err
 		case "recipes":
-			recipesNode = v
-			seen := map[string]bool{}
-			return d.list(v, fw, true, func(i int, item *yaml.Node) error {
-				text, in, err := d.str(item, fw)
-				if err != nil {
-					return err
-				}
-				if r.Auto {
-					return errAt(in, "%s: auto must be the last entry (it stands for every recipe not listed)", fw)
-				}
-				if text == "auto" {
-					r.Auto = true
-					return nil
-				}
-				nr := NamedRecipe{Name: text, Recipe: p.recipe(text)}
-				if nr.Recipe == nil {
-					rec, err := codec.ParseRecipe(text)
-					if err != nil {
-						if validName(text) && !strings.ContainsAny(text, "(.") {
-							return errAt(in, "%s: %s is neither a recipe named under recipes: nor a recipe", fw, quote(text))
-						}
-						return &Error{Line: in.Line, Column: in.Column, Msg: fmt.Sprintf("%s: %s", fw, quote(text)), Err: err}
-					}
-					nr = NamedRecipe{Recipe: rec}
-				}
-				key := nr.Recipe.String()
-				if seen[key] {
-					return errAt(in, "%s: %s is listed twice", fw, quote(text))
-				}
-				seen[key] = true
-				if lossyNode == nil && nr.Recipe.Lossy() {
-					lossyNode, lossy = in, nr.Recipe
-				}
-				if nr.Recipe.Bits() > 0 {
-					quantNodes[in] = nr.Recipe
-				}
-				r.Recipes = append(r.Recipes, nr)
-				return nil
-			})
+			at.recipes = v
+			return d.ruleRecipes(v, fw, p, r, &at)
 		case "error_budget":
-			budgetNode = v
+			at.budget = v
 			var err error
 			r.ErrorBudget, err = d.number(v, fw, 0, 1, false)
 			return err
 		case "gradient":
-			gradNode = v
-			seen := map[string]bool{}
-			return d.list(v, fw, true, func(i int, item *yaml.Node) error {
-				text, in, err := d.str(item, fw)
-				if err != nil {
-					return err
-				}
-				s, err := gradient.Parse(text)
-				if err != nil {
-					return &Error{Line: in.Line, Column: in.Column, Msg: fmt.Sprintf("%s: %s", fw, quote(text)), Err: err}
-				}
-				if seen[s.String()] {
-					return errAt(in, "%s: %s is listed twice", fw, quote(text))
-				}
-				seen[s.String()] = true
-				r.Gradients = append(r.Gradients, s)
-				return nil
-			})
+			at.grad = v
+			return d.ruleGradients(v, fw, r)
 		case "densities":
-			densNode = v
-			seen := map[float64]bool{}
-			return d.list(v, fw, false, func(i int, item *yaml.Node) error {
-				x, err := d.number(item, fw, 0, 1, true)
-				if err != nil {
-					return err
-				}
-				if seen[x] {
-					return errAt(item, "%s: %g is listed twice", fw, x)
-				}
-				seen[x] = true
-				r.Densities = append(r.Densities, x)
-				return nil
-			})
+			at.dens = v
+			return d.ruleDensities(v, fw, r)
 		case "bits":
-			bitsNode = v
-			return d.list(v, fw, false, func(i int, item *yaml.Node) error {
-				x, err := d.integer(item, fw, 1, 16)
-				if err != nil {
-					return err
-				}
-				if x&(x-1) != 0 {
-					return errAt(item, "%s: %d: want 1, 2, 4, 8 or 16", fw, x)
-				}
-				if slices.Contains(r.Bits, int(x)) {
-					return errAt(item, "%s: %d is listed twice", fw, x)
-				}
-				r.Bits = append(r.Bits, int(x))
-				return nil
-			})
+			at.bits = v
+			return d.ruleBits(v, fw, r)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if recipesNode == nil {
+	if at.recipes == nil {
 		r.Auto = true
-		recipesNode = n
+		at.recipes = n
 	}
-	if r.RequireLossless {
-		lw := what + " (require_lossless)"
-		switch {
-		case lossyNode != nil:
-			return nil, errAt(lossyNode, "%s: recipe %s is lossy", lw, quote(lossy.String()))
-		case r.ErrorBudget > 0:
-			return nil, errAt(budgetNode, "%s: error_budget %g allows lossy recipes", lw, r.ErrorBudget)
-		case gradNode != nil:
-			return nil, errAt(gradNode, "%s: gradient compressors are lossy", lw)
-		case densNode != nil:
-			return nil, errAt(densNode, "%s: densities are for gradient compressors, which are lossy", lw)
-		case bitsNode != nil:
-			return nil, errAt(bitsNode, "%s: bits are for quantizers, which are lossy", lw)
-		}
-	}
-	if lossyNode != nil && r.ErrorBudget == 0 {
-		return nil, errAt(lossyNode, "%s: recipe %s is lossy but the rule has no error_budget", what, quote(lossy.String()))
-	}
-	if densNode != nil && gradNode == nil {
-		return nil, errAt(densNode, "%s: densities without a gradient compressor (add gradient:)", what)
-	}
-	if bitsNode != nil && gradNode == nil && r.ErrorBudget == 0 {
-		return nil, errAt(bitsNode, "%s: bits without an error_budget or a gradient compressor", what)
-	}
-	if len(r.Bits) > 0 {
-		// A listed quantizer of a width the rule does not allow: the
-		// first in the file is the one reported.
-		var bad *yaml.Node
-		for in, rec := range quantNodes {
-			if !slices.Contains(r.Bits, rec.Bits()) && (bad == nil || in.Line < bad.Line || in.Line == bad.Line && in.Column < bad.Column) {
-				bad = in
-			}
-		}
-		if bad != nil {
-			return nil, errAt(bad, "%s: recipe %s quantizes to %d bits, not among bits %v", what, quote(quantNodes[bad].String()), quantNodes[bad].Bits(), r.Bits)
-		}
-	}
-	if !p.Autotune.Enabled && len(r.Recipes) == 0 {
-		return nil, errAt(recipesNode, "%s: autotune is off and the rule lists no recipe (only auto)", what)
+	if err := checkRule(r, what, p, &at); err != nil {
+		return nil, err
 	}
 	return r, nil
+}
+
+// ruleRecipes reads a rule's recipes: names from the profile's recipes,
+// recipes written out, and auto last.
+func (d *decoder) ruleRecipes(v *yaml.Node, fw string, p *Profile, r *Rule, at *ruleNodes) error {
+	seen := map[string]bool{}
+	return d.list(v, fw, true, func(i int, item *yaml.Node) error {
+		text, in, err := d.str(item, fw)
+		if err != nil {
+			return err
+		}
+		if r.Auto {
+			return errAt(in, "%s: auto must be the last entry (it stands for every recipe not listed)", fw)
+		}
+		if text == "auto" {
+			r.Auto = true
+			return nil
+		}
+		nr := NamedRecipe{Name: text, Recipe: p.recipe(text)}
+		if nr.Recipe == nil {
+			rec, err := codec.ParseRecipe(text)
+			if err != nil {
+				if validName(text) && !strings.ContainsAny(text, "(.") {
+					return errAt(in, "%s: %s is neither a recipe named under recipes: nor a recipe", fw, quote(text))
+				}
+				return &Error{Line: in.Line, Column: in.Column, Msg: fmt.Sprintf("%s: %s", fw, quote(text)), Err: err}
+			}
+			nr = NamedRecipe{Recipe: rec}
+		}
+		key := nr.Recipe.String()
+		if seen[key] {
+			return errAt(in, "%s: %s is listed twice", fw, quote(text))
+		}
+		seen[key] = true
+		if at.lossy == nil && nr.Recipe.Lossy() {
+			at.lossy, at.lossyRecipe = in, nr.Recipe
+		}
+		if nr.Recipe.Bits() > 0 {
+			at.quant[in] = nr.Recipe
+		}
+		r.Recipes = append(r.Recipes, nr)
+		return nil
+	})
+}
+
+// ruleGradients reads a rule's gradient compressors.
+func (d *decoder) ruleGradients(v *yaml.Node, fw string, r *Rule) error {
+	seen := map[string]bool{}
+	return d.list(v, fw, true, func(i int, item *yaml.Node) error {
+		text, in, err := d.str(item, fw)
+		if err != nil {
+			return err
+		}
+		s, err := gradient.Parse(text)
+		if err != nil {
+			return &Error{Line: in.Line, Column: in.Column, Msg: fmt.Sprintf("%s: %s", fw, quote(text)), Err: err}
+		}
+		if seen[s.String()] {
+			return errAt(in, "%s: %s is listed twice", fw, quote(text))
+		}
+		seen[s.String()] = true
+		r.Gradients = append(r.Gradients, s)
+		return nil
+	})
+}
+
+// ruleDensities reads a rule's gradient densities, each in (0, 1].
+func (d *decoder) ruleDensities(v *yaml.Node, fw string, r *Rule) error {
+	seen := map[float64]bool{}
+	return d.list(v, fw, false, func(i int, item *yaml.Node) error {
+		x, err := d.number(item, fw, 0, 1, true)
+		if err != nil {
+			return err
+		}
+		if seen[x] {
+			return errAt(item, "%s: %g is listed twice", fw, x)
+		}
+		seen[x] = true
+		r.Densities = append(r.Densities, x)
+		return nil
+	})
+}
+
+// ruleBits reads a rule's quantizer widths: 1, 2, 4, 8 or 16.
+func (d *decoder) ruleBits(v *yaml.Node, fw string, r *Rule) error {
+	return d.list(v, fw, false, func(i int, item *yaml.Node) error {
+		x, err := d.integer(item, fw, 1, 16)
+		if err != nil {
+			return err
+		}
+		if x&(x-1) != 0 {
+			return errAt(item, "%s: %d: want 1, 2, 4, 8 or 16", fw, x)
+		}
+		if slices.Contains(r.Bits, int(x)) {
+			return errAt(item, "%s: %d is listed twice", fw, x)
+		}
+		r.Bits = append(r.Bits, int(x))
+		return nil
+	})
+}
+
+// checkRule refuses contradictions between a rule's fields, each at the
+// field that makes it one.
+func checkRule(r *Rule, what string, p *Profile, at *ruleNodes) error {
+	if r.RequireLossless {
+		if err := checkLossless(r, what+" (require_lossless)", at); err != nil {
+			return err
+		}
+	}
+	if at.lossy != nil && r.ErrorBudget == 0 {
+		return errAt(at.lossy, "%s: recipe %s is lossy but the rule has no error_budget", what, quote(at.lossyRecipe.String()))
+	}
+	if at.dens != nil && at.grad == nil {
+		return errAt(at.dens, "%s: densities without a gradient compressor (add gradient:)", what)
+	}
+	if at.bits != nil && at.grad == nil && r.ErrorBudget == 0 {
+		return errAt(at.bits, "%s: bits without an error_budget or a gradient compressor", what)
+	}
+	if err := checkWidths(r, what, at); err != nil {
+		return err
+	}
+	if !p.Autotune.Enabled && len(r.Recipes) == 0 {
+		return errAt(at.recipes, "%s: autotune is off and the rule lists no recipe (only auto)", what)
+	}
+	return nil
+}
+
+// checkLossless refuses anything lossy on a rule that requires lossless.
+func checkLossless(r *Rule, lw string, at *ruleNodes) error {
+	switch {
+	case at.lossy != nil:
+		return errAt(at.lossy, "%s: recipe %s is lossy", lw, quote(at.lossyRecipe.String()))
+	case r.ErrorBudget > 0:
+		return errAt(at.budget, "%s: error_budget %g allows lossy recipes", lw, r.ErrorBudget)
+	case at.grad != nil:
+		return errAt(at.grad, "%s: gradient compressors are lossy", lw)
+	case at.dens != nil:
+		return errAt(at.dens, "%s: densities are for gradient compressors, which are lossy", lw)
+	case at.bits != nil:
+		return errAt(at.bits, "%s: bits are for quantizers, which are lossy", lw)
+	}
+	return nil
+}
+
+// checkWidths refuses a listed quantizer of a width the rule's bits do
+// not allow: the first in the file is the one reported.
+func checkWidths(r *Rule, what string, at *ruleNodes) error {
+	if len(r.Bits) == 0 {
+		return nil
+	}
+	var bad *yaml.Node
+	for in, rec := range at.quant {
+		if !slices.Contains(r.Bits, rec.Bits()) && (bad == nil || in.Line < bad.Line || in.Line == bad.Line && in.Column < bad.Column) {
+			bad = in
+		}
+	}
+	if bad != nil {
+		return errAt(bad, "%s: recipe %s quantizes to %d bits, not among bits %v", what, quote(at.quant[bad].String()), at.quant[bad].Bits(), r.Bits)
+	}
+	return nil
 }
 
 var matchFields = []string{"name", "dtype", "min_size", "max_size", "tags"}
