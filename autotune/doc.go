@@ -40,4 +40,10 @@
 // unless the caller gives lossy ones (WithErrorBudget bounds them); the
 // Writer refuses lossy recipes on tensors tagged lossless whatever a
 // policy returns.
+//
+// The package depends on codec and profile only (not on transport nor on
+// the stage packages' code): it learns the peer's stages and feedback
+// through codec.PeerObserver and codec.FeedbackObserver, and a
+// quantizer's width from codec.Stage.Bits. Its default candidates name
+// stages by recipe text; profile links them (through gradient).
 package autotune

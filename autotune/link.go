@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/tensorpress/tensorpress/internal/loopback"
 )
 
 // Estimate is what the link estimator knows of the path.
@@ -248,24 +250,12 @@ func (l *Link) Estimate() Estimate {
 // loopback addresses is taken as a link of unlimited bandwidth (a memory
 // copy on shared cores, where storing raw is always fastest).
 func (l *Link) UseConn(c net.Conn) {
-	if isLoopback(c.LocalAddr()) && isLoopback(c.RemoteAddr()) {
+	if loopback.Conn(c) {
 		l.mu.Lock()
 		l.loopback = true
 		l.mu.Unlock()
 	}
 	l.UseTCPInfo(c)
-}
-
-func isLoopback(a net.Addr) bool {
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		return a.IP.IsLoopback()
-	case *net.UDPAddr:
-		return a.IP.IsLoopback()
-	case *net.UnixAddr:
-		return true
-	}
-	return false
 }
 
 func (l *Link) isLoopback() bool {

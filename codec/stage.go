@@ -84,6 +84,11 @@ type Stage struct {
 	Granularity Granularity
 	Block       int  // elements per block, for Granularity == Block
 	Lossy       bool // true when Decode(Encode(x)) may differ from x
+	// Bits is the width of a quantizer's codes in bits per value (16 for
+	// fp16 and bf16, 8 for int8 and qsgd, 4 for nf4 and fp4, 2 for
+	// ternary, 1 for sign), as profiles list them (a rule's bits); 0 for
+	// stages that do not quantize values, the sparsifying ones included.
+	Bits int
 	// Reads and Writes document the slots (for docs and `codec-bench
 	// stages`): for example "any byte segment" and "plane0..plane{w-1}".
 	Reads, Writes string
@@ -95,6 +100,24 @@ type Stage struct {
 	// Load builds an Op from the parameter bytes stored in a frame. It must
 	// reject malformed parameters with ErrCorrupt, never panic.
 	Load func(params []byte) (Op, error)
+}
+
+// Bits returns the narrowest quantizer width among r's ops (Stage.Bits):
+// 16, 8, 4, 2 or 1 bits per value, or 0 when r has no quantizer (a
+// lossless recipe, or one whose only lossy stages sparsify) or is nil.
+func (r *Recipe) Bits() int {
+	if r == nil {
+		return 0
+	}
+	bits := 0
+	for _, st := range r.Steps {
+		for _, op := range st.Ops {
+			if w := op.Stage().Bits; w > 0 && (bits == 0 || w < bits) {
+				bits = w
+			}
+		}
+	}
+	return bits
 }
 
 // Ctx carries what a stage may need beyond its input: the tensor the

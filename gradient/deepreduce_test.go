@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/codectest"
 	"github.com/tensorpress/tensorpress/internal/hash"
 )
 
@@ -245,25 +246,7 @@ func TestBloomAdversarial(t *testing.T) {
 func TestBloomChunks(t *testing.T) {
 	x := normal(10000, 5, 1)
 	for _, rs := range []string{"bloom(0.05)", "bloom(0.05,policy=p0,seed=3) | val:polyfit | val.perm:bitpack | *:huff0"} {
-		var buf bytes.Buffer
-		w, err := codec.NewWriter(&buf, codec.WithRecipe(codec.MustParseRecipe(rs)), codec.WithChunkSize(16000))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.WriteTensor(codec.FromFloat32("g", x, 10000)); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		rd, err := codec.NewReader(&buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := rd.ReadTensor()
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := codectest.Stream(t, codec.FromFloat32("g", x, 10000), codec.WithRecipe(codec.MustParseRecipe(rs)), codec.WithChunkSize(16000))
 		v, _ := codec.View[float32](got)
 		if rs == "bloom(0.05)" {
 			// Each chunk of 4000 (and the last of 2000) keeps exactly its k,

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/codectest"
 	_ "github.com/tensorpress/tensorpress/lossless"
 	_ "github.com/tensorpress/tensorpress/sparse"
 )
@@ -152,25 +153,7 @@ func TestSelectionStages(t *testing.T) {
 
 func TestRandKChunks(t *testing.T) {
 	x := normal(10000, 3, 1)
-	var buf bytes.Buffer
-	w, err := codec.NewWriter(&buf, codec.WithRecipe(codec.MustParseRecipe("randk(0.1,seed=4)")), codec.WithChunkSize(4000))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.WriteTensor(codec.FromFloat32("g", x, 10000)); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	rd, err := codec.NewReader(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := rd.ReadTensor()
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := codectest.Stream(t, codec.FromFloat32("g", x, 10000), codec.WithRecipe(codec.MustParseRecipe("randk(0.1,seed=4)")), codec.WithChunkSize(4000))
 	v, _ := codec.View[float32](got)
 	kept := 0
 	for i := range v {

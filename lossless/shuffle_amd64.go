@@ -2,7 +2,11 @@
 
 package lossless
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/tensorpress/tensorpress/internal/cpufeature"
+)
 
 // This file and shuffle_amd64.s hold the AVX2 shuffle kernels; without
 // AVX2 (or in noasm and gccgo builds: shuffle_noasm.go) the pure-Go
@@ -11,22 +15,7 @@ import "unsafe"
 // returns how many elements it did; the caller finishes the rest.
 
 // shuffleHasAVX2 reports whether the CPU and the OS support AVX2.
-var shuffleHasAVX2 = func() bool {
-	maxID, _, _, _ := shuffleCPUID(0, 0)
-	if maxID < 7 {
-		return false
-	}
-	_, _, ecx1, _ := shuffleCPUID(1, 0)
-	const osxsave, avx = 1 << 27, 1 << 28
-	if ecx1&osxsave == 0 || ecx1&avx == 0 {
-		return false
-	}
-	if xcr0, _ := shuffleXGETBV(); xcr0&6 != 6 { // XMM and YMM state enabled
-		return false
-	}
-	_, ebx7, _, _ := shuffleCPUID(7, 0)
-	return ebx7&(1<<5) != 0
-}()
+var shuffleHasAVX2 = cpufeature.AVX2
 
 // shuffleNTMin is the output size in bytes from which the unshuffle
 // kernels write with non-temporal stores (when the output address is a
@@ -45,10 +34,6 @@ var shuffleNTMin = 8 << 20
 func shuffleNT(n int, p *byte) bool {
 	return n >= shuffleNTMin && uintptr(unsafe.Pointer(p))%32 == 0
 }
-
-func shuffleCPUID(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-
-func shuffleXGETBV() (eax, edx uint32)
 
 //go:noescape
 func shuffle2AVX2(p0, p1, src *byte, n int)

@@ -27,25 +27,6 @@ DATA transpose4<>+16(SB)/8, $0x0d0905010c080400
 DATA transpose4<>+24(SB)/8, $0x0f0b07030e0a0602
 GLOBL transpose4<>(SB), RODATA|NOPTR, $32
 
-// func shuffleCPUID(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-TEXT ·shuffleCPUID(SB), NOSPLIT, $0-24
-	MOVL eaxArg+0(FP), AX
-	MOVL ecxArg+4(FP), CX
-	CPUID
-	MOVL AX, eax+8(FP)
-	MOVL BX, ebx+12(FP)
-	MOVL CX, ecx+16(FP)
-	MOVL DX, edx+20(FP)
-	RET
-
-// func shuffleXGETBV() (eax, edx uint32)
-TEXT ·shuffleXGETBV(SB), NOSPLIT, $0-8
-	MOVL $0, CX
-	XGETBV
-	MOVL AX, eax+0(FP)
-	MOVL DX, edx+4(FP)
-	RET
-
 // func shuffle2AVX2(p0, p1, src *byte, n int)
 //
 // Per 32 elements (64 bytes): Y0 gets elements 0-7 and 16-23 (one 128-bit

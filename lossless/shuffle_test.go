@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/codectest"
 )
 
 // Helpers shared by the tests of shuffle, bytedelta, huff0 and s2.
@@ -40,35 +41,6 @@ func fastTestTensor(name string, dt codec.DType, data []byte) *codec.Tensor {
 	t := codec.NewTensor(name, dt, int64(len(data)/dt.Size()))
 	copy(t.Data, data)
 	return t
-}
-
-// fastTestRoundTrip codes t with recipe through the codec layer, decodes
-// the frame and checks the result. It returns the frame.
-func fastTestRoundTrip(t testing.TB, tn *codec.Tensor, recipe string) []byte {
-	t.Helper()
-	r, err := codec.ParseRecipe(recipe)
-	if err != nil {
-		t.Fatalf("ParseRecipe(%q): %v", recipe, err)
-	}
-	enc, err := codec.NewEncoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	frame, err := enc.AppendTensor(nil, tn, r)
-	if err != nil {
-		t.Fatalf("%q on %v x %d: encode: %v", recipe, tn.DType, len(tn.Data), err)
-	}
-	f, n, err := new(codec.Decoder).DecodeFrame(frame)
-	if err != nil {
-		t.Fatalf("%q on %v x %d: decode: %v", recipe, tn.DType, len(tn.Data), err)
-	}
-	if n != len(frame) || len(f.Tensors) != 1 {
-		t.Fatalf("%q: decoded %d of %d bytes, %d tensors", recipe, n, len(frame), len(f.Tensors))
-	}
-	if got := f.Tensors[0]; !bytes.Equal(got.Data, tn.Data) || got.DType != tn.DType {
-		t.Fatalf("%q on %v x %d: round trip differs", recipe, tn.DType, len(tn.Data))
-	}
-	return frame
 }
 
 // fastTestOpRoundTrip runs op.Encode and op.Decode directly on in (with
@@ -275,9 +247,9 @@ func TestShuffleRecipes(t *testing.T) {
 	} {
 		sz := tc.dt.Size()
 		for _, n := range []int{0, 1, 2, 3, 5, 8, 31, 32, 33, 257, 1000, 4099} {
-			fastTestRoundTrip(t, fastTestTensor("t", tc.dt, fastTestRandom(n*sz, uint64(n))), tc.recipe)
+			codectest.Lossless(t, fastTestTensor("t", tc.dt, fastTestRandom(n*sz, uint64(n))), tc.recipe)
 			floats := fastTestFloats((n*sz+3)/4, uint64(n))[:n*sz]
-			frame := fastTestRoundTrip(t, fastTestTensor("t", tc.dt, floats), tc.recipe)
+			frame := codectest.Lossless(t, fastTestTensor("t", tc.dt, floats), tc.recipe)
 			if n >= 1000 && tc.pays && len(frame) >= len(floats) {
 				t.Errorf("%q on %d %v floats: frame of %d bytes", tc.recipe, n, tc.dt, len(frame))
 			}

@@ -139,6 +139,7 @@ func registerBlock(k *blockKind) {
 		Granularity: codec.Block,
 		Block:       k.defBlock,
 		Lossy:       true,
+		Bits:        k.bits,
 		Reads:       k.reads,
 		Writes:      k.writes,
 		Doc:         k.doc,

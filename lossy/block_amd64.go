@@ -5,6 +5,8 @@ package lossy
 import (
 	"encoding/binary"
 	"math/bits"
+
+	"github.com/tensorpress/tensorpress/internal/cpufeature"
 )
 
 // This file and block_amd64.s hold the AVX2 kernels of the blockwise
@@ -20,26 +22,7 @@ import (
 // touches memory.
 
 // blockHasAVX2 reports whether the CPU and the OS support AVX2.
-var blockHasAVX2 = func() bool {
-	maxID, _, _, _ := blockCPUID(0, 0)
-	if maxID < 7 {
-		return false
-	}
-	_, _, ecx1, _ := blockCPUID(1, 0)
-	const osxsave, avx = 1 << 27, 1 << 28
-	if ecx1&osxsave == 0 || ecx1&avx == 0 {
-		return false
-	}
-	if xcr0, _ := blockXGETBV(); xcr0&6 != 6 { // XMM and YMM state enabled
-		return false
-	}
-	_, ebx7, _, _ := blockCPUID(7, 0)
-	return ebx7&(1<<5) != 0
-}()
-
-func blockCPUID(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-
-func blockXGETBV() (eax, edx uint32)
+var blockHasAVX2 = cpufeature.AVX2
 
 // Search tables of nf4 and fp4 (searchTables): row 0 is the first
 // threshold repeated 8 times, row L (L >= 1) the thresholds of level L+1

@@ -32,25 +32,6 @@ GLOBL lownib<>(SB), RODATA|NOPTR, $1
 DATA nibmul<>+0(SB)/2, $0x1001
 GLOBL nibmul<>(SB), RODATA|NOPTR, $2
 
-// func blockCPUID(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-TEXT ·blockCPUID(SB), NOSPLIT, $0-24
-	MOVL eaxArg+0(FP), AX
-	MOVL ecxArg+4(FP), CX
-	CPUID
-	MOVL AX, eax+8(FP)
-	MOVL BX, ebx+12(FP)
-	MOVL CX, ecx+16(FP)
-	MOVL DX, edx+20(FP)
-	RET
-
-// func blockXGETBV() (eax, edx uint32)
-TEXT ·blockXGETBV(SB), NOSPLIT, $0-8
-	MOVL $0, CX
-	XGETBV
-	MOVL AX, eax+0(FP)
-	MOVL DX, edx+4(FP)
-	RET
-
 DATA f127<>+0(SB)/4, $0x42fe0000
 GLOBL f127<>(SB), RODATA|NOPTR, $4
 

@@ -58,6 +58,7 @@ var (
 		Kind:        codec.Filter,
 		Granularity: codec.Elementwise,
 		Lossy:       true,
+		Bits:        16,
 		Reads:       "an f32 or f64 segment",
 		Writes:      "the same segment as f16 (IEEE binary16)",
 		Doc: "IEEE float16, round to nearest even: |x - x^| <= 2^-11*|x| (normal), <= 2^-25 (|x| < 2^-14); " +
@@ -71,6 +72,7 @@ var (
 		Kind:        codec.Filter,
 		Granularity: codec.Elementwise,
 		Lossy:       true,
+		Bits:        16,
 		Reads:       "an f32 or f64 segment",
 		Writes:      "the same segment as bf16 (bfloat16)",
 		Doc:         "bfloat16, round to nearest even: |x - x^| <= 2^-8*|x| (normal); float32's range",

@@ -2,7 +2,11 @@
 
 package lossy
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/tensorpress/tensorpress/internal/cpufeature"
+)
 
 // This file and float_amd64.s hold the AVX2 / F16C kernels of the fp16
 // and bf16 stages; without those CPU features (or in noasm and gccgo
@@ -14,27 +18,7 @@ import "unsafe"
 // halfHasAVX2 reports whether the CPU and the OS support AVX2 (the bf16
 // kernels); halfHasF16C whether they also support F16C (the fp16 kernels,
 // which fix up NaNs with AVX2 integer instructions).
-var halfHasAVX2, halfHasF16C = func() (avx2, f16c bool) {
-	maxID, _, _, _ := halfCPUID(0, 0)
-	if maxID < 7 {
-		return false, false
-	}
-	_, _, ecx1, _ := halfCPUID(1, 0)
-	const osxsave, avx, f16cBit = 1 << 27, 1 << 28, 1 << 29
-	if ecx1&osxsave == 0 || ecx1&avx == 0 {
-		return false, false
-	}
-	if xcr0, _ := halfXGETBV(); xcr0&6 != 6 { // XMM and YMM state enabled
-		return false, false
-	}
-	_, ebx7, _, _ := halfCPUID(7, 0)
-	avx2 = ebx7&(1<<5) != 0
-	return avx2, avx2 && ecx1&f16cBit != 0
-}()
-
-func halfCPUID(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-
-func halfXGETBV() (eax, edx uint32)
+var halfHasAVX2, halfHasF16C = cpufeature.AVX2, cpufeature.F16C
 
 // halfNTMin is the output size in bytes from which the kernels write
 // with non-temporal stores: an output this big would not stay in cache

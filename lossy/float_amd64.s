@@ -39,25 +39,6 @@ DATA halfOne32<>+16(SB)/8, $0x0000000100000001
 DATA halfOne32<>+24(SB)/8, $0x0000000100000001
 GLOBL halfOne32<>(SB), RODATA|NOPTR, $32
 
-// func halfCPUID(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-TEXT ·halfCPUID(SB), NOSPLIT, $0-24
-	MOVL eaxArg+0(FP), AX
-	MOVL ecxArg+4(FP), CX
-	CPUID
-	MOVL AX, eax+8(FP)
-	MOVL BX, ebx+12(FP)
-	MOVL CX, ecx+16(FP)
-	MOVL DX, edx+20(FP)
-	RET
-
-// func halfXGETBV() (eax, edx uint32)
-TEXT ·halfXGETBV(SB), NOSPLIT, $0-8
-	MOVL $0, CX
-	XGETBV
-	MOVL AX, eax+0(FP)
-	MOVL DX, edx+4(FP)
-	RET
-
 // FP16NAN clears the payload of the NaN lanes of the 16 fp16 patterns in
 // y, with scratch t: VCVTPS2PH gives sign | 0x7e00 | payload>>13 for a
 // NaN, torch gives sign | 0x7e00. t = (|y| > 0x7c00) & 0x01ff, y &^= t.

@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/codectest"
 	"github.com/tensorpress/tensorpress/internal/float16"
 	_ "github.com/tensorpress/tensorpress/lossless"
 )
@@ -458,7 +459,7 @@ func TestFloatTorchVectors(t *testing.T) {
 		// The stage, through a recipe.
 		tn := codec.NewTensor("x", codec.F32, int64(n))
 		copy(tn.Data, in)
-		dec := floatRoundTrip(t, tn, name)
+		dec := codectest.RoundTrip(t, tn, name)
 		if wantDec := halfRefDecode(want, codec.F32, bf); !bytes.Equal(dec.Data, wantDec) {
 			t.Errorf("%s: recipe round trip differs from torch's bits widened", name)
 		}
@@ -510,37 +511,6 @@ func TestFloatTorchVectors(t *testing.T) {
 			}
 		}
 	}
-}
-
-// floatRoundTrip codes t with recipe through codec, decodes the frame and
-// returns the decoded tensor, which must have t's name, dtype and shape.
-func floatRoundTrip(t testing.TB, tn *codec.Tensor, recipe string) *codec.Tensor {
-	t.Helper()
-	r, err := codec.ParseRecipe(recipe)
-	if err != nil {
-		t.Fatalf("ParseRecipe(%q): %v", recipe, err)
-	}
-	enc, err := codec.NewEncoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	frame, err := enc.AppendTensor(nil, tn, r)
-	if err != nil {
-		t.Fatalf("%q on %v x %d: encode: %v", recipe, tn.DType, len(tn.Data), err)
-	}
-	f, n, err := new(codec.Decoder).DecodeFrame(frame)
-	if err != nil {
-		t.Fatalf("%q on %v x %d: decode: %v", recipe, tn.DType, len(tn.Data), err)
-	}
-	if n != len(frame) || len(f.Tensors) != 1 {
-		t.Fatalf("%q: decoded %d of %d bytes, %d tensors", recipe, n, len(frame), len(f.Tensors))
-	}
-	got := f.Tensors[0]
-	if got.Name != tn.Name || got.DType != tn.DType || fmt.Sprint(got.Shape) != fmt.Sprint(tn.Shape) || len(got.Data) != len(tn.Data) {
-		t.Fatalf("%q: decoded %q %v %v (%d bytes), want %q %v %v (%d bytes)", recipe,
-			got.Name, got.DType, got.Shape, len(got.Data), tn.Name, tn.DType, tn.Shape, len(tn.Data))
-	}
-	return got
 }
 
 // Error bounds.
@@ -897,7 +867,7 @@ func TestFloatRecipes(t *testing.T) {
 						binary.LittleEndian.PutUint64(tn.Data[8*i:], math.Float64bits(float64(v)*(1+0x1p-30)))
 					}
 				}
-				got := floatRoundTrip(t, tn, recipe)
+				got := codectest.RoundTrip(t, tn, recipe)
 				want := halfRefDecode(halfRefEncode(tn.Data, dt, bf), dt, bf)
 				if !bytes.Equal(got.Data, want) {
 					t.Errorf("%q on %s %v: decoded values differ from the scalar reference", recipe, name, dt)
@@ -928,7 +898,7 @@ func TestFloatRecipes(t *testing.T) {
 	}
 	// An empty tensor.
 	tn := codec.NewTensor("empty", codec.F32, 0)
-	floatRoundTrip(t, tn, "fp16")
+	codectest.RoundTrip(t, tn, "fp16")
 }
 
 func TestBits(t *testing.T) {

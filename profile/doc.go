@@ -19,8 +19,11 @@
 // are used, so an alias bomb is refused quickly).
 //
 // Recipes are parsed by codec.ParseRecipe and gradient compressors by
-// gradient.Parse, so their stages must be registered: this package imports
-// the lossless, lossy and gradient packages for that.
+// gradient.Parse, so their stages must be registered. The package needs
+// gradient for its Spec type and links what gradient links: the stages of
+// lossless, sparse and lossy (its quantizer compressors wrap lossy ones),
+// all that the built-in profiles name. It does not import lossy itself:
+// a quantizer's width comes from codec.Stage.Bits.
 //
 // # Using a profile
 //
@@ -35,7 +38,6 @@
 package profile
 
 import (
-	_ "github.com/tensorpress/tensorpress/gradient" // registers the gradient stages
+	_ "github.com/tensorpress/tensorpress/gradient" // registers the gradient stages and links lossy's
 	_ "github.com/tensorpress/tensorpress/lossless" // registers the lossless stages
-	_ "github.com/tensorpress/tensorpress/lossy"    // registers the lossy stages
 )

@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"errors"
 	"fmt"
 	"math/big"
 	"strconv"
@@ -11,24 +12,72 @@ import (
 // second for a bandwidth).
 const maxBytes = 1 << 50
 
-// Size units: IEC binary and SI decimal multiples of a byte.
-var sizeUnits = []struct {
+// unit is a unit of a quantity: its name and what one of it is worth
+// (bytes for a size, bits per second for a bandwidth).
+type unit struct {
 	name string
 	mul  int64
-}{
+}
+
+// Size units: IEC binary and SI decimal multiples of a byte.
+var sizeUnits = []unit{
 	{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
 	{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"kB", 1e3}, {"B", 1},
 }
 
-// Bandwidth units, as bytes per second times 8 (bits per second).
-var rateUnits = []struct {
-	name string
-	bits int64 // bits per second per unit
-}{
+// Bandwidth units in bits per second (FormatRate uses the first four).
+var rateUnits = []unit{
 	{"Tbit", 1e12}, {"Gbit", 1e9}, {"Mbit", 1e6}, {"Kbit", 1e3}, {"kbit", 1e3}, {"bit", 1},
+	{"Tbit/s", 1e12}, {"Gbit/s", 1e9}, {"Mbit/s", 1e6}, {"Kbit/s", 1e3}, {"kbit/s", 1e3}, {"bit/s", 1},
 	{"Tbps", 1e12}, {"Gbps", 1e9}, {"Mbps", 1e6}, {"Kbps", 1e3}, {"kbps", 1e3}, {"bps", 1},
 	{"TiB/s", 8 << 40}, {"GiB/s", 8 << 30}, {"MiB/s", 8 << 20}, {"KiB/s", 8 << 10},
 	{"TB/s", 8e12}, {"GB/s", 8e9}, {"MB/s", 8e6}, {"KB/s", 8e3}, {"kB/s", 8e3}, {"B/s", 8},
+}
+
+// quantity says how to read a number with a unit: the units, the worth
+// of a number without one, a divisor that turns worth into the result
+// (8: bits into bytes), and the messages for a malformed number and an
+// unknown unit (with %q for the unit).
+type quantity struct {
+	units     []unit
+	bare, div int64
+	want      string
+	unknown   string
+}
+
+var (
+	sizeQuantity = quantity{sizeUnits, 1, 1,
+		"want a size in bytes such as 65536, 64KiB or 1MiB",
+		"unknown size unit %q (want B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"}
+	rateQuantity = quantity{rateUnits, 8, 8,
+		"want a bandwidth such as 1Gbit, 100Mbps or 12.5MB/s",
+		"unknown bandwidth unit %q (want bit, Kbit, Mbit, Gbit, Tbit (or /s, or bps), or B/s, KB/s, MB/s, GB/s, KiB/s, MiB/s, GiB/s)"}
+)
+
+// parse reads s as a number with an optional unit and returns its value
+// in bytes (per second, for a bandwidth), exactly.
+func (q quantity) parse(s string) (*big.Rat, error) {
+	num, name, ok := splitNumber(s)
+	if !ok {
+		return nil, errors.New(q.want)
+	}
+	mul := int64(-1)
+	if name == "" {
+		mul = q.bare
+	}
+	for _, u := range q.units {
+		if name == u.name {
+			mul = u.mul
+		}
+	}
+	if mul < 0 {
+		return nil, fmt.Errorf(q.unknown, name)
+	}
+	r, ok := new(big.Rat).SetString(num)
+	if !ok {
+		return nil, errors.New(q.want)
+	}
+	return r.Mul(r, big.NewRat(mul, q.div)), nil
 }
 
 // splitNumber splits "12.5 MiB" into "12.5" and "MiB". The number is
@@ -51,27 +100,10 @@ func splitNumber(s string) (num, unit string, ok bool) {
 // ("64KiB", "1.5 MiB", "10MB"). The result must be a whole number of bytes
 // in [0, maxBytes].
 func parseSize(s string) (int64, error) {
-	num, unit, ok := splitNumber(s)
-	if !ok {
-		return 0, fmt.Errorf("want a size in bytes such as 65536, 64KiB or 1MiB")
+	r, err := sizeQuantity.parse(s)
+	if err != nil {
+		return 0, err
 	}
-	mul := int64(-1)
-	if unit == "" {
-		mul = 1
-	}
-	for _, u := range sizeUnits {
-		if unit == u.name {
-			mul = u.mul
-		}
-	}
-	if mul < 0 {
-		return 0, fmt.Errorf("unknown size unit %q (want B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)", unit)
-	}
-	r, ok := new(big.Rat).SetString(num)
-	if !ok {
-		return 0, fmt.Errorf("want a size in bytes such as 65536, 64KiB or 1MiB")
-	}
-	r.Mul(r, new(big.Rat).SetInt64(mul))
 	if !r.IsInt() {
 		return 0, fmt.Errorf("not a whole number of bytes")
 	}
@@ -97,30 +129,10 @@ func formatSize(n int64) string {
 // The result is rounded to a whole byte per second and must be in
 // [1, maxBytes].
 func ParseRate(s string) (int64, error) {
-	num, unit, ok := splitNumber(s)
-	if !ok {
-		return 0, fmt.Errorf("want a bandwidth such as 1Gbit, 100Mbps or 12.5MB/s")
+	r, err := rateQuantity.parse(s)
+	if err != nil {
+		return 0, err
 	}
-	bits := int64(-1)
-	if unit == "" {
-		bits = 8
-	}
-	if strings.HasSuffix(unit, "bit/s") {
-		unit = strings.TrimSuffix(unit, "/s")
-	}
-	for _, u := range rateUnits {
-		if unit == u.name {
-			bits = u.bits
-		}
-	}
-	if bits < 0 {
-		return 0, fmt.Errorf("unknown bandwidth unit %q (want bit, Kbit, Mbit, Gbit, Tbit (or /s, or bps), or B/s, KB/s, MB/s, GB/s, KiB/s, MiB/s, GiB/s)", unit)
-	}
-	r, ok := new(big.Rat).SetString(num)
-	if !ok {
-		return 0, fmt.Errorf("want a bandwidth such as 1Gbit, 100Mbps or 12.5MB/s")
-	}
-	r.Mul(r, new(big.Rat).SetFrac64(bits, 8))
 	if r.Cmp(new(big.Rat).SetInt64(maxBytes)) > 0 {
 		return 0, fmt.Errorf("more than 1 PiB/s")
 	}
@@ -139,8 +151,8 @@ func ParseRate(s string) (int64, error) {
 func FormatRate(n int64) string {
 	bits := n * 8 // n <= maxBytes: no overflow
 	for _, u := range rateUnits[:4] {
-		if bits%u.bits == 0 {
-			return strconv.FormatInt(bits/u.bits, 10) + u.name
+		if bits%u.mul == 0 {
+			return strconv.FormatInt(bits/u.mul, 10) + u.name
 		}
 	}
 	return strconv.FormatInt(bits, 10) + "bit"

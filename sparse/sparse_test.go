@@ -1,7 +1,6 @@
 package sparse
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/codectest"
 	_ "github.com/tensorpress/tensorpress/lossless"
 )
 
@@ -41,34 +41,18 @@ func clustered(n int, zeroMean, nzMean float64, seed uint64) []float32 {
 	return v
 }
 
+// roundTrip codes tn with a lossless recipe, checks the round trip and
+// returns the frame's length.
 func roundTrip(t testing.TB, tn *codec.Tensor, recipe string) int {
 	t.Helper()
-	n, err := tryRoundTrip(t, tn, recipe)
-	if err != nil {
-		t.Fatalf("%s: encode: %v", recipe, err)
-	}
-	return n
+	return len(codectest.Lossless(t, tn, recipe))
 }
 
 // tryRoundTrip is roundTrip that returns encoding errors.
 func tryRoundTrip(t testing.TB, tn *codec.Tensor, recipe string) (int, error) {
 	t.Helper()
-	enc, err := codec.NewEncoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	frame, err := enc.AppendTensor(nil, tn, codec.MustParseRecipe(recipe))
-	if err != nil {
-		return 0, err
-	}
-	f, _, err := new(codec.Decoder).DecodeFrame(frame)
-	if err != nil {
-		t.Fatalf("%s: decode: %v", recipe, err)
-	}
-	if !bytes.Equal(f.Tensors[0].Data, tn.Data) {
-		t.Fatalf("%s: decoded data differs", recipe)
-	}
-	return len(frame), nil
+	frame, err := codectest.TryLossless(t, tn, recipe)
+	return len(frame), err
 }
 
 var layoutRecipes = []string{

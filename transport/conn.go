@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/loopback"
 )
 
 // ErrWriteClosed is returned by Write after CloseWrite.
@@ -110,13 +111,13 @@ func Wrap(c net.Conn, opts ...Option) (*Conn, error) {
 		rdl:       makeDeadline(),
 	}
 	tc.policy = &peerPolicy{c: tc, inner: o.policy, fixed: o.recipe, ok: map[*codec.Recipe]bool{}}
-	if u, ok := o.policy.(interface{ UseConn(net.Conn) }); ok {
+	if u, ok := o.policy.(ConnUser); ok {
 		u.UseConn(c)
 	}
 	// The first frames are small (16 KiB, doubling): the receiver decodes
 	// whole frames, and the link's rate is not known yet.
 	copts := []codec.EOption{codec.WithStartFrame(startFrame)}
-	if loopback(c) {
+	if loopback.Conn(c) {
 		// A trusted fast path: raw frames carry no payload CRC (the
 		// header keeps its own). Options given with WithCodec come after.
 		copts = append(copts, codec.WithPayloadCRC(codec.CRCOmitRaw))
@@ -699,13 +700,4 @@ func (p *peerPolicy) Observe(s codec.FrameStats) {
 	if p.inner != nil {
 		p.inner.Observe(s)
 	}
-}
-
-// loopback reports whether both ends of c are loopback addresses.
-func loopback(c net.Conn) bool {
-	ip := func(a net.Addr) bool {
-		t, ok := a.(*net.TCPAddr)
-		return ok && t.IP.IsLoopback()
-	}
-	return ip(c.LocalAddr()) && ip(c.RemoteAddr())
 }

@@ -11,7 +11,7 @@
 // The package links the standard stages (lossless, sparse, lossy,
 // gradient): a program that wraps a connection decodes every frame a
 // sender's policy may choose without importing them. A policy that is a
-// PeerObserver learns the peer's stages before the first frame and chooses
+// codec.PeerObserver learns the peer's stages before the first frame and chooses
 // only among recipes the peer decodes; one that is a codec.Cutter says
 // where the frames of the stream end (the autotuner cuts where the kind of
 // data changes). A stream starts with small frames (16 KiB, each next at

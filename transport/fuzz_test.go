@@ -10,21 +10,6 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 )
 
-func FuzzParseFeedback(f *testing.F) {
-	f.Add(Feedback{Frames: 1, WireBytes: 2, RawBytes: 3, Consumed: 4, DecodeTime: 5}.AppendBinary(nil))
-	f.Add([]byte{0x80, 0x80})
-	f.Fuzz(func(t *testing.T, p []byte) {
-		fb, err := ParseFeedback(p)
-		if err != nil {
-			return
-		}
-		g, err := ParseFeedback(fb.AppendBinary(nil))
-		if err != nil || g != fb {
-			t.Fatalf("%+v does not survive a round trip: %+v, %v", fb, g, err)
-		}
-	})
-}
-
 // FuzzPeerStream feeds arbitrary bytes to a Conn as its peer's stream:
 // Read ends with data or an error, never a panic or a hang, and Close
 // releases everything.

@@ -45,8 +45,8 @@ func WithRecipe(r *codec.Recipe) Option {
 }
 
 // WithPolicy lets p choose each frame's recipe (an autotune.Tuner, for
-// one). If p implements FeedbackObserver it receives the peer's feedback;
-// if it has a method UseConn(net.Conn), Wrap calls it with the underlying
+// one). If p implements codec.FeedbackObserver it receives the peer's
+// feedback; if it is a ConnUser, Wrap calls UseConn with the underlying
 // connection (to read TCP_INFO, or to see that the peer is on loopback).
 func WithPolicy(p codec.Policy) Option {
 	return func(o *options) error {

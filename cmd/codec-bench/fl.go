@@ -12,9 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tensorpress/tensorpress/cmd/codec-bench/internal/fl"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
-	"github.com/tensorpress/tensorpress/internal/fl"
 	"github.com/tensorpress/tensorpress/tensorfile"
 )
 

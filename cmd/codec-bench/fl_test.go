@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tensorpress/tensorpress/internal/fl"
+	"github.com/tensorpress/tensorpress/cmd/codec-bench/internal/fl"
 )
 
 func needFashion(t *testing.T) {

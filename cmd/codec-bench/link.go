@@ -27,8 +27,8 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/tensorpress/tensorpress/autotune"
+	"github.com/tensorpress/tensorpress/cmd/codec-bench/internal/netns"
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/internal/netns"
 	"github.com/tensorpress/tensorpress/internal/netsim"
 	"github.com/tensorpress/tensorpress/profile"
 	"github.com/tensorpress/tensorpress/testvectors"

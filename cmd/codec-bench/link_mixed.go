@@ -15,7 +15,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 
-	"github.com/tensorpress/tensorpress/internal/fl"
+	"github.com/tensorpress/tensorpress/cmd/codec-bench/internal/fl"
 )
 
 // The mixed workload: an opaque byte stream of tensors that looks like

@@ -10,7 +10,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/tensorpress/tensorpress/internal/fl"
+	"github.com/tensorpress/tensorpress/cmd/codec-bench/internal/fl"
 )
 
 // plotFL draws test accuracy (mean over seeds, with ±sd bars) against

@@ -50,7 +50,7 @@ func BenchmarkLoad(b *testing.B) {
 var full = flag.Bool("fl.full", false, "run the full-data training runs (a minute or so)")
 
 // TestFullRuns trains on all of Fashion-MNIST and logs the accuracy and
-// time: go test ./internal/fl -run FullRuns -fl.full -v
+// time: go test ./cmd/codec-bench/internal/fl -run FullRuns -fl.full -v
 func TestFullRuns(t *testing.T) {
 	if !*full {
 		t.Skip("needs -fl.full")

@@ -1,0 +1,130 @@
+package autotune
+
+import (
+	"slices"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/profile"
+)
+
+type candidate struct {
+	r    *codec.Recipe // nil: stored raw
+	name string
+}
+
+// ruleSet is what a Tuner may choose from for the frames of one profile
+// rule (or, without a profile, for every frame).
+type ruleSet struct {
+	cands  []candidate
+	static bool // autotune off: always the first candidate
+	// budget is the largest relative RMS error a lossy candidate may
+	// show on samples; 0 allows lossless candidates only.
+	budget float64
+}
+
+// rule returns the index and candidates of the profile rule frame fi
+// falls under.
+func (t *Tuner) rule(fi *codec.FrameInfo) (int, *ruleSet) {
+	if t.prof2 == nil {
+		rs := t.sets[0]
+		if rs == nil {
+			rs = &ruleSet{cands: t.cands, budget: t.budget}
+			t.sets[0] = rs
+		}
+		return 0, rs
+	}
+	size := int64(-1)
+	if fi.Type == codec.FrameTensor {
+		size = int64(fi.DType.Size())
+		for _, d := range fi.Shape {
+			size *= d
+		}
+	}
+	// The rule's place in the profile, from 1 (0: the default rule when
+	// none matches), whatever its Index says: a Profile built by hand may
+	// leave Index 0.
+	i := t.prof2.MatchIndex(fi.Name, fi.DType, size, fi.Tags)
+	key := i + 1
+	var r *profile.Rule
+	if i >= 0 {
+		r = &t.prof2.Rules[i]
+	} else {
+		d := profile.DefaultRule()
+		r = &d
+	}
+	rs := t.sets[key]
+	if rs == nil {
+		rs = &ruleSet{static: !t.prof2.Autotune.Enabled, budget: r.ErrorBudget}
+		seen := map[string]bool{}
+		add := func(r *codec.Recipe) {
+			if r != nil && (r.String() == "raw" || r.String() == "*:raw") {
+				r = nil // stored raw: what the cost model treats as free
+			}
+			if name := recipeName(r); !seen[name] {
+				seen[name] = true
+				rs.cands = append(rs.cands, candidate{r: r, name: name})
+			}
+		}
+		for _, nr := range r.Recipes {
+			add(nr.Recipe)
+		}
+		if r.Auto && !rs.static {
+			for _, c := range t.cands {
+				add(c.r)
+			}
+			if r.ErrorBudget > 0 {
+				for _, l := range DefaultLossyCandidates() {
+					if len(r.Bits) == 0 || slices.Contains(r.Bits, l.Bits()) {
+						add(l)
+					}
+				}
+			}
+		}
+		if len(rs.cands) == 0 {
+			add(nil)
+		}
+		t.sets[key] = rs
+	}
+	return key, rs
+}
+
+// allows reports whether cd may code frame fi: a lossy recipe only on a
+// float tensor not tagged lossless (the Writer refuses the rest), and
+// only under a rule with an error budget.
+func (rs *ruleSet) allows(cd candidate, fi *codec.FrameInfo) bool {
+	return cd.r == nil || !cd.r.Lossy() ||
+		rs.budget > 0 && !fi.Tags.Lossless && fi.Type == codec.FrameTensor && fi.DType.IsFloat()
+}
+
+// withinBudget reports whether cd's error, measured on samples of class
+// c, is within the rule's budget; a lossy candidate not yet measured is
+// not.
+func (t *Tuner) withinBudget(c Class, cd candidate, rs *ruleSet) bool {
+	if cd.r == nil || !cd.r.Lossy() {
+		return true
+	}
+	s, _ := t.prof.Get(c, cd.name)
+	return s.ErrorSamples > 0 && s.Error <= rs.budget
+}
+
+// usable reports whether cd may code frame fi: the rule allows it and
+// the peer decodes every stage it uses.
+func (t *Tuner) usable(rs *ruleSet, cd candidate, fi *codec.FrameInfo) bool {
+	if !rs.allows(cd, fi) {
+		return false
+	}
+	if cd.r == nil || t.peer == nil {
+		return true
+	}
+	ok, seen := t.peerOK[cd.name]
+	if !seen {
+		ok = true
+		for _, s := range cd.r.Steps {
+			for _, op := range s.Ops {
+				ok = ok && t.peer[op.Stage().ID]
+			}
+		}
+		t.peerOK[cd.name] = ok
+	}
+	return ok
+}
