@@ -30,14 +30,22 @@ func DefaultCandidates() []*codec.Recipe {
 // DefaultLossyCandidates are the lossy recipes a profile rule with an
 // error budget and auto adds (those of a width the rule's bits allow):
 // half-precision floats with plane coding, blockwise int8 and nf4 with
-// zstd. Each is measured for its error on the live data before use.
+// zstd. Each is measured for its error on the live data before use. The
+// quantizers are the lossy package's stages: a program that links neither
+// it nor transport (which links every standard stage) gets none.
 func DefaultLossyCandidates() []*codec.Recipe {
-	return []*codec.Recipe{
-		codec.MustParseRecipe("fp16 | shuffle2 | plane1:huff0 | plane0:raw"),
-		codec.MustParseRecipe("bf16 | shuffle2 | plane1:huff0 | plane0:raw"),
-		codec.MustParseRecipe("int8(4096) | *:zstd(1)"),
-		codec.MustParseRecipe("nf4(64) | *:zstd(1)"),
+	var rs []*codec.Recipe
+	for _, s := range []string{
+		"fp16 | shuffle2 | plane1:huff0 | plane0:raw",
+		"bf16 | shuffle2 | plane1:huff0 | plane0:raw",
+		"int8(4096) | *:zstd(1)",
+		"nf4(64) | *:zstd(1)",
+	} {
+		if r, err := codec.ParseRecipe(s); err == nil {
+			rs = append(rs, r)
+		}
 	}
+	return rs
 }
 
 // Defaults of the Tuner's settings.

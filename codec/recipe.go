@@ -316,7 +316,7 @@ func (p *recipeParser) stage() (Op, error) {
 	s, args, ok := LookupName(name)
 	if !ok {
 		p.pos = at
-		return nil, p.errf("unknown stage %q", name)
+		return nil, p.errf("unknown stage %q (stages register when their package is linked: lossless, sparse, lossy, gradient; transport links them all)", name)
 	}
 	args = append([]Arg(nil), args...)
 	if p.accept('(') {

@@ -166,6 +166,13 @@ type BlockSizer interface {
 	BlockElems() int
 }
 
+// Seeder is implemented by ops that draw random numbers (QSGD's dither):
+// WithSeed returns the op with its seed replaced. Gradient compressors give
+// every step a seed of its own, so that dithering errors do not repeat.
+type Seeder interface {
+	WithSeed(seed uint64) Op
+}
+
 // Arg is one recipe argument: a bare value ("3") or key=value ("level=3").
 type Arg struct {
 	Key, Value string

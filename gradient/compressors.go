@@ -8,7 +8,6 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/hash"
-	"github.com/tensorpress/tensorpress/lossy"
 )
 
 // TopK sends the k = ceil(Ratio*n) largest magnitudes of each tensor
@@ -107,8 +106,10 @@ func (c *Quantize) String() string { return c.op.String() }
 
 // Compress implements Compressor.
 func (c *Quantize) Compress(in *Input) (codec.Op, error) {
-	op, _ := lossy.Reseed(c.op, stepSeed(0, in.Name, in.State.Step()))
-	return op, nil
+	if s, ok := c.op.(codec.Seeder); ok {
+		return s.WithSeed(stepSeed(0, in.Name, in.State.Step())), nil
+	}
+	return c.op, nil
 }
 
 // None sends every tensor dense and exact: the uncompressed baseline.

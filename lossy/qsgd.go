@@ -160,15 +160,26 @@ func qsgdBound(o *blockOp, x []float32) float64 {
 	return n*(1/float64(o.levels)+0x1p-21) + absSlack
 }
 
-// Reseed returns op with its dither seed replaced when op is a qsgd op
-// (gradient compressors give every step its own seed), and false for any
-// other op.
+// WithSeed implements codec.Seeder: a qsgd op with its dither seed
+// replaced (other block quantizers draw nothing and are returned as they
+// are).
+func (o *blockOp) WithSeed(seed uint64) codec.Op {
+	if o.kind != &qsgdKind {
+		return o
+	}
+	c := *o
+	c.seed = seed
+	return &c
+}
+
+// Reseed returns op with its dither seed replaced when op is a qsgd op,
+// and false for any other op.
+//
+// Deprecated: use the codec.Seeder interface.
 func Reseed(op codec.Op, seed uint64) (codec.Op, bool) {
 	o, ok := op.(*blockOp)
 	if !ok || o.kind != &qsgdKind {
 		return op, false
 	}
-	c := *o
-	c.seed = seed
-	return &c, true
+	return o.WithSeed(seed), true
 }

@@ -35,6 +35,11 @@
 //
 // Built-in profiles (Builtins, Builtin) are embedded in the binary:
 // lossless-fast, lossless-max, fl-gradients and archival.
+//
+// Recipes name stages, which register when their package is linked.
+// profile links lossless, sparse and gradient; a profile that names a
+// quantizer (fl-gradients names int8 and fp16) loads in a program that
+// links lossy, or transport, which links every standard stage.
 package profile
 
 import (
