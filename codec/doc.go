@@ -27,6 +27,13 @@
 //     Decoded sizes come from the shape, never from a length field alone.
 //   - Bad input gives an error wrapping ErrCorrupt, ErrChecksum, ErrLimit or
 //     ErrUnsupported (io.ErrUnexpectedEOF when cut short), never a panic.
+//     Input that is not tensorpress data at all (a zstd or gzip file) gives
+//     ErrNotFrame, a kind of ErrCorrupt.
+//   - A Reader checks the order of frames, whichever method reads them: the
+//     chunks of a tensor come in order, without gaps or overlaps and with
+//     only control frames between them; a stream that ends inside a tensor
+//     is an error (ErrCorrupt at an end frame, io.ErrUnexpectedEOF at the
+//     end of the input).
 //   - A segment that a coder does not shrink is stored as it is, so a frame
 //     never grows by more than its header.
 //   - A lossy recipe on a tensor tagged lossless is refused with ErrLossy

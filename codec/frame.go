@@ -158,6 +158,8 @@ type headerReader struct {
 	lim   *Limits
 	steps int  // steps parsed so far in the frame
 	batch bool // entries of a tensors frame: whole tensors only
+
+	params []byte // scratch: the parameters of a step as its stage writes them
 }
 
 func (r *headerReader) fail(err error) {
@@ -629,8 +631,8 @@ func (r *headerReader) body(e *EntryHeader, root SegInfo) {
 		// Parameters have one encoding: the one the stage writes (minimal
 		// varints, no trailing bytes). Whatever Load accepted beyond that
 		// is refused here, for every stage alike.
-		if p := op.AppendParams(nil); !bytes.Equal(p, s.Params) {
-			r.fail(corruptf("step %d (%s): parameters %x are not in the stage's form %x", i, op, s.Params, p))
+		if r.params = op.AppendParams(r.params[:0]); !bytes.Equal(r.params, s.Params) {
+			r.fail(corruptf("step %d (%s): parameters %x are not in the stage's form %x", i, op, s.Params, r.params))
 			return
 		}
 		outs, err := op.Outputs(in)

@@ -22,11 +22,16 @@ import (
 // Recipe text: "zstd" (level 3, zstd's own default), "zstd(N)" or
 // "zstd(level=N)". An op prints as "zstd(N)".
 //
-// Segment layout: one zstd frame (RFC 8878) with the frame content size
-// set and no content checksum (the frame's CRC-32C covers the payload).
-// `zstd -d` reads it. Decoders also accept what RFC 8878 allows beyond
-// that (several frames, skippable frames, frames without a content size)
-// as long as the output is exactly the expected length.
+// Wire parameters are checked: a level outside 1..22 is corrupt.
+//
+// Segment layout: exactly one zstd frame (RFC 8878) that states its frame
+// content size, uses no dictionary and has no content checksum (the
+// frame's CRC-32C covers the payload). `zstd -d` reads it. Both encoders
+// write nothing else (TestZstdEncodersWriteOneFrame), so decoders refuse,
+// as corrupt, what RFC 8878 allows beyond that: skippable frames, several
+// frames, bytes after the frame, a frame without a content size or with a
+// dictionary ID. A content checksum is accepted and must match (both
+// backends verify it). See docs/FORMAT.md.
 //
 // Two backends make and read these frames: klauspost/compress/zstd (pure
 // Go, always built in) and DataDog/zstd (the C library, in cgo builds).
@@ -171,18 +176,66 @@ func SetZstdBackend(name string) error {
 // "datadog".
 func ZstdBackend() string { return zstdCurrent.Load().name }
 
-// zstdCheckHeader refuses src unless it starts with a zstd frame header
-// (or a skippable frame) and, when the frame states its content size,
-// that size is n. It runs before either backend touches untrusted input.
-func zstdCheckHeader(src []byte, n int) error {
+// zstdCheckFrame refuses src unless it is exactly one zstd frame (not a
+// skippable one, nothing after it) that states its content size, n, and
+// uses no dictionary. It runs before either backend touches untrusted
+// input; the backends then check the blocks and the decoded length.
+func zstdCheckFrame(src []byte, n int) error {
 	var h zstd.Header
 	if err := h.Decode(src); err != nil {
 		return fmt.Errorf("%w: zstd frame header: %v", codec.ErrCorrupt, err)
 	}
-	if h.HasFCS && h.FrameContentSize != uint64(n) {
+	switch {
+	case h.Skippable:
+		return fmt.Errorf("%w: zstd segment starts with a skippable frame", codec.ErrCorrupt)
+	case !h.HasFCS:
+		return fmt.Errorf("%w: zstd frame without its content size", codec.ErrCorrupt)
+	case h.FrameContentSize != uint64(n):
 		return fmt.Errorf("%w: zstd frame content size %d, want %d", codec.ErrCorrupt, h.FrameContentSize, n)
+	case h.DictionaryID != 0:
+		return fmt.Errorf("%w: zstd frame needs dictionary %d", codec.ErrCorrupt, h.DictionaryID)
+	}
+	end, err := zstdFrameEnd(src, h.HeaderSize, h.HasCheckSum)
+	if err != nil {
+		return err
+	}
+	if end != len(src) {
+		return fmt.Errorf("%w: %d bytes after the zstd frame", codec.ErrCorrupt, len(src)-end)
 	}
 	return nil
+}
+
+// zstdFrameEnd returns the length of the zstd frame in src whose blocks
+// start at pos: it walks the block headers (RFC 8878 3.1.1.2: 3 bytes,
+// little-endian; bit 0 last block, bits 1-2 type, bits 3-23 size; an RLE
+// block holds one byte) and adds the checksum.
+func zstdFrameEnd(src []byte, pos int, checksum bool) (int, error) {
+	for last := false; !last; {
+		if len(src)-pos < 3 {
+			return 0, fmt.Errorf("%w: zstd frame ends inside a block header at byte %d", codec.ErrCorrupt, pos)
+		}
+		bh := uint32(src[pos]) | uint32(src[pos+1])<<8 | uint32(src[pos+2])<<16
+		pos += 3
+		last = bh&1 != 0
+		size := int(bh >> 3)
+		switch bh >> 1 & 3 {
+		case 1: // RLE
+			size = 1
+		case 3:
+			return 0, fmt.Errorf("%w: zstd block of the reserved type at byte %d", codec.ErrCorrupt, pos-3)
+		}
+		if size > len(src)-pos {
+			return 0, fmt.Errorf("%w: zstd block of %d bytes at byte %d overruns the segment", codec.ErrCorrupt, size, pos-3)
+		}
+		pos += size
+	}
+	if checksum {
+		if len(src)-pos < 4 {
+			return 0, fmt.Errorf("%w: zstd frame ends inside its checksum", codec.ErrCorrupt)
+		}
+		pos += 4
+	}
+	return pos, nil
 }
 
 // klauspost backend.
@@ -308,7 +361,7 @@ func (klauspostZstd) encode(dst, src []byte, level int) ([]byte, error) {
 }
 
 func (klauspostZstd) decode(dst, src []byte, n int) ([]byte, error) {
-	if err := zstdCheckHeader(src, n); err != nil {
+	if err := zstdCheckFrame(src, n); err != nil {
 		return nil, err
 	}
 	dst = slices.Grow(dst, n)

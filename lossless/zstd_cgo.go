@@ -62,7 +62,7 @@ func (datadogBackend) encode(dst, src []byte, level int) ([]byte, error) {
 }
 
 func (datadogBackend) decode(dst, src []byte, n int) ([]byte, error) {
-	if err := zstdCheckHeader(src, n); err != nil {
+	if err := zstdCheckFrame(src, n); err != nil {
 		return nil, err // also refuses an empty src, which the C call cannot take
 	}
 	dst = slices.Grow(dst, n)

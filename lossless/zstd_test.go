@@ -288,6 +288,12 @@ func TestZstdLengthChecks(t *testing.T) {
 		{"expect-longer", zstdTestFrame(t, data, -1), n + 1},
 		{"expect-zero", zstdTestFrame(t, data, -1), 0},
 		{"expect-much-shorter", zstdTestFrame(t, data, -1), 1000},
+		// The header agrees with the expected length; the blocks do not.
+		{"fcs-lies-short", zstdTestFrame(t, data, int64(n-1)), n - 1},
+		{"fcs-lies-long", zstdTestFrame(t, data, int64(n+1)), n + 1},
+		{"fcs-lies-much-shorter", zstdTestFrame(t, data, 1000), 1000},
+		// Exactly the expected length, but no content size.
+		{"no-fcs", zstdTestFrame(t, data, -1), n},
 	}
 	for name, be := range zstdTestBackends() {
 		for _, c := range cases {
@@ -305,11 +311,91 @@ func TestZstdLengthChecks(t *testing.T) {
 				}
 			}
 		}
-		// The honest frames decode.
-		for _, f := range [][]byte{zstdTestFrame(t, data, int64(n)), zstdTestFrame(t, data, -1)} {
-			got, err := be.decode(make([]byte, 3, 3+n), f, n)
-			if err != nil || !bytes.Equal(got[3:], data) {
-				t.Errorf("%s: honest frame: %v", name, err)
+		// The honest frame decodes.
+		got, err := be.decode(make([]byte, 3, 3+n), zstdTestFrame(t, data, int64(n)), n)
+		if err != nil || !bytes.Equal(got[3:], data) {
+			t.Errorf("%s: honest frame: %v", name, err)
+		}
+	}
+}
+
+// TestZstdEncodersWriteOneFrame: what the decoders insist on is what both
+// encoders write, at every size and level: one frame, its content size,
+// no dictionary, no checksum, nothing after it.
+func TestZstdEncodersWriteOneFrame(t *testing.T) {
+	sizes := []int{0, 1, 255, 256, 300, 64 << 10, 70 << 10, 1 << 20, 5 << 20}
+	for name, be := range zstdTestBackends() {
+		for _, level := range []int{1, 3, 9, 19, 22} {
+			for _, size := range sizes {
+				if level >= 19 && size > 1<<20 {
+					continue // slow, and the same frame header as below
+				}
+				src := append(zstdTestFloats(size/8, uint64(size)), zstdTestRandom(size-size/8*4-size/8*4, 3)...)
+				src = append(src, make([]byte, size-len(src))...)
+				f, err := be.encode(nil, src, level)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var h zstd.Header
+				if err := h.Decode(f); err != nil {
+					t.Fatalf("%s level %d, %d bytes: %v", name, level, size, err)
+				}
+				end, err := zstdFrameEnd(f, h.HeaderSize, h.HasCheckSum)
+				if h.Skippable || !h.HasFCS || h.FrameContentSize != uint64(size) || h.DictionaryID != 0 || h.HasCheckSum || err != nil || end != len(f) {
+					t.Errorf("%s level %d, %d bytes: header %+v, frame end %d of %d (%v)", name, level, size, h, end, len(f), err)
+				}
+				if err := zstdCheckFrame(f, size); err != nil {
+					t.Errorf("%s level %d, %d bytes: %v", name, level, size, err)
+				}
+			}
+		}
+	}
+}
+
+// TestZstdOneFrame: decoders refuse what RFC 8878 allows beyond one frame
+// with its content size.
+func TestZstdOneFrame(t *testing.T) {
+	data := []byte(strings.Repeat("one frame, no more; ", 200))
+	n := len(data)
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderCRC(false), zstd.WithSingleSegment(true), zstd.WithEncoderConcurrency(1), zstd.WithZeroFrames(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	one := enc.EncodeAll(data, nil)
+	empty := enc.EncodeAll(nil, nil)
+	skippable := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, 0x184D2A50), 3)
+	skippable = append(skippable, 1, 2, 3)
+	crcEnc, err := zstd.NewWriter(nil, zstd.WithEncoderCRC(true), zstd.WithSingleSegment(true), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer crcEnc.Close()
+	withCRC := crcEnc.EncodeAll(data, nil)
+	badCRC := append([]byte{}, withCRC...)
+	badCRC[len(badCRC)-1] ^= 1
+	// A dictionary ID field (1 byte: 7) in an otherwise valid header.
+	var h zstd.Header
+	if err := h.Decode(one); err != nil {
+		t.Fatal(err)
+	}
+	dict := append(append([]byte{}, one[:4]...), one[4]|1, 7)
+	dict = append(dict, one[5:]...)
+	for name, be := range zstdTestBackends() {
+		if got, err := be.decode(nil, withCRC, n); err != nil || !bytes.Equal(got, data) {
+			t.Errorf("%s: frame with a checksum: %v", name, err)
+		}
+		for what, f := range map[string][]byte{
+			"two frames":           append(append([]byte{}, one...), empty...),
+			"skippable first":      append(append([]byte{}, skippable...), one...),
+			"skippable after":      append(append([]byte{}, one...), skippable...),
+			"trailing byte":        append(append([]byte{}, one...), 0),
+			"wrong checksum":       badCRC,
+			"dictionary":           dict,
+			"without content size": zstdTestFrame(t, data, -1),
+		} {
+			if _, err := be.decode(nil, f, n); !errors.Is(err, codec.ErrCorrupt) {
+				t.Errorf("%s: %s: %v, want ErrCorrupt", name, what, err)
 			}
 		}
 	}

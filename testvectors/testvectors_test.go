@@ -223,11 +223,13 @@ func shufflePlaneFrame(w byte) []byte {
 	return rawFrame(v1|1, hdr, []byte{0, 0, 0, 0, 0, 0, 0x80, 0x3f}, true)
 }
 
-// zstdCoded is a u8 [130] tensor coded by zstd with the given parameter
-// bytes over a real zstd frame.
-func zstdCoded(t *testing.T, params []byte) []byte {
+// zstdContent is what the zstd vectors hold: 130 bytes.
+var zstdContent = bytes.Repeat([]byte("zstd content "), 10)
+
+// zstdSegment is zstdContent as our encoder codes it.
+func zstdSegment(t *testing.T) []byte {
 	enc, _ := codec.NewEncoder()
-	f, err := enc.AppendBytes(nil, bytes.Repeat([]byte("zstd content "), 10), codec.MustParseRecipe("*:zstd(3)"))
+	f, err := enc.AppendBytes(nil, zstdContent, codec.MustParseRecipe("*:zstd(3)"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +238,13 @@ func zstdCoded(t *testing.T, params []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return coded(4, params, 130, f[h.HeaderLen:len(f)-4])
+	return f[h.HeaderLen : len(f)-4]
+}
+
+// zstdCoded is a u8 [130] tensor coded by zstd with the given parameter
+// bytes over a real zstd frame.
+func zstdCoded(t *testing.T, params []byte) []byte {
+	return coded(4, params, len(zstdContent), zstdSegment(t))
 }
 
 // TestMalformedTwins: the frames the malformed files were made from, with
@@ -534,6 +542,30 @@ func malformedCases() []malformed {
 		// The zstd level is checked though decoding does not use it.
 		{"zstd-level-0", modeFrame, codec.ErrCorrupt, func(t *testing.T) []byte { return zstdCoded(t, []byte{0}) }},
 		{"zstd-level-23", modeFrame, codec.ErrCorrupt, func(t *testing.T) []byte { return zstdCoded(t, []byte{23}) }},
+		// A zstd segment is exactly one frame with its content size.
+		{"zstd-no-content-size", modeFrame, codec.ErrCorrupt, func(t *testing.T) []byte {
+			z, _ := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false))
+			defer z.Close()
+			seg := z.EncodeAll(zstdContent, nil) // 130 bytes: klauspost leaves the size out
+			var h zstd.Header
+			if err := h.Decode(seg); err != nil || h.HasFCS {
+				t.Fatalf("frame states its size: %+v, %v", h, err)
+			}
+			return coded(4, []byte{3}, len(zstdContent), seg)
+		}},
+		{"zstd-two-frames", modeFrame, codec.ErrCorrupt, func(t *testing.T) []byte {
+			// The content, then an empty frame: it adds up to the length.
+			z, _ := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false), zstd.WithSingleSegment(true), zstd.WithZeroFrames(true))
+			defer z.Close()
+			return coded(4, []byte{3}, len(zstdContent), z.EncodeAll(nil, zstdSegment(t)))
+		}},
+		{"zstd-skippable", modeFrame, codec.ErrCorrupt, func(t *testing.T) []byte {
+			skip := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, 0x184D2A50), 2)
+			return coded(4, []byte{3}, len(zstdContent), append(append(skip, 0, 0), zstdSegment(t)...))
+		}},
+		{"zstd-trailing-bytes", modeFrame, codec.ErrCorrupt, func(t *testing.T) []byte {
+			return coded(4, []byte{3}, len(zstdContent), append(zstdSegment(t), 0, 0, 0, 0))
+		}},
 		{"unknown-frame-type", modeFrame, codec.ErrUnsupported, func(t *testing.T) []byte { return rawFrame(v1|6, []byte{0}, nil, false) }},
 		{"unknown-stage", modeFrame, codec.ErrUnsupported, func(t *testing.T) []byte { return coded(127, nil, 4, []byte{1, 2, 3, 4}) }},
 		{"unknown-dtype", modeFrame, codec.ErrUnsupported, func(t *testing.T) []byte {

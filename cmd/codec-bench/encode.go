@@ -91,7 +91,10 @@ func encodeStream(in *os.File, out io.Writer, t *codec.Tensor, r *codec.Recipe, 
 const decodeText = `Decodes the tensorpress frames in IN and writes to OUT ('-': stdin, stdout)
 the data they carry, in stream order: each tensor's raw little-endian bytes
 and the content of byte-stream frames. Hello, control and end frames carry
-no data. The limit flags bound what a frame may claim (0: the default).
+no data. The chunks of a tensor must come in order and complete (a chunk on
+its own, a gap or the end of the input inside a tensor is an error), and
+input that is not tensorpress data is refused as such. The limit flags
+bound what a frame may claim (0: the default).
 `
 
 func cmdDecode(args []string, stdout, stderr io.Writer) error {

@@ -300,6 +300,15 @@ func TestErrors(t *testing.T) {
 	mustCLI(t, "encode", "--chain", "", "--dtype", "f32", in, enc)
 	b, _ := os.ReadFile(enc)
 	truncated := writeFile(t, "trunc.tp", b[:len(b)-7])
+	// The last 16 of 100 float32 elements of a tensor, on their own.
+	x := codec.NewTensor("w", codec.F32, 100)
+	x.Data, x.Offset = x.Data[84*4:], 84
+	enc0, _ := codec.NewEncoder()
+	last, err := enc0.AppendTensor(nil, x, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastChunk := writeFile(t, "last.tp", last)
 	out := filepath.Join(t.TempDir(), "out")
 
 	for _, tc := range []struct {
@@ -326,10 +335,11 @@ func TestErrors(t *testing.T) {
 		{1, []string{"encode", "--chain", "", missing, out}, "no such file"},
 		{1, []string{"encode", "--chain", "", "--dtype", "f32", odd, out}, "not a whole number"},
 		{1, []string{"encode", "--chain", "", in, in}, "also the input"},
-		{1, []string{"decode", garbage, out}, "format version"},
+		{1, []string{"decode", garbage, out}, "not a tensorpress stream"},
+		{1, []string{"decode", lastChunk, out}, "not the start"},
 		{1, []string{"decode", truncated, out}, "unexpected EOF"},
 		{1, []string{"decode", missing, out}, "no such file"},
-		{1, []string{"inspect", garbage}, "format version"},
+		{1, []string{"inspect", garbage}, "not a tensorpress stream"},
 		{2, []string{"inspect"}, "argument"},
 		{2, []string{"stages", "x"}, "argument"},
 	} {
