@@ -236,3 +236,57 @@ func FuzzReaderConcurrency(f *testing.F) {
 		}
 	})
 }
+
+// TestNextJoined interleaves control frames with the chunks of a tensor:
+// they come back as they are read, and the tensor whole after its last
+// chunk, at every worker count.
+func TestNextJoined(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	enc := mustEncoder()
+	data := make([]byte, 10000)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	var s []byte
+	for i, off := 0, 0; off < len(data); i, off = i+1, off+3000 {
+		end := min(off+3000, len(data))
+		c := &Tensor{Name: "w", DType: U8, Shape: []int64{int64(len(data))}, Offset: int64(off), Data: data[off:end]}
+		var err error
+		if s, err = enc.AppendTensor(s, c, MustParseRecipe("xor(9)")); err != nil {
+			t.Fatal(err)
+		}
+		s = AppendControl(s, 1024+uint64(i), nil)
+	}
+	s, _ = enc.AppendBytes(s, []byte("after"), nil)
+	for _, workers := range []int{1, 2, 4} {
+		r, err := NewReader(bytes.NewReader(s), WithDecoderConcurrency(workers))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			f, err := r.NextJoined(nil)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%d workers: %v", workers, err)
+			}
+			switch f.Header.Type {
+			case FrameControl:
+				got = append(got, "control")
+			case FrameTensor:
+				if !bytes.Equal(f.Tensors[0].Data, data) || !f.Tensors[0].IsWhole() {
+					t.Fatalf("%d workers: joined tensor differs", workers)
+				}
+				got = append(got, "tensor")
+			case FrameBytes:
+				got = append(got, string(f.Bytes))
+			}
+		}
+		want := []string{"control", "control", "control", "tensor", "control", "after"}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d workers: %q, want %q", workers, got, want)
+		}
+	}
+}

@@ -48,6 +48,7 @@ type Reader struct {
 	run       chunkRun
 
 	ahead []*pending // frames read ahead by Next, in stream order
+	asm   assembly   // the tensor NextJoined is joining
 	queue []*Tensor  // tensors of a tensors frame not yet returned
 	rest  []byte     // unread bytes of the current bytes frame
 
@@ -376,30 +377,57 @@ func (r *Reader) ReadTensor() (*Tensor, error) {
 		r.queue = r.queue[1:]
 		return t, nil
 	}
+	for {
+		f, err := r.NextJoined(nil)
+		if err != nil {
+			return nil, err
+		}
+		switch f.Header.Type {
+		case FrameTensor, FrameTensors:
+			r.queue = append(r.queue, f.Tensors[1:]...)
+			return f.Tensors[0], nil
+		case FrameBytes:
+			return nil, r.fail(ErrCorrupt, "bytes frame where a tensor was expected")
+		case FrameEnd:
+			return nil, io.EOF
+		}
+	}
+}
+
+// NextJoined is NextInto with the chunks of each tensor joined: a tensor
+// sent in chunks comes back as one tensor frame (its Header the first
+// chunk's, its Tensors the whole tensor) once its last chunk is read.
+// Control frames between the chunks are returned as they come, and the
+// tensor goes on being joined at the next call, so that a caller who acts
+// on control frames (feedback, acknowledgements) is not held up by a large
+// tensor. into is used for frames that are not chunks; chunks are decoded
+// into the tensor's buffer (see ReadTensor).
+func (r *Reader) NextJoined(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	a := assembly{r: r}
-	t, err := a.run()
+	r.asm.r = r
+	f, err := r.asm.next(into)
 	if err != nil && err != io.EOF {
-		a.drain()
+		r.asm.drain()
 		if r.err == nil {
 			r.err = err
 		}
 		return nil, r.err
 	}
-	return t, err
+	return f, err
 }
 
-// assembly joins the chunks of one tensor for ReadTensor.
+// assembly joins the chunks of one tensor for NextJoined.
 type assembly struct {
 	r        *Reader
-	acc      *Tensor    // the tensor being assembled; nil before its first chunk
-	filled   int64      // bytes of acc.Data placed so far
-	inflight []*pending // chunks being decoded into acc, in stream order
+	head     *FrameHeader // the first chunk's header
+	acc      *Tensor      // the tensor being joined; nil between tensors
+	filled   int64        // bytes of acc.Data placed so far
+	inflight []*pending   // chunks being decoded into acc, in stream order
 }
 
-func (a *assembly) run() (*Tensor, error) {
+func (a *assembly) next(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	r := a.r
 	for {
 		var p *pending
@@ -410,12 +438,12 @@ func (a *assembly) run() (*Tensor, error) {
 			r.ahead[0] = nil
 			r.ahead = r.ahead[1:]
 		} else {
-			p = r.readFrame(nil)
+			p = r.readFrame(into)
 			if dst := a.place(p); dst != nil {
 				r.dispatch(p, func(int) []byte { return dst })
 				placed = true
 			} else {
-				r.dispatch(p, nil)
+				r.dispatch(p, entryInto(p, into))
 			}
 		}
 		if placed {
@@ -425,11 +453,7 @@ func (a *assembly) run() (*Tensor, error) {
 				return nil, err
 			}
 			if a.filled == a.acc.NumBytes() {
-				if err := a.settle(0); err != nil {
-					return nil, err
-				}
-				a.acc.Offset = 0
-				return a.acc, nil
+				return a.joined()
 			}
 			continue
 		}
@@ -443,15 +467,54 @@ func (a *assembly) run() (*Tensor, error) {
 			}
 			return nil, err
 		}
-		t, err := a.frame(f)
-		if t != nil || err != nil {
-			return t, err
+		if f.Header.Type != FrameTensor || a.acc == nil && f.Tensors[0].IsWhole() {
+			// The frame order is checked as frames are read: anything but a
+			// control frame inside a tensor has failed already.
+			return f, nil
+		}
+		// A chunk read ahead by Next: copied into place.
+		t := f.Tensors[0]
+		if a.acc == nil {
+			if t.Offset != 0 {
+				return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q starts at element %d", t.Name, t.Offset))
+			}
+			a.start(f.Header, t)
+		} else if !sameTensor(a.acc, t) || t.Offset*int64(t.DType.Size()) != a.filled {
+			return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q interrupted after %d of %d bytes by %q at element %d",
+				a.acc.Name, a.filled, a.acc.NumBytes(), t.Name, t.Offset))
+		}
+		if a.filled+int64(len(t.Data)) > int64(len(a.acc.Data)) {
+			return nil, r.fail(ErrCorrupt, fmt.Sprintf("chunk of tensor %q at element %d runs past its shape", t.Name, t.Offset))
+		}
+		a.filled += int64(copy(a.acc.Data[a.filled:], t.Data))
+		if a.filled == a.acc.NumBytes() {
+			return a.joined()
 		}
 	}
 }
 
-// place returns where p's chunk goes in the tensor being assembled (its
-// first chunk allocates the tensor), or nil when p is not a chunk that
+// start begins joining the tensor whose first chunk has header h and
+// metadata t: its buffer is allocated at the size of its shape, which the
+// header's CRC and the limits have accepted.
+func (a *assembly) start(h *FrameHeader, t *Tensor) {
+	a.head = h
+	a.acc = &Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Tags: t.Tags, Version: t.Version, Base: t.Base}
+	a.acc.Data = AlignedBytes(int(a.acc.NumBytes()))
+	a.filled = 0
+}
+
+// joined waits for the last chunks and returns the whole tensor's frame.
+func (a *assembly) joined() (*Frame, error) {
+	if err := a.settle(0); err != nil {
+		return nil, err
+	}
+	f := &Frame{Header: a.head, Tensors: []*Tensor{a.acc}}
+	a.head, a.acc, a.filled = nil, nil, 0
+	return f, nil
+}
+
+// place returns where p's chunk goes in the tensor being joined (its
+// first chunk starts the tensor), or nil when p is not a chunk that
 // continues it.
 func (a *assembly) place(p *pending) []byte {
 	if p.err != nil || p.f != nil || p.h.Type != FrameTensor {
@@ -462,14 +525,12 @@ func (a *assembly) place(p *pending) []byte {
 	if t.IsWhole() {
 		return nil
 	}
-	esz := int64(t.DType.Size())
 	if a.acc == nil {
 		if t.Offset != 0 {
 			return nil
 		}
-		a.acc = &Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Tags: t.Tags, Version: t.Version, Base: t.Base}
-		a.acc.Data = AlignedBytes(int(a.acc.NumBytes()))
-	} else if !sameTensor(a.acc, t) || t.Offset*esz != a.filled {
+		a.start(p.h, t)
+	} else if !sameTensor(a.acc, t) || t.Offset*int64(t.DType.Size()) != a.filled {
 		return nil
 	}
 	end := a.filled + e.RawLen
@@ -494,67 +555,12 @@ func (a *assembly) settle(n int) error {
 }
 
 // drain waits for every chunk still being decoded, so that no worker
-// writes into a buffer after ReadTensor returned.
+// writes into a buffer after an error was returned.
 func (a *assembly) drain() {
 	for _, p := range a.inflight {
 		a.r.wait(p)
 	}
 	a.inflight = nil
-}
-
-// frame handles a frame that is not a placed chunk: a whole tensor, the
-// chunk of a tensor read ahead by Next, or a frame between tensors.
-func (a *assembly) frame(f *Frame) (*Tensor, error) {
-	r := a.r
-	switch f.Header.Type {
-	case FrameEnd:
-		if a.acc != nil {
-			return nil, r.fail(ErrCorrupt, a.short())
-		}
-		return nil, io.EOF
-	case FrameBytes:
-		return nil, r.fail(ErrCorrupt, "bytes frame where a tensor was expected")
-	case FrameHello:
-		if a.acc != nil {
-			return nil, r.fail(ErrCorrupt, fmt.Sprintf("new stream inside tensor %q", a.acc.Name))
-		}
-		return nil, nil
-	case FrameTensor, FrameTensors:
-	default:
-		return nil, nil
-	}
-	if f.Header.Type == FrameTensors {
-		for _, t := range f.Tensors {
-			if !t.IsWhole() {
-				return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensors frame carries a chunk of %q", t.Name))
-			}
-		}
-	}
-	t := f.Tensors[0]
-	if a.acc == nil {
-		if t.IsWhole() {
-			r.queue = append(r.queue, f.Tensors[1:]...)
-			return t, nil
-		}
-		if t.Offset != 0 {
-			return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q starts at element %d", t.Name, t.Offset))
-		}
-		// The first chunk, read ahead by Next into a buffer of its own.
-		a.acc = &Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Tags: t.Tags, Version: t.Version, Base: t.Base}
-		a.acc.Data = AlignedBytes(int(a.acc.NumBytes()))
-	} else if t.IsWhole() || !sameTensor(a.acc, t) || t.Offset*int64(t.DType.Size()) != a.filled {
-		return nil, r.fail(ErrCorrupt, fmt.Sprintf("tensor %q interrupted after %d of %d bytes by %q at element %d",
-			a.acc.Name, a.filled, a.acc.NumBytes(), t.Name, t.Offset))
-	}
-	if a.filled+int64(len(t.Data)) > int64(len(a.acc.Data)) {
-		return nil, r.fail(ErrCorrupt, fmt.Sprintf("chunk of tensor %q at element %d runs past its shape", t.Name, t.Offset))
-	}
-	a.filled += int64(copy(a.acc.Data[a.filled:], t.Data))
-	if a.filled == a.acc.NumBytes() {
-		a.acc.Offset = 0
-		return a.acc, nil
-	}
-	return nil, nil
 }
 
 // short describes a tensor that ended early.

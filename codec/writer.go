@@ -488,6 +488,16 @@ func (w *Writer) emitBytes(data []byte, buf *chunkBuf) {
 	w.enqueue(&job{info: info, recipe: r, data: data, buf: buf, data0: true}, true)
 }
 
+// Frames returns how many data frames (tensor, tensors, bytes, and those
+// of WriteEncoded) have been written to the destination: what the end
+// frame will count, and what the peer's feedback counts as received.
+// After Flush it includes every frame written before.
+func (w *Writer) Frames() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.frames
+}
+
 // ChunkSize is the decoded bytes per frame the Writer cuts data into.
 func (w *Writer) ChunkSize() int { return w.cfg.chunkSize }
 
