@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"sync"
@@ -50,6 +51,7 @@ type Conn struct {
 	// Write side.
 	wmu      sync.Mutex
 	w        *codec.Writer
+	upd      updates // gradient updates sent (tensor.go)
 	shut     bool         // the Writer was closed (CloseWrite or Close); under wmu
 	writers  atomic.Int32 // application Writes in progress
 	wdl      deadline     // the write deadline, mirrored to bound waiting for the hello
@@ -61,7 +63,8 @@ type Conn struct {
 	rest     []byte      // unread part of the current chunk; under rmu
 	cur      []byte      // the current chunk's buffer, back to bufs once read; under rmu
 	bufs     sync.Pool   // *[]byte: decoded chunk buffers
-	data     chan []byte // decoded chunks from the pump
+	data     chan item   // decoded chunks and tensors from the pump
+	tnext    *codec.Tensor // a tensor taken from data that Read met; under rmu
 	rerr     error       // why the pump stopped; written before pumpDone closes
 	pumpDone chan struct{}
 	rdl      deadline
@@ -100,7 +103,7 @@ func Wrap(c net.Conn, opts ...Option) (*Conn, error) {
 	tc := &Conn{
 		raw:       c,
 		o:         o,
-		data:      make(chan []byte, o.readAhead),
+		data:      make(chan item, o.readAhead),
 		pumpDone:  make(chan struct{}),
 		peerHello: make(chan struct{}),
 		kick:      make(chan struct{}, 1),
@@ -110,6 +113,7 @@ func Wrap(c net.Conn, opts ...Option) (*Conn, error) {
 		wdl:       makeDeadline(),
 		rdl:       makeDeadline(),
 	}
+	tc.upd.cond = sync.NewCond(&tc.upd.mu)
 	tc.policy = &peerPolicy{c: tc, inner: o.policy, fixed: o.recipe, ok: map[*codec.Recipe]bool{}}
 	if u, ok := o.policy.(ConnUser); ok {
 		u.UseConn(c)
@@ -289,12 +293,19 @@ func (c *Conn) Read(p []byte) (int, error) {
 // fill waits, under rmu, until c.rest holds unread data.
 func (c *Conn) fill() error {
 	for len(c.rest) == 0 {
+		if c.tnext != nil {
+			return ErrTensorNext
+		}
 		select {
-		case b, ok := <-c.data:
+		case it, ok := <-c.data:
 			if !ok {
 				return c.readErr()
 			}
-			c.rest, c.cur = b, b
+			if it.t != nil {
+				c.tnext = it.t
+				return ErrTensorNext
+			}
+			c.rest, c.cur = it.b, it.b
 		case <-c.closed:
 			return net.ErrClosed
 		case <-c.rdl.wait():
@@ -381,6 +392,7 @@ func (c *Conn) CloseWrite() error {
 		return nil
 	}
 	c.shut = true
+	c.lastControl()
 	err := c.writeErr(c.w.Close())
 	if err == nil {
 		c.endSent.Store(true)
@@ -413,6 +425,7 @@ func (c *Conn) close() error {
 		c.wmu.Lock()
 		if !c.shut && c.w.Err() == nil {
 			c.shut = true
+			c.lastControl()
 			if err = c.w.Close(); err == nil {
 				c.endSent.Store(true)
 				if cw, ok := c.raw.(interface{ CloseWrite() error }); ok {
@@ -431,6 +444,7 @@ func (c *Conn) close() error {
 			t.Stop()
 		}
 	}
+	c.endUpdates(false, net.ErrClosed) // what the peer did not acknowledge stays residual
 	close(c.closed)
 	if e := c.raw.Close(); err == nil {
 		err = e
@@ -453,6 +467,8 @@ func (c *Conn) pump() {
 		c.rerr = err
 		close(c.pumpDone)
 		close(c.data)
+		// No acknowledgement can come now: what is pending stays residual.
+		c.endUpdates(false, fmt.Errorf("transport: gradient updates: the peer's stream ended: %w", err))
 	}()
 	r, err := codec.NewReader(c.raw, codec.WithLimits(c.o.limits))
 	if err != nil {
@@ -465,7 +481,7 @@ func (c *Conn) pump() {
 		return nil // larger frames: the Reader's buffers, grown as bytes arrive
 	}
 	for first := true; ; first = false {
-		f, e := r.NextInto(into)
+		f, e := r.NextJoined(into)
 		if e != nil {
 			err = e
 			if first && e == io.EOF {
@@ -491,15 +507,21 @@ func (c *Conn) pump() {
 				c.putBuf(f.Bytes)
 				continue
 			}
-			select {
-			case c.data <- f.Bytes:
-			case <-c.discard: // closing: keep reading for the ack
-				c.putBuf(f.Bytes)
-			case <-c.closed:
+			if !c.deliver(item{b: f.Bytes}) {
 				err = net.ErrClosed
 				return
 			}
 			c.wantFeedback()
+		case codec.FrameTensor, codec.FrameTensors:
+			st := r.Stats()
+			c.rstats.Store(&st)
+			c.wantFeedback() // the sender's updates wait for it
+			for _, t := range f.Tensors {
+				if !c.deliver(item{t: t}) {
+					err = net.ErrClosed
+					return
+				}
+			}
 		case codec.FrameEnd:
 			c.ackWanted.Store(true)
 			c.poke()
@@ -507,22 +529,35 @@ func (c *Conn) pump() {
 			return
 		case codec.FrameControl:
 			c.onControl(f.Header.Control, f.Control)
-		default:
-			err = fmt.Errorf("%w: transport: a %v frame on a byte-stream connection", codec.ErrUnsupported, f.Header.Type)
-			return
 		}
 	}
+}
+
+// deliver queues it for Read or ReadTensor; while closing it drops it
+// (the pump keeps reading for the end-ack). It reports false once the
+// Conn is closed.
+func (c *Conn) deliver(it item) bool {
+	select {
+	case c.data <- it:
+	case <-c.discard:
+		c.putBuf(it.b)
+	case <-c.closed:
+		return false
+	}
+	return true
 }
 
 func (c *Conn) onControl(kind uint64, payload []byte) {
 	switch {
 	case kind == ControlEndAck:
+		c.ackFrames(math.MaxUint64) // the peer read our end frame: every frame before it arrived
 		c.ackOnce.Do(func() { close(c.acked) })
 	case kind == ControlFeedback:
 		fb, err := ParseFeedback(payload)
 		if err != nil {
 			return // a damaged report is dropped; the next one carries totals
 		}
+		c.ackFrames(fb.Frames)
 		if fo, ok := c.o.policy.(FeedbackObserver); ok {
 			fo.ObserveFeedback(fb)
 		}
@@ -588,6 +623,23 @@ func (c *Conn) control() {
 		}
 		if kicked {
 			c.poke()
+		}
+	}
+}
+
+// lastControl sends, under wmu before the end frame, what the control
+// goroutine has not sent yet: the acknowledgement of the peer's end frame,
+// or else the last feedback, so that the peer knows what arrived (its
+// gradient updates are committed on it).
+func (c *Conn) lastControl() {
+	if c.ackWanted.Load() && !c.ackSent {
+		c.ackSent = true
+		c.w.WriteControl(ControlEndAck, nil)
+		return
+	}
+	if fb := c.Feedback(); fb != c.lastSent && c.o.feedbackEvery >= 0 && !c.ackSent {
+		if c.w.WriteControl(ControlFeedback, fb.AppendBinary(nil)) == nil {
+			c.lastSent = fb
 		}
 	}
 }

@@ -18,6 +18,15 @@
 // most twice as large, up to the chunk size), so that the first bytes
 // arrive before the link's rate is known.
 //
+// Tensor sessions: WriteTensor and ReadTensor carry tensors on the same
+// stream, with the same hello, negotiation, feedback and policy (a large
+// tensor is cut into chunks, and ReadTensor joins them into one buffer).
+// With WithProfile each tensor's rule applies: lossless rules tag it, and
+// rules that list gradient compressors make it a gradient update with
+// error feedback, at the density a DensityChooser policy picks
+// (WithUpdateDeadline). The residuals live in a gradient.Outbox per peer,
+// kept across connections by the peer's hello ID (WithPeers).
+//
 // Guarantees:
 //   - What Write accepted arrives in order, exactly, or the peer's Read
 //     reports an error: a stream cut short or damaged is an error (an
@@ -30,6 +39,12 @@
 //     otherwise), so a hostile peer cannot make the reader allocate more
 //     than a frame's limit, and at most WithReadAhead decoded frames wait
 //     for Read.
+//   - A gradient update's error feedback is committed only when the peer
+//     reported the update's frame received (its feedback's frame count, or
+//     its acknowledgement of the end frame). When the stream fails or is
+//     closed first, the update is aborted: its residual keeps all of it and
+//     the next update of the tensor carries it. Nothing of an update is
+//     lost; at worst it arrives twice.
 //   - Close releases every goroutine the Conn started; blocked Reads and
 //     Writes return net.ErrClosed.
 //   - Over loopback TCP (both ends on this host) raw frames carry no

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gradient"
+	"github.com/tensorpress/tensorpress/profile"
 )
 
 // Option configures a Conn.
@@ -21,6 +23,10 @@ type options struct {
 	feedbackEvery time.Duration
 	onFeedback    func(Feedback)
 	onControl     func(kind uint64, payload []byte)
+
+	profile *profile.Profile // WriteTensor's rules
+	peers   *gradient.Peers  // gradient updates' state per peer ID, across connections
+	within  time.Duration    // the time a gradient update should take to arrive
 }
 
 // DefaultCloseTimeout bounds how long Close waits to send the end frame to
@@ -119,4 +125,50 @@ func WithFeedbackHandler(f func(Feedback)) Option {
 // connection: f must not block or keep payload.
 func WithControlHandler(f func(kind uint64, payload []byte)) Option {
 	return func(o *options) error { o.onControl = f; return nil }
+}
+
+// WithProfile gives WriteTensor the profile's rules: a tensor whose rule
+// requires lossless coding is tagged lossless (no policy may then choose a
+// lossy recipe for it), and a tensor whose rule lists gradient compressors
+// is sent as a gradient update with error feedback (see WriteTensor). The
+// recipes themselves are the policy's choice (an autotune.Tuner made with
+// the same profile).
+func WithProfile(p *profile.Profile) Option {
+	return func(o *options) error {
+		if p == nil {
+			return fmt.Errorf("transport: nil profile")
+		}
+		o.profile = p
+		return nil
+	}
+}
+
+// WithPeers keeps the error-feedback state of gradient updates in p, per
+// peer ID (the ID in the peer's hello), so that a connection to a peer
+// that was connected before resumes with its residuals. Give the same
+// Peers to every Conn of a process. A peer without an ID, or a Conn
+// without WithPeers, gets state of its own that ends with the Conn.
+func WithPeers(p *gradient.Peers) Option {
+	return func(o *options) error {
+		if p == nil {
+			return fmt.Errorf("transport: nil peers")
+		}
+		o.peers = p
+		return nil
+	}
+}
+
+// WithUpdateDeadline sets the time a gradient update should take to reach
+// the peer. With a policy that chooses densities (a DensityChooser, such
+// as autotune.Tuner) each update's density is the largest the profile
+// rule allows whose frame arrives within d on the measured link. 0 (the
+// default) keeps each compressor's own density.
+func WithUpdateDeadline(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("transport: negative update deadline %v", d)
+		}
+		o.within = d
+		return nil
+	}
 }

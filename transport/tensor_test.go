@@ -1,0 +1,332 @@
+package transport
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gradient"
+	"github.com/tensorpress/tensorpress/profile"
+	"github.com/tensorpress/tensorpress/testvectors"
+)
+
+// updateProfile sends tensors named *.grad as TopK(0.05) updates with
+// error feedback and keeps everything else lossless.
+func updateProfile(t *testing.T) *profile.Profile {
+	t.Helper()
+	p, err := profile.Load([]byte(`version: 1
+rules:
+  - match: {name: ["*.grad"], dtype: f32}
+    recipes: ["*:zstd(1)"]
+    gradient: ["topk(0.05)"]
+  - match: {}
+    require_lossless: true
+    recipes: ["*:zstd(1)"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// relay forwards bytes between two connections until it is told to drop
+// them (the network loses what is in flight), and can be cut.
+type relay struct {
+	mu   sync.Mutex
+	drop bool
+	a, b net.Conn // the ends the relay holds
+	done sync.WaitGroup
+}
+
+// newRelay returns the client's and the server's ends of a connection
+// that passes through a relay.
+func newRelay() (client, server net.Conn, r *relay) {
+	client, ra := net.Pipe()
+	rb, server := net.Pipe()
+	r = &relay{a: ra, b: rb}
+	r.done.Add(2)
+	go r.copy(rb, ra)
+	go r.copy(ra, rb)
+	return client, server, r
+}
+
+func (r *relay) copy(dst, src net.Conn) {
+	defer r.done.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		r.mu.Lock()
+		drop := r.drop
+		r.mu.Unlock()
+		if n > 0 && !drop {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// blackhole makes the relay swallow everything from now on.
+func (r *relay) blackhole() {
+	r.mu.Lock()
+	r.drop = true
+	r.mu.Unlock()
+}
+
+// cut closes both of the relay's ends: each side's connection fails.
+func (r *relay) cut() {
+	r.a.Close()
+	r.b.Close()
+	r.done.Wait()
+}
+
+func gradTensor(name string, seed uint64) *codec.Tensor {
+	g := testvectors.Normal(name, 4096, 0.01, seed)
+	g.Shape = []int64{64, 64}
+	return g
+}
+
+func f32s(t *testing.T, x *codec.Tensor) []float32 {
+	t.Helper()
+	v, err := codec.View[float32](x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestUpdateSurvivesCutConnection kills the connection after WriteTensor
+// sent a gradient update and before it was delivered: nothing of the
+// update is lost. The residual holds all of it, and after a reconnect of
+// the same peer ID the next update carries it: what the server received
+// plus the residual left is exactly the sum of both gradients.
+func TestUpdateSurvivesCutConnection(t *testing.T) {
+	prof := updateProfile(t)
+	peers := gradient.NewPeers()
+	g1, g2 := gradTensor("layer.grad", 1), gradTensor("layer.grad", 2)
+
+	// Connection 1: the update is written, then lost in the network.
+	cc, sc, rl := newRelay()
+	client, err := Wrap(cc, WithProfile(prof), WithPeers(peers), WithPeerID("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := Wrap(sc, WithPeerID("server"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := &codec.Tensor{Name: "w", DType: codec.F32, Shape: []int64{4}, Data: make([]byte, 16)}
+	errc := make(chan error, 1)
+	go func() { errc <- client.WriteTensor(warm) }()
+	if got, err := server.ReadTensor(); err != nil || got.Name != "w" || !got.Tags.Lossless {
+		t.Fatalf("warm-up tensor: %v, %v", got, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	rl.blackhole()
+	if err := client.WriteTensor(g1); err != nil {
+		t.Fatalf("WriteTensor of the update: %v", err) // written: the relay took it
+	}
+	rl.cut()
+	client.Close()
+	server.Close()
+
+	mem := peers.Memory("server")
+	if mem == nil || mem.Get("layer.grad") == nil {
+		t.Fatal("no state for the peer's tensor")
+	}
+	if res := mem.Get("layer.grad").Residual(); !slicesEqualBits(res, f32s(t, g1)) {
+		t.Fatal("after the lost update the residual is not the whole gradient")
+	}
+
+	// Connection 2, the same peer ID: the next update carries both.
+	a, b := net.Pipe()
+	client, err = Wrap(a, WithProfile(prof), WithPeers(peers), WithPeerID("client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = Wrap(b, WithPeerID("server"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := client.WriteTensor(g2)
+		if err == nil {
+			err = client.Close()
+		}
+		errc <- err
+	}()
+	got, err := server.ReadTensor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.ReadTensor(); err != io.EOF {
+		t.Fatalf("after the update: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	server.Close()
+	recv := f32s(t, got)
+	res := peers.Memory("server").Get("layer.grad").Residual()
+	v1, v2 := f32s(t, g1), f32s(t, g2)
+	kept := 0
+	for i := range recv {
+		if recv[i] != 0 {
+			kept++
+		}
+		if want := v1[i] + v2[i]; recv[i]+res[i] != want || recv[i] != 0 && res[i] != 0 {
+			t.Fatalf("element %d: received %g + residual %g, want %g", i, recv[i], res[i], want)
+		}
+	}
+	if want := int(math.Ceil(0.05 * float64(len(recv)))); kept < want*9/10 || kept > want {
+		t.Fatalf("%d elements received, want about %d", kept, want)
+	}
+	if st := peers.Memory("server").Get("layer.grad"); st.Step() != 1 {
+		t.Fatalf("%d updates committed, want 1 (the lost one was not)", st.Step())
+	}
+}
+
+func slicesEqualBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestUpdatesCommitOnAcknowledgement sends several updates of the same
+// tensors: each is committed once the peer acknowledged its frame, the
+// next waits for that, and what the server received plus the residual is
+// the sum of all gradients.
+func TestUpdatesCommitOnAcknowledgement(t *testing.T) {
+	prof := updateProfile(t)
+	peers := gradient.NewPeers()
+	a, b := net.Pipe()
+	client, err := Wrap(a, WithProfile(prof), WithPeers(peers), WithPeerID("client"), WithFeedbackInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := Wrap(b, WithPeerID("server"), WithFeedbackInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 5
+	names := []string{"a.grad", "b.grad"}
+	sum := map[string][]float32{}
+	errc := make(chan error, 1)
+	go func() {
+		for r := range rounds {
+			for i, n := range names {
+				g := gradTensor(n, uint64(10*r+i))
+				v := f32s(t, g)
+				if sum[n] == nil {
+					sum[n] = make([]float32, len(v))
+				}
+				for j := range v {
+					sum[n][j] += v[j]
+				}
+				if err := client.WriteTensor(g); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}
+		errc <- client.CloseWrite()
+	}()
+	got := map[string][]float32{}
+	for {
+		x, err := server.ReadTensor()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := f32s(t, x)
+		if got[x.Name] == nil {
+			got[x.Name] = make([]float32, len(v))
+		}
+		for j := range v {
+			got[x.Name][j] += v[j]
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	server.Close()
+	client.Close()
+	// Every update was acknowledged and committed: the residuals are
+	// what was not sent.
+	for _, n := range names {
+		st := peers.Memory("server").Get(n)
+		if st == nil || st.Step() != rounds || len(got[n]) == 0 {
+			t.Fatalf("%s: state %v, %d elements received", n, st, len(got[n]))
+		}
+		res := st.Residual()
+		for j := range got[n] {
+			// The same sums in float32, in other orders: equal to rounding.
+			if d := math.Abs(float64(got[n][j] + res[j] - sum[n][j])); d > 1e-6 {
+				t.Fatalf("%s[%d]: received %g + residual %g, sent %g", n, j, got[n][j], res[j], sum[n][j])
+			}
+		}
+	}
+}
+
+// TestReadKinds mixes bytes and tensors: each reader method meets the
+// other kind with its error and does not consume it.
+func TestReadKinds(t *testing.T) {
+	a, b := net.Pipe()
+	ca, cb := pair(t, a, b)
+	x := &codec.Tensor{Name: "x", DType: codec.U8, Shape: []int64{3}, Data: []byte{1, 2, 3}}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ca.Write([]byte("hi"))
+		if err == nil {
+			err = ca.WriteTensor(x)
+		}
+		if err == nil {
+			_, err = ca.Write([]byte("bye"))
+		}
+		if err == nil {
+			err = ca.CloseWrite()
+		}
+		errc <- err
+	}()
+	if _, err := cb.ReadTensor(); !errors.Is(err, ErrBytesNext) {
+		t.Fatalf("ReadTensor before bytes: %v", err)
+	}
+	buf := make([]byte, 10)
+	if n, err := cb.Read(buf); err != nil || string(buf[:n]) != "hi" {
+		t.Fatalf("Read: %q, %v", buf[:n], err)
+	}
+	if _, err := cb.Read(buf); !errors.Is(err, ErrTensorNext) {
+		t.Fatalf("Read before a tensor: %v", err)
+	}
+	if got, err := cb.ReadTensor(); err != nil || !bytes.Equal(got.Data, x.Data) {
+		t.Fatalf("ReadTensor: %v, %v", got, err)
+	}
+	rest, err := io.ReadAll(cb)
+	if err != nil || string(rest) != "bye" {
+		t.Fatalf("rest %q, %v", rest, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	ca.Close()
+	cb.Close()
+}
