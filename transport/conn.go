@@ -51,7 +51,7 @@ type Conn struct {
 	// Write side.
 	wmu      sync.Mutex
 	w        *codec.Writer
-	upd      updates // gradient updates sent (tensor.go)
+	upd      updates      // gradient updates sent (tensor.go)
 	shut     bool         // the Writer was closed (CloseWrite or Close); under wmu
 	writers  atomic.Int32 // application Writes in progress
 	wdl      deadline     // the write deadline, mirrored to bound waiting for the hello
@@ -60,12 +60,12 @@ type Conn struct {
 
 	// Read side.
 	rmu      sync.Mutex
-	rest     []byte      // unread part of the current chunk; under rmu
-	cur      []byte      // the current chunk's buffer, back to bufs once read; under rmu
-	bufs     sync.Pool   // *[]byte: decoded chunk buffers
-	data     chan item   // decoded chunks and tensors from the pump
+	rest     []byte        // unread part of the current chunk; under rmu
+	cur      []byte        // the current chunk's buffer, back to bufs once read; under rmu
+	bufs     sync.Pool     // *[]byte: decoded chunk buffers
+	data     chan item     // decoded chunks and tensors from the pump
 	tnext    *codec.Tensor // a tensor taken from data that Read met; under rmu
-	rerr     error       // why the pump stopped; written before pumpDone closes
+	rerr     error         // why the pump stopped; written before pumpDone closes
 	pumpDone chan struct{}
 	rdl      deadline
 	consumed atomic.Uint64

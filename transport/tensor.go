@@ -39,7 +39,7 @@ type DensityChooser interface {
 
 // item is what the background reader hands to Read and ReadTensor.
 type item struct {
-	b []byte       // decoded byte data (a pooled buffer)
+	b []byte        // decoded byte data (a pooled buffer)
 	t *codec.Tensor // or a whole tensor
 }
 
