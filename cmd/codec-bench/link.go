@@ -68,9 +68,10 @@ The workloads (--workload):
            the same for every chain, unrelated to the tensors. All is
            drawn from fixed seeds: every run sends the same bytes in the
            same Writes.
-  tensors  the tensors of bytes as tensor frames on the connection (no
-           wrapper); updates may go through the profile's gradient
-           compressors (no zstd peers).
+  tensors  the tensors of bytes as a tensor session (transport's
+           WriteTensor/ReadTensor with the profile): updates whose rule
+           lists gradient compressors go out with error feedback,
+           committed when the receiver acknowledges them (no zstd peers).
 The pool repeats only after --pool bytes, beyond the window of every
 codec used (xz's is 8 MiB).
 
@@ -574,12 +575,29 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 			return got, err
 		}
 	case b.tensors && !ch.plain:
-		// Tensor frames straight on the connection (no wrapper).
+		// Tensor sessions: both ends wrapped, the profile's rules applied
+		// by the sender's connection.
+		topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize)),
+			transport.WithProfile(b.prof), transport.WithUpdateDeadline(b.updateWithin)}
 		if res.tuner != nil {
-			res.tuner.UseConn(client)
+			topts = append(topts, transport.WithPolicy(res.tuner))
+		} else {
+			topts = append(topts, transport.WithRecipe(ch.recipe))
 		}
-		send = func() (int64, error) { return b.sendTensors(cc, ch, res.tuner, n, stop) }
-		receive = func() (received, error) { return receiveTensors(server) }
+		tc, err := transport.Wrap(client, topts...)
+		if err != nil {
+			return res, err
+		}
+		defer tc.Close()
+		ts, err = transport.Wrap(server)
+		if err != nil {
+			return res, err
+		}
+		defer ts.Close()
+		tsr := ts
+		send = func() (int64, error) { return b.sendTensors(tc, n, stop) }
+		receive = func() (received, error) { return receiveTensors(tsr) }
+		closeWrite = tc.CloseWrite
 	case !ch.plain:
 		topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize))}
 		if res.tuner != nil {

@@ -8,17 +8,19 @@ import (
 )
 
 // Compressed is an Uplink that sends each client's update through a
-// gradient compressor as real frames: one gradient.Sender per client (its
+// gradient compressor as real frames, on the library's path for updates
+// (transport.Conn uses the same): one gradient.Outbox per client (its
 // error-feedback memory persists across rounds), one gradient.Receiver on
-// the server adding every frame into the sum. The bytes counted are the
-// frames' bytes, headers and indices included.
+// the server adding every frame into the sum; each update is accepted
+// once the server added it, aborted when it could not. The bytes counted
+// are the frames' bytes, headers and indices included.
 type Compressed struct {
-	spec    *gradient.Spec
-	params  []Param
-	senders []*gradient.Sender
-	recv    *gradient.Receiver
-	epoch   float64
-	frame   []byte
+	spec   *gradient.Spec
+	params []Param
+	boxes  []*gradient.Outbox
+	recv   *gradient.Receiver
+	epoch  float64
+	frame  []byte
 }
 
 // NewCompressed returns an Uplink for spec over the model's parameters
@@ -46,19 +48,15 @@ func (c *Compressed) Send(client, step int, update [][]float32, weight float32, 
 	if len(update) != len(c.params) || len(sum) != len(c.params) {
 		return 0, fmt.Errorf("fl: compressed uplink: %d update and %d sum tensors for %d parameters", len(update), len(sum), len(c.params))
 	}
-	for len(c.senders) <= client {
-		s, err := c.spec.NewSender()
-		if err != nil {
-			return 0, err
-		}
-		c.senders = append(c.senders, s)
+	for len(c.boxes) <= client {
+		c.boxes = append(c.boxes, gradient.NewOutbox(nil))
 	}
-	s := c.senders[client]
+	s := c.boxes[client]
 	s.SetEpoch(c.epoch)
 	var total int64
 	for i, p := range c.params {
 		var err error
-		c.frame, err = s.Append(c.frame[:0], codec.FromFloat32(p.Name, update[i], p.Shape...))
+		c.frame, err = s.Append(c.frame[:0], codec.FromFloat32(p.Name, update[i], p.Shape...), c.spec, 0)
 		if err != nil {
 			return 0, err
 		}
@@ -73,7 +71,7 @@ func (c *Compressed) Send(client, step int, update [][]float32, weight float32, 
 			s.Abort()
 			return 0, err
 		}
-		s.Commit() // the server has it
+		s.Accept(1) // the server has it
 	}
 	return total, nil
 }
