@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -89,6 +90,8 @@ func (r *relay) cut() {
 	r.done.Wait()
 }
 
+func sameBits(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }
+
 func gradTensor(name string, seed uint64) *codec.Tensor {
 	g := testvectors.Normal(name, 4096, 0.01, seed)
 	g.Shape = []int64{64, 64}
@@ -145,7 +148,7 @@ func TestUpdateSurvivesCutConnection(t *testing.T) {
 	if mem == nil || mem.Get("layer.grad") == nil {
 		t.Fatal("no state for the peer's tensor")
 	}
-	if res := mem.Get("layer.grad").Residual(); !slicesEqualBits(res, f32s(t, g1)) {
+	if res := mem.Get("layer.grad").Residual(); !slices.EqualFunc(res, f32s(t, g1), sameBits) {
 		t.Fatal("after the lost update the residual is not the whole gradient")
 	}
 
@@ -195,18 +198,6 @@ func TestUpdateSurvivesCutConnection(t *testing.T) {
 	if st := peers.Memory("server").Get("layer.grad"); st.Step() != 1 {
 		t.Fatalf("%d updates committed, want 1 (the lost one was not)", st.Step())
 	}
-}
-
-func slicesEqualBits(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestUpdatesCommitOnAcknowledgement sends several updates of the same

@@ -574,32 +574,13 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 			}
 			return got, err
 		}
-	case b.tensors && !ch.plain:
-		// Tensor sessions: both ends wrapped, the profile's rules applied
-		// by the sender's connection.
-		topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize)),
-			transport.WithProfile(b.prof), transport.WithUpdateDeadline(b.updateWithin)}
-		if res.tuner != nil {
-			topts = append(topts, transport.WithPolicy(res.tuner))
-		} else {
-			topts = append(topts, transport.WithRecipe(ch.recipe))
-		}
-		tc, err := transport.Wrap(client, topts...)
-		if err != nil {
-			return res, err
-		}
-		defer tc.Close()
-		ts, err = transport.Wrap(server)
-		if err != nil {
-			return res, err
-		}
-		defer ts.Close()
-		tsr := ts
-		send = func() (int64, error) { return b.sendTensors(tc, n, stop) }
-		receive = func() (received, error) { return receiveTensors(tsr) }
-		closeWrite = tc.CloseWrite
 	case !ch.plain:
 		topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize))}
+		if b.tensors {
+			// A tensor session: the sender's connection applies the
+			// profile's rules (lossless tags, gradient updates).
+			topts = append(topts, transport.WithProfile(b.prof), transport.WithUpdateDeadline(b.updateWithin))
+		}
 		if res.tuner != nil {
 			topts = append(topts, transport.WithPolicy(res.tuner))
 		} else {
@@ -618,6 +599,11 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 		}
 		defer ts.Close()
 		w, closeWrite, rd = tc, tc.CloseWrite, ts
+		if b.tensors {
+			tsr := ts
+			send = func() (int64, error) { return b.sendTensors(tc, n, stop) }
+			receive = func() (received, error) { return receiveTensors(tsr) }
+		}
 	}
 	done := make(chan error, 1)
 	var got received
