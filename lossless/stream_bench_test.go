@@ -40,9 +40,9 @@ func streamTensor() *codec.Tensor {
 	return &codec.Tensor{Name: "w", DType: codec.F32, Shape: []int64{int64(len(data) / 4)}, Data: data}
 }
 
-func streamFrames(b *testing.B, t *codec.Tensor, recipe string) []byte {
-	var buf bytes.Buffer
-	w, err := codec.NewWriter(&buf, codec.WithRecipe(codec.MustParseRecipe(recipe)), codec.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
+// writeStream writes t through a Writer with r and GOMAXPROCS workers.
+func writeStream(b *testing.B, dst io.Writer, t *codec.Tensor, r *codec.Recipe) {
+	w, err := codec.NewWriter(dst, codec.WithRecipe(r), codec.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -52,6 +52,11 @@ func streamFrames(b *testing.B, t *codec.Tensor, recipe string) []byte {
 	if err := w.Close(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+func streamFrames(b *testing.B, t *codec.Tensor, recipe string) []byte {
+	var buf bytes.Buffer
+	writeStream(b, &buf, t, codec.MustParseRecipe(recipe))
 	return buf.Bytes()
 }
 
@@ -75,16 +80,7 @@ func BenchmarkStreamWriter(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				var cw countWriter
-				w, err := codec.NewWriter(&cw, codec.WithRecipe(r), codec.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := w.WriteTensor(t); err != nil {
-					b.Fatal(err)
-				}
-				if err := w.Close(); err != nil {
-					b.Fatal(err)
-				}
+				writeStream(b, &cw, t, r)
 				wire = cw.n
 			}
 			b.ReportMetric(float64(len(t.Data))/float64(wire), "ratio")
