@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/internal/hash"
+	"github.com/tensorpress/tensorpress/internal/inthash"
 	"github.com/tensorpress/tensorpress/internal/topk"
 	"github.com/tensorpress/tensorpress/internal/view"
 )
@@ -43,11 +43,11 @@ import (
 // finds.
 //
 // Hashing (part of the wire format). With offset the chunk's first element
-// in its tensor (0 for a whole tensor), hash.Mix64 splitmix64's output function
+// in its tensor (0 for a whole tensor), inthash.Mix64 splitmix64's output function
 // (randk.go) and g = 0x9e3779b97f4a7c15, in uint64 arithmetic:
 //
-//	key = hash.Mix64(seed ^ offset*g)
-//	z   = hash.Mix64(key + (p+1)*g)      (splitmix64's output p+1 from state key)
+//	key = inthash.Mix64(seed ^ offset*g)
+//	z   = inthash.Mix64(key + (p+1)*g)      (splitmix64's output p+1 from state key)
 //	a   = uint32(z), b = uint32(z >> 32) | 1
 //
 // and position p (relative to the chunk) sets or tests the bits
@@ -268,12 +268,12 @@ type bloomFilter struct {
 }
 
 func newBloomFilter(bits []byte, h int, seed uint64, offset int64) bloomFilter {
-	return bloomFilter{bits: bits, m: uint32(8 * len(bits)), h: uint32(h), key: hash.Mix64(seed ^ uint64(offset)*hash.Gamma)}
+	return bloomFilter{bits: bits, m: uint32(8 * len(bits)), h: uint32(h), key: inthash.Mix64(seed ^ uint64(offset)*inthash.Gamma)}
 }
 
 // hash returns the double-hashing pair of position p.
 func (f *bloomFilter) hash(p uint32) (a, b uint32) {
-	z := hash.Mix64(f.key + (uint64(p)+1)*hash.Gamma)
+	z := inthash.Mix64(f.key + (uint64(p)+1)*inthash.Gamma)
 	return uint32(z), uint32(z>>32) | 1
 }
 
@@ -302,8 +302,8 @@ func (f *bloomFilter) positives(dst []uint32, n, want int, stop bool) ([]uint32,
 	pre := min(h, 4)
 	s := f.key
 	for p := range uint32(n) {
-		s += hash.Gamma
-		z := hash.Mix64(s)
+		s += inthash.Gamma
+		z := inthash.Mix64(s)
 		a, b := uint32(z), uint32(z>>32)|1
 		var hit byte
 		if h >= 4 {

@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/internal/hash"
+	"github.com/tensorpress/tensorpress/internal/inthash"
 )
 
 // TopK sends the k = ceil(Ratio*n) largest magnitudes of each tensor
@@ -60,7 +60,7 @@ func (c RandK) Compress(in *Input) (codec.Op, error) {
 func stepSeed(seed uint64, name string, step uint64) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(name))
-	return hash.Mix64(seed ^ h.Sum64() ^ (step+1)*hash.Gamma)
+	return inthash.Mix64(seed ^ h.Sum64() ^ (step+1)*inthash.Gamma)
 }
 
 // Threshold sends every element with |x| >= T.

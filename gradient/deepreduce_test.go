@@ -13,18 +13,18 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/codectest"
-	"github.com/tensorpress/tensorpress/internal/hash"
+	"github.com/tensorpress/tensorpress/internal/inthash"
 )
 
 // specPositives lists the positives of a bloom segment by the formula of
 // bloom.go's comment, written out independently of bloomFilter.
 func specPositives(filter []byte, h int, seed uint64, offset int64, n int) []uint32 {
 	const g = 0x9e3779b97f4a7c15
-	key := hash.Mix64(seed ^ uint64(offset)*g)
+	key := inthash.Mix64(seed ^ uint64(offset)*g)
 	m := uint64(8 * len(filter))
 	var out []uint32
 	for p := range uint32(n) {
-		z := hash.Mix64(key + (uint64(p)+1)*g)
+		z := inthash.Mix64(key + (uint64(p)+1)*g)
 		a, b := uint32(z), uint32(z>>32)|1
 		all := true
 		for j := range uint32(h) {

@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/internal/hash"
+	"github.com/tensorpress/tensorpress/internal/inthash"
 )
 
 // The randk stage keeps k = ceil(r*n) elements at positions drawn from a
@@ -18,11 +18,11 @@ import (
 // strata, stratum j covering [floor(j*n/k), floor((j+1)*n/k)), and from
 // stratum j the element at
 //
-//	lo + (h * (hi - lo)) >> 32,   h = hash.Lowbias32(uint32(j) ^ key)
-//	key = uint32(hash.Mix64(seed ^ (offset * 0x9e3779b97f4a7c15)) >> 32)
+//	lo + (h * (hi - lo)) >> 32,   h = inthash.Lowbias32(uint32(j) ^ key)
+//	key = uint32(inthash.Mix64(seed ^ (offset * 0x9e3779b97f4a7c15)) >> 32)
 //
 // is kept, where offset is the chunk's first element in its tensor (0 for
-// a whole tensor), hash.Lowbias32 and hash.Mix64 the hashes the qsgd stage uses (internal/hash).
+// a whole tensor), inthash.Lowbias32 and inthash.Mix64 the hashes the qsgd stage uses (internal/inthash).
 // Every element is kept with probability about k/n, and no two strata
 // share an element. A compressor gives each step its own seed.
 //
@@ -109,11 +109,11 @@ func (o randkOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 // starting at element offset, in increasing order.
 func (o randkOp) positions(n int, offset int64, f func(j int, p uint32)) {
 	k := K(o.ratio, n)
-	key := uint32(hash.Mix64(o.seed^uint64(offset)*hash.Gamma) >> 32)
+	key := uint32(inthash.Mix64(o.seed^uint64(offset)*inthash.Gamma) >> 32)
 	for j := range k {
 		lo := int64(j) * int64(n) / int64(k)
 		hi := int64(j+1) * int64(n) / int64(k)
-		h := uint64(hash.Lowbias32(uint32(j) ^ key))
+		h := uint64(inthash.Lowbias32(uint32(j) ^ key))
 		f(j, uint32(lo+int64((h*uint64(hi-lo))>>32)))
 	}
 }

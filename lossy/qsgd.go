@@ -5,7 +5,7 @@ import (
 	"math"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/internal/hash"
+	"github.com/tensorpress/tensorpress/internal/inthash"
 )
 
 // The qsgd stage is QSGD (Alistarh et al., 2017) with buckets: per block
@@ -33,10 +33,10 @@ import (
 // carries the seed) is reproducible and chunked encoding gives the codes
 // of whole-tensor encoding: U = h>>8 with
 //
-//	h = hash.Lowbias32(uint32(j) + key),  key = uint32(hash.Mix64(seed + (j>>32 + 1)*0x9e3779b97f4a7c15) >> 32)
+//	h = inthash.Lowbias32(uint32(j) + key),  key = uint32(inthash.Mix64(seed + (j>>32 + 1)*0x9e3779b97f4a7c15) >> 32)
 //
-// where hash.Lowbias32 is Wellons' 32-bit integer hash (x ^= x>>16; x *=
-// 0x7feb352d; x ^= x>>15; x *= 0x846ca68b; x ^= x>>16), hash.Mix64 splitmix64's
+// where inthash.Lowbias32 is Wellons' 32-bit integer hash (x ^= x>>16; x *=
+// 0x7feb352d; x ^= x>>15; x *= 0x846ca68b; x ^= x>>16), inthash.Mix64 splitmix64's
 // output function, and j the element's index in the tensor when the
 // segment is "data" (Ctx.Tensor.Offset plus its position), its position in
 // the segment otherwise. The seed is explicit: the default 0 is a fixed
@@ -94,10 +94,10 @@ func qsgdNorm(sum float64) float32 {
 }
 
 // qsgdKey is the dither key of the indices j with j>>32 == hi.
-func qsgdKey(seed, hi uint64) uint32 { return uint32(hash.Mix64(seed+(hi+1)*hash.Gamma) >> 32) }
+func qsgdKey(seed, hi uint64) uint32 { return uint32(inthash.Mix64(seed+(hi+1)*inthash.Gamma) >> 32) }
 
 // qsgdDither is U for index j: 24 uniform bits.
-func qsgdDither(seed, j uint64) uint32 { return hash.Lowbias32(uint32(j)+qsgdKey(seed, j>>32)) >> 8 }
+func qsgdDither(seed, j uint64) uint32 { return inthash.Lowbias32(uint32(j)+qsgdKey(seed, j>>32)) >> 8 }
 
 func qsgdQuantize(o *blockOp, q []byte, x []float32, idx uint64) (float32, error) {
 	var acc [16]float64
@@ -143,7 +143,7 @@ func quantQSGD(q []byte, x []float32, k, pre float32, seed, idx uint64, s uint32
 		a := math.Float32frombits(b & 0x7fffffff)
 		v := float32(float32(a*pre) * k)
 		V := uint32(int32(v * 0x1p24))
-		l := min((V+hash.Lowbias32(uint32(j)+key)>>8)>>24, s)
+		l := min((V+inthash.Lowbias32(uint32(j)+key)>>8)>>24, s)
 		n := uint32(int32(b) >> 31) // all ones for a negative x
 		q[i] = byte((l ^ n) - n)
 	}

@@ -1,4 +1,4 @@
-package hash
+package inthash
 
 import "testing"
 

@@ -1,7 +1,7 @@
-// Package hash holds the integer hashes that wire formats depend on: the
+// Package inthash holds the integer hashes that wire formats depend on: the
 // qsgd dither, randk's positions and the Bloom filter's probes are defined
 // with them in docs/FORMAT.md, so there is one definition of each.
-package hash
+package inthash
 
 // Gamma is splitmix64's increment (the golden ratio in 64 bits).
 const Gamma = 0x9e3779b97f4a7c15
