@@ -352,3 +352,26 @@ func (p *recipeParser) stage() (Op, error) {
 	}
 	return op, nil
 }
+
+// ChunkElements is how many elements of esz bytes go into each frame when
+// a tensor of nel elements is cut into chunks of about chunkSize bytes for
+// this recipe: whole-tensor recipes take all of them, block recipes a
+// multiple of their block. Writers and benchmarks cut the same way.
+func (r *Recipe) ChunkElements(esz, nel, chunkSize int) int {
+	n := max(1, chunkSize/esz)
+	switch g, blk := r.Granularity(); g {
+	case WholeTensor:
+		n = max(nel, 1)
+	case Block:
+		if blk > 0 {
+			n = max(blk, n/blk*blk)
+		}
+	}
+	return n
+}
+
+// pinned reports whether a recipe must stay in force for a whole tensor.
+func (r *Recipe) pinned() bool {
+	g, _ := r.Granularity()
+	return r.Lossy() || g != Elementwise
+}
