@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/tensorpress/tensorpress/codec"
 )
@@ -16,14 +21,20 @@ every frame coded by the recipe --chain (the empty spec stores raw). With
 --name or after IN, written with Writer.WriteTensor; without it, IN is an
 opaque byte stream written with Writer.Write. The stream opens with a hello
 frame and ends with an end frame.
+
+A lossy chain (fp16, int8, topk, ...) needs --dtype: a byte stream is
+always coded losslessly, so it is refused rather than stored raw.
+--lossless refuses lossy chains and tags the tensor lossless in its frames,
+as a profile's require_lossless does.
 `
 
 func cmdEncode(args []string, stdout, stderr io.Writer) error {
-	fl := newFlags("encode", "encode --chain SPEC [--dtype DTYPE] [--name NAME] [--chunk N] IN OUT", encodeText, stderr)
+	fl := newFlags("encode", "encode --chain SPEC [--dtype DTYPE] [--name NAME] [--chunk N] [--lossless] IN OUT", encodeText, stderr)
 	spec := fl.String("chain", "", "recipe `spec` for every frame, such as 'shuffle4 | plane3:huff0 | plane0..2:raw' (required)")
 	dtype := fl.String("dtype", "", "element type of IN (f32, bf16, i8, ...); without it IN is a byte stream")
 	name := fl.String("name", "", "tensor name (default: IN's base name)")
 	chunk := fl.Int("chunk", codec.DefaultChunkSize, "decoded `bytes` per frame")
+	lossless := fl.Bool("lossless", false, "refuse a lossy chain, and tag the tensor lossless in its frames")
 	pos, err := fl.parse(args, 2, 2)
 	if err != nil {
 		return err
@@ -34,6 +45,14 @@ func cmdEncode(args []string, stdout, stderr io.Writer) error {
 	r, err := codec.ParseRecipe(*spec)
 	if err != nil {
 		return usagef("--chain: %v", err)
+	}
+	if lossy := lossyStages(r); len(lossy) > 0 {
+		switch {
+		case *lossless:
+			return usagef("--lossless: --chain %q has lossy stages (%s)", r, strings.Join(lossy, ", "))
+		case *dtype == "":
+			return usagef("--chain %q has lossy stages (%s), which need the element type: give --dtype (a byte stream is only coded losslessly)", r, strings.Join(lossy, ", "))
+		}
 	}
 	if _, err := codec.NewEncoder(codec.WithChunkSize(*chunk)); err != nil {
 		return usagef("--chunk: %v", err)
@@ -47,7 +66,7 @@ func cmdEncode(args []string, stdout, stderr io.Writer) error {
 		if dt == codec.Byte {
 			return usagef("--dtype %s: leave --dtype out to encode a byte stream", *dtype)
 		}
-		t = &codec.Tensor{Name: *name, DType: dt}
+		t = &codec.Tensor{Name: *name, DType: dt, Tags: codec.Tags{Lossless: *lossless}}
 		if !fl.isSet("name") {
 			t.Name = filepath.Base(pos[0])
 			if pos[0] == "-" {
@@ -61,6 +80,20 @@ func cmdEncode(args []string, stdout, stderr io.Writer) error {
 	return transform(pos[0], pos[1], stdout, func(in *os.File, out io.Writer) error {
 		return encodeStream(in, out, t, r, *chunk)
 	})
+}
+
+// lossyStages returns the names of the lossy stages of r, each once, in
+// the order they first appear.
+func lossyStages(r *codec.Recipe) []string {
+	var names []string
+	for _, st := range r.Steps {
+		for _, op := range st.Ops {
+			if s := op.Stage(); s.Lossy && !slices.Contains(names, s.Name) {
+				names = append(names, s.Name)
+			}
+		}
+	}
+	return names
 }
 
 // encodeStream writes in to out as frames: one tensor t (its Data read
@@ -110,13 +143,21 @@ func cmdDecode(args []string, stdout, stderr io.Writer) error {
 }
 
 func decodeStream(in io.Reader, out io.Writer, lim codec.Limits) error {
-	rd := codec.NewReader(in, codec.WithLimits(lim))
-	for {
+	br := bufio.NewReaderSize(in, 64<<10)
+	first, err := sniffStream(br)
+	if err != nil {
+		return err
+	}
+	rd := codec.NewReader(br, codec.WithLimits(lim))
+	for n := 0; ; n++ {
 		f, err := rd.Next()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
+			if n == 0 {
+				return notStream(first, err)
+			}
 			return err
 		}
 		for _, t := range f.Tensors {
@@ -128,6 +169,67 @@ func decodeStream(in io.Reader, out io.Writer, lim codec.Limits) error {
 			return err
 		}
 	}
+}
+
+// Every frame opens with a lead byte whose bits 7-5 are the format version
+// (docs/FORMAT.md), and a hello frame's header starts with the magic
+// "TPRS".
+const (
+	leadVersionShift = 5
+	leadTypeMask     = 7
+	helloMagic       = "TPRS"
+)
+
+// errNotStream marks input that does not start with a tensorpress frame.
+var errNotStream = errors.New("not a tensorpress stream")
+
+// sniffStream looks at the first bytes of br without consuming them. It
+// reports input that cannot be a tensorpress stream, because its first
+// byte is not the lead byte of a frame of a known format version and it
+// does not open with a hello frame (which a newer version would also
+// send), as errNotStream; the codec would call it a frame of an unknown
+// format version. It returns what it saw, for notStream.
+func sniffStream(br *bufio.Reader) ([]byte, error) {
+	b, _ := br.Peek(16)
+	if len(b) == 0 || isHello(b) || b[0]>>leadVersionShift == codec.Version {
+		return b, nil
+	}
+	return b, fmt.Errorf("%w: it starts with %s; a stream starts with a frame of format version %d or a hello frame (%q)",
+		errNotStream, showBytes(b), codec.Version, helloMagic)
+}
+
+// isHello reports whether b starts with a hello frame: a lead byte of
+// frame type 0, the header length (a uvarint), and the magic.
+func isHello(b []byte) bool {
+	if len(b) == 0 || codec.FrameType(b[0]&leadTypeMask) != codec.FrameHello {
+		return false
+	}
+	_, n := binary.Uvarint(b[1:])
+	return n > 0 && bytes.HasPrefix(b[1+n:], []byte(helloMagic))
+}
+
+// notStream explains a failure to read the first frame of input that does
+// not open with a hello frame: most likely it is no tensorpress stream at
+// all. Other errors, and input that opens with a hello frame, keep the
+// codec's own error.
+func notStream(first []byte, err error) error {
+	if isHello(first) || !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, codec.ErrCorrupt) &&
+		!errors.Is(err, codec.ErrChecksum) && !errors.Is(err, codec.ErrUnsupported) && !errors.Is(err, codec.ErrLimit) {
+		return err
+	}
+	return fmt.Errorf("%w (it starts with %s, not with a hello frame, and its first frame does not read): %w", errNotStream, showBytes(first), err)
+}
+
+// showBytes prints up to 8 bytes as hex and, when they are text, quoted.
+func showBytes(b []byte) string {
+	b = b[:min(len(b), 8)]
+	s := fmt.Sprintf("% x", b)
+	for _, c := range b {
+		if c < 0x20 || c > 0x7e {
+			return s
+		}
+	}
+	return fmt.Sprintf("%s (%q)", s, b)
 }
 
 // openInput opens path, or stdin for "-".

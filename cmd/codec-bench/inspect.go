@@ -164,6 +164,11 @@ func (c *countingReader) skip(n int64) error {
 func inspect(r io.Reader, lim codec.Limits) (*inspectDoc, error) {
 	cr := &countingReader{r: bufio.NewReaderSize(r, 64<<10)}
 	doc := &inspectDoc{Frames: []frameDoc{}}
+	first, err := sniffStream(cr.r)
+	if err != nil {
+		doc.Error = err.Error()
+		return doc, err
+	}
 	var buf []byte
 	open := false // a hello promised an end frame, which has not come
 	for {
@@ -188,6 +193,9 @@ func inspect(r io.Reader, lim codec.Limits) (*inspectDoc, error) {
 		}
 		if err != nil {
 			doc.Size = cr.n
+			if off == 0 {
+				err = notStream(first, err)
+			}
 			err = fmt.Errorf("frame at offset %d: %w", off, err)
 			doc.Error = err.Error()
 			return doc, err

@@ -326,10 +326,10 @@ func TestErrors(t *testing.T) {
 		{1, []string{"encode", "--chain", "", missing, out}, "no such file"},
 		{1, []string{"encode", "--chain", "", "--dtype", "f32", odd, out}, "not a whole number"},
 		{1, []string{"encode", "--chain", "", in, in}, "also the input"},
-		{1, []string{"decode", garbage, out}, "format version"},
+		{1, []string{"decode", garbage, out}, "not a tensorpress stream"},
 		{1, []string{"decode", truncated, out}, "unexpected EOF"},
 		{1, []string{"decode", missing, out}, "no such file"},
-		{1, []string{"inspect", garbage}, "format version"},
+		{1, []string{"inspect", garbage}, "not a tensorpress stream"},
 		{2, []string{"inspect"}, "argument"},
 		{2, []string{"stages", "x"}, "argument"},
 	} {
@@ -460,5 +460,92 @@ func TestRunTensorFiles(t *testing.T) {
 	os.WriteFile(bad, []byte("\x93NUMPY\x01\x00\x10\x00{'descr': '>f4'}"), 0o644)
 	if code, _, errs := cli(t, "run", "--input", bad, "--no-external"); code != 1 || !strings.Contains(errs, "bad.npy") {
 		t.Errorf("bad npy: exit %d, stderr %q", code, errs)
+	}
+}
+
+// A lossy chain needs the element type: on a byte stream (no --dtype) it
+// is refused, not stored raw; --lossless refuses lossy chains and tags the
+// tensor lossless.
+func TestEncodeLossyChecks(t *testing.T) {
+	in, data := weightsFile(t, 1000)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.tp")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"encode", "--chain", "fp16", in, out}, "need the element type: give --dtype"},
+		{[]string{"encode", "--chain", "int8(4096) | *:zstd(1)", in, out}, "lossy stages (int8)"},
+		{[]string{"encode", "--chain", "topk(0.01) | idx:delta,bitpack | *:zstd(1)", in, out}, "--dtype"},
+		{[]string{"encode", "--lossless", "--dtype", "f32", "--chain", "fp16", in, out}, `--lossless: --chain "fp16" has lossy stages (fp16)`},
+		{[]string{"encode", "--lossless", "--chain", "nf4(64) | scale:int8(256)", in, out}, "lossy stages (nf4, int8)"},
+	} {
+		code, _, errs := cli(t, tc.args...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errs, tc.want)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Fatalf("%q: a refused command wrote %s", tc.args, out)
+		}
+	}
+
+	// --lossless with a lossless chain: the frames carry the lossless tag
+	// and decode to the input.
+	mustCLI(t, "encode", "--lossless", "--dtype", "f32", "--chain", "shuffle4 | plane3:huff0 | plane0..2:raw", in, out)
+	var doc inspectDoc
+	if err := json.Unmarshal([]byte(mustCLI(t, "inspect", out)), &doc); err != nil {
+		t.Fatal(err)
+	}
+	entries := 0
+	for _, f := range doc.Frames {
+		for _, e := range f.Entries {
+			entries++
+			if !e.Lossless {
+				t.Errorf("frame at %d: entry %q not tagged lossless", f.Offset, e.Name)
+			}
+		}
+	}
+	if entries == 0 {
+		t.Error("no tensor entries")
+	}
+	if got := mustCLI(t, "decode", out, "-"); got != string(data) {
+		t.Error("--lossless round trip differs")
+	}
+	// A lossy chain with --dtype still works without --lossless.
+	if registered("fp16") {
+		mustCLI(t, "encode", "--dtype", "f32", "--chain", "fp16", in, out)
+		if got := mustCLI(t, "decode", out, "-"); len(got) != len(data) {
+			t.Errorf("fp16 decoded to %d bytes, want %d", len(got), len(data))
+		}
+	}
+}
+
+// decode and inspect of a file that is not a tensorpress stream say so;
+// a stream of a newer format version (it opens with a hello frame) keeps
+// the codec's message about the version.
+func TestDecodeNotStream(t *testing.T) {
+	newer := []byte{2 << leadVersionShift, 30}
+	newer = append(newer, helloMagic...)
+	newer = append(newer, make([]byte, 40)...)
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"text.tp", []byte("this is not a frame stream"), `not a tensorpress stream: it starts with 74 68 69 73 20 69 73 20 ("this is ")`},
+		{"digits.tp", []byte("1234 looks like a version-1 lead byte"), "not a tensorpress stream (it starts with 31 32 33 34"},
+		{"gzip.tp", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3}, "not a tensorpress stream: it starts with 1f 8b 08 00 00 00 00 00;"},
+		{"v2.tp", newer, "format version 2"},
+	} {
+		in := writeFile(t, tc.name, tc.data)
+		for _, args := range [][]string{{"decode", in, filepath.Join(t.TempDir(), "out")}, {"inspect", in}} {
+			code, _, errs := cli(t, args...)
+			if code != 1 || !strings.Contains(errs, tc.want) {
+				t.Errorf("%s %s: exit %d, stderr %q; want exit 1 and %q", args[0], tc.name, code, errs, tc.want)
+			}
+			if tc.name == "v2.tp" && strings.Contains(errs, "not a tensorpress") {
+				t.Errorf("%s %s: %q", args[0], tc.name, errs)
+			}
+		}
 	}
 }
