@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -547,5 +549,46 @@ func TestDecodeNotStream(t *testing.T) {
 				t.Errorf("%s %s: %q", args[0], tc.name, errs)
 			}
 		}
+	}
+}
+
+// The default chains for byte data (uint8 images, int8 weights, byte
+// streams) include a byte delta before zstd and a zstd level above 3, and
+// run on such data.
+func TestByteDefaults(t *testing.T) {
+	cs, err := chainList("", false, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dt := range []codec.DType{codec.U8, codec.I8, codec.Byte} {
+		var delta, high bool
+		for _, c := range cs {
+			if c.fits != nil && !c.fits(dt) {
+				continue
+			}
+			delta = delta || c.text == "bytedelta | *:zstd(1)"
+			var level int
+			if _, err := fmt.Sscanf(c.text, "*:zstd(%d)", &level); err == nil && level > 3 {
+				high = true
+			}
+		}
+		if !delta || !high {
+			t.Errorf("%v: bytedelta | *:zstd(1) in the defaults: %v, a zstd level above 3: %v", dt, delta, high)
+		}
+	}
+
+	// An image-like byte file: smooth rows, so the byte delta wins.
+	img := make([]byte, 64<<10)
+	for i := range img {
+		img[i] = byte(i%256/2 + i/4096)
+	}
+	in := writeFile(t, "img.u8", img)
+	rows := jsonRows(t, mustCLI(t, "run", "--input", in, "--dtype", "u8", "--format", "json", "--min-time", "1ms", "--reps", "1", "--no-external"))
+	ratio := map[string]float64{}
+	for _, r := range rows {
+		ratio[r.Chain] = r.Ratio
+	}
+	if ratio["bytedelta | *:zstd(1)"] <= ratio["*:zstd(1)"] || ratio["*:zstd(9)"] == 0 {
+		t.Errorf("ratios %v", ratio)
 	}
 }

@@ -35,6 +35,13 @@ var defaultChains = []struct {
 	{"shuffle4 | plane3:huff0 | plane0..2:raw", func(d codec.DType) bool { return d == codec.F32 }},
 	{"shuffle | bytedelta | *:zstd(1)", multiByte},
 	{"sparse | val:shuffle | *:huff0", multiByte},
+	// Byte data (uint8 images, int8 quantized weights, byte streams):
+	// neighbouring bytes are alike, so a byte delta helps zstd, and higher
+	// levels find more (Fashion-MNIST images, docs/BENCHMARKS.md).
+	{"*:huff0", oneByte},
+	{"bytedelta | *:zstd(1)", oneByte},
+	{"*:zstd(9)", oneByte},
+	{"bytedelta | *:zstd(9)", oneByte},
 	// Lossy: half precision, and the 8-bit and 4-bit blockwise quantizers
 	// of NVIDIA FLARE's filters (4-bit with its scales quantized again,
 	// as QLoRA does).
@@ -49,6 +56,8 @@ var defaultChains = []struct {
 func isF32(d codec.DType) bool { return d == codec.F32 }
 
 func multiByte(d codec.DType) bool { return d.Size() > 1 }
+
+func oneByte(d codec.DType) bool { return d.Size() == 1 }
 
 const runText = `Measures compression ratio and single-core encode and decode speed of
 tensorpress chains. Without --input it runs on a built-in set of synthetic
