@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/tensorpress/tensorpress/codec"
 )
@@ -16,14 +18,20 @@ every frame coded by the recipe --chain (the empty spec stores raw). With
 --name or after IN, written with Writer.WriteTensor; without it, IN is an
 opaque byte stream written with Writer.Write. The stream opens with a hello
 frame and ends with an end frame.
+
+A lossy chain (fp16, int8, topk, ...) needs --dtype: a byte stream is
+always coded losslessly, so it is refused rather than stored raw.
+--lossless refuses lossy chains and tags the tensor lossless in its frames,
+as a profile's require_lossless does.
 `
 
 func cmdEncode(args []string, stdout, stderr io.Writer) error {
-	fl := newFlags("encode", "encode --chain SPEC [--dtype DTYPE] [--name NAME] [--chunk N] IN OUT", encodeText, stderr)
+	fl := newFlags("encode", "encode --chain SPEC [--dtype DTYPE] [--name NAME] [--chunk N] [--lossless] IN OUT", encodeText, stderr)
 	spec := fl.String("chain", "", "recipe `spec` for every frame, such as 'shuffle4 | plane3:huff0 | plane0..2:raw' (required)")
 	dtype := fl.String("dtype", "", "element type of IN (f32, bf16, i8, ...); without it IN is a byte stream")
 	name := fl.String("name", "", "tensor name (default: IN's base name)")
 	chunk := fl.Int("chunk", codec.DefaultChunkSize, "decoded `bytes` per frame")
+	lossless := fl.Bool("lossless", false, "refuse a lossy chain, and tag the tensor lossless in its frames")
 	pos, err := fl.parse(args, 2, 2)
 	if err != nil {
 		return err
@@ -34,6 +42,14 @@ func cmdEncode(args []string, stdout, stderr io.Writer) error {
 	r, err := codec.ParseRecipe(*spec)
 	if err != nil {
 		return usagef("--chain: %v", err)
+	}
+	if lossy := lossyStages(r); len(lossy) > 0 {
+		switch {
+		case *lossless:
+			return usagef("--lossless: --chain %q has lossy stages (%s)", r, strings.Join(lossy, ", "))
+		case *dtype == "":
+			return usagef("--chain %q has lossy stages (%s), which need the element type: give --dtype (a byte stream is only coded losslessly)", r, strings.Join(lossy, ", "))
+		}
 	}
 	if *chunk < codec.MinChunkSize || *chunk > codec.MaxChunkSize {
 		return usagef("--chunk %d outside [%d, %d]", *chunk, codec.MinChunkSize, codec.MaxChunkSize)
@@ -47,7 +63,7 @@ func cmdEncode(args []string, stdout, stderr io.Writer) error {
 		if dt == codec.Byte {
 			return usagef("--dtype %s: leave --dtype out to encode a byte stream", *dtype)
 		}
-		t = &codec.Tensor{Name: *name, DType: dt}
+		t = &codec.Tensor{Name: *name, DType: dt, Tags: codec.Tags{Lossless: *lossless}}
 		if !fl.isSet("name") {
 			t.Name = filepath.Base(pos[0])
 			if pos[0] == "-" {
@@ -61,6 +77,20 @@ func cmdEncode(args []string, stdout, stderr io.Writer) error {
 	return transform(pos[0], pos[1], stdout, func(in *os.File, out io.Writer) error {
 		return encodeStream(in, out, t, r, *chunk)
 	})
+}
+
+// lossyStages returns the names of the lossy stages of r, each once, in
+// the order they first appear.
+func lossyStages(r *codec.Recipe) []string {
+	var names []string
+	for _, st := range r.Steps {
+		for _, op := range st.Ops {
+			if s := op.Stage(); s.Lossy && !slices.Contains(names, s.Name) {
+				names = append(names, s.Name)
+			}
+		}
+	}
+	return names
 }
 
 // encodeStream writes in to out as frames: one tensor t (its Data read

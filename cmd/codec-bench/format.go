@@ -24,9 +24,10 @@ type row struct {
 	Frames   int     `json:"frames"`    // 0 for external rows
 	Ratio    float64 `json:"ratio"`
 	// MB/s are input bytes per second / 1e6, from the median of the
-	// repetitions.
-	CompressMBps   float64 `json:"compress_mbps"`
-	DecompressMBps float64 `json:"decompress_mbps"`
+	// repetitions; null (NaN) for the zstd tool on tiny inputs, where
+	// only its sizes are taken.
+	CompressMBps   metric `json:"compress_mbps"`
+	DecompressMBps metric `json:"decompress_mbps"`
 	// EntropyBound is the best ratio a per-byte-plane order-0 coder can
 	// reach on the whole input; 0 when the input is not a float tensor or
 	// the bound is unbounded (every plane constant).
@@ -48,6 +49,17 @@ type row struct {
 // (encoding/json refuses Inf and NaN).
 type metric float64
 
+// UnmarshalJSON reads null as NaN.
+func (m *metric) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*m = metric(math.NaN())
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	*m = metric(f)
+	return err
+}
+
 func (m metric) MarshalJSON() ([]byte, error) {
 	f := float64(m)
 	if math.IsInf(f, 0) || math.IsNaN(f) {
@@ -62,12 +74,13 @@ type rowWriter interface {
 	flush() error
 }
 
-func newRowWriter(format string, w io.Writer) (rowWriter, error) {
+// newRowWriter returns the writer of a --format. summary and table keep
+// the rows until flush, which prints the summary (and, for table, every
+// row after it); json and csv write each row as it comes.
+func newRowWriter(format string, w io.Writer, sum *summary) (rowWriter, error) {
 	switch format {
-	case "table":
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TENSOR\tDTYPE\tBYTES\tDENSITY\tCHAIN\tOUT\tRATIO\tCOMP MB/s\tDECOMP MB/s\tBOUND\tPLANE BITS\tMAX ERR\tREL L2\tEXTERNAL")
-		return tableWriter{tw}, nil
+	case "summary", "table":
+		return &reportWriter{w: w, sum: sum, table: format == "table"}, nil
 	case "json":
 		return jsonWriter{json.NewEncoder(w)}, nil
 	case "csv":
@@ -76,7 +89,7 @@ func newRowWriter(format string, w io.Writer) (rowWriter, error) {
 			"compress_mbps", "decompress_mbps", "entropy_bound", "plane_bits", "density", "lossy", "max_abs_err", "rel_l2_err"})
 		return csvWriter{cw}, err
 	}
-	return nil, usagef("unknown --format %q (want table, json or csv)", format)
+	return nil, usagef("unknown --format %q (want summary, table, json or csv)", format)
 }
 
 func planeBits(bits []float64) string {
@@ -91,7 +104,44 @@ func planeBits(bits []float64) string {
 // four significant digits (99.96%, 1%, 0.004%).
 func density(d float64) string { return fmt.Sprintf("%.4g%%", 100*d) }
 
+// reportWriter keeps the rows for the summary and the full table.
+type reportWriter struct {
+	w     io.Writer
+	sum   *summary
+	table bool
+	rows  []row
+}
+
+func (r *reportWriter) write(x row) error {
+	r.rows = append(r.rows, x)
+	return nil
+}
+
+func (r *reportWriter) flush() error {
+	if len(r.rows) == 0 {
+		return nil
+	}
+	if err := r.sum.write(r.w, r.rows); err != nil || !r.table {
+		return err
+	}
+	fmt.Fprintln(r.w)
+	t := newTableWriter(r.w)
+	for _, x := range r.rows {
+		if err := t.write(x); err != nil {
+			return err
+		}
+	}
+	return t.flush()
+}
+
 type tableWriter struct{ tw *tabwriter.Writer }
+
+// newTableWriter writes the header of the full table.
+func newTableWriter(w io.Writer) tableWriter {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENSOR\tDTYPE\tBYTES\tDENSITY\tCHAIN\tOUT\tRATIO\tCOMP MB/s\tDECOMP MB/s\tBOUND\tPLANE BITS\tMAX ERR\tREL L2\tEXTERNAL")
+	return tableWriter{tw}
+}
 
 func (t tableWriter) write(r row) error {
 	chain := r.Chain
@@ -113,8 +163,8 @@ func (t tableWriter) write(r row) error {
 	if r.Lossy {
 		maxErr, rel = fmt.Sprintf("%.3g", r.MaxAbsErr), fmt.Sprintf("%.3g", r.RelL2Err)
 	}
-	_, err := fmt.Fprintf(t.tw, "%s\t%s\t%d\t%s\t%s\t%d\t%.3fx\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\n",
-		r.Tensor, r.DType, r.BytesIn, density(r.Density), chain, r.BytesOut, r.Ratio, r.CompressMBps, r.DecompressMBps, bound, pb, maxErr, rel, ext)
+	_, err := fmt.Fprintf(t.tw, "%s\t%s\t%d\t%s\t%s\t%d\t%.3fx\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		r.Tensor, r.DType, r.BytesIn, density(r.Density), chain, r.BytesOut, r.Ratio, mbpsCell(r.CompressMBps), mbpsCell(r.DecompressMBps), bound, pb, maxErr, rel, ext)
 	return err
 }
 
@@ -132,7 +182,7 @@ func (c csvWriter) write(r row) error {
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
 	c.w.Write([]string{r.Tensor, r.DType, r.Chain, r.External,
 		strconv.FormatInt(r.BytesIn, 10), strconv.FormatInt(r.BytesOut, 10), strconv.Itoa(r.Frames),
-		f(r.Ratio), f(r.CompressMBps), f(r.DecompressMBps), f(r.EntropyBound), planeBits(r.PlaneBits),
+		f(r.Ratio), f(float64(r.CompressMBps)), f(float64(r.DecompressMBps)), f(r.EntropyBound), planeBits(r.PlaneBits),
 		f(r.Density), strconv.FormatBool(r.Lossy), f(float64(r.MaxAbsErr)), f(float64(r.RelL2Err))})
 	return c.flush()
 }
@@ -140,4 +190,12 @@ func (c csvWriter) write(r row) error {
 func (c csvWriter) flush() error {
 	c.w.Flush()
 	return c.w.Error()
+}
+
+// mbpsCell prints a speed of the full table, "-" when it was not measured.
+func mbpsCell(m metric) string {
+	if math.IsNaN(float64(m)) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", float64(m))
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -470,5 +472,125 @@ func TestRunTensorFiles(t *testing.T) {
 	os.WriteFile(bad, []byte("\x93NUMPY\x01\x00\x10\x00{'descr': '>f4'}"), 0o644)
 	if code, _, errs := cli(t, "run", "--input", bad, "--no-external"); code != 1 || !strings.Contains(errs, "bad.npy") {
 		t.Errorf("bad npy: exit %d, stderr %q", code, errs)
+	}
+}
+
+// A lossy chain needs the element type: on a byte stream (no --dtype) it
+// is refused, not stored raw; --lossless refuses lossy chains and tags the
+// tensor lossless.
+func TestEncodeLossyChecks(t *testing.T) {
+	in, data := weightsFile(t, 1000)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.tp")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"encode", "--chain", "fp16", in, out}, "need the element type: give --dtype"},
+		{[]string{"encode", "--chain", "int8(4096) | *:zstd(1)", in, out}, "lossy stages (int8)"},
+		{[]string{"encode", "--chain", "topk(0.01) | idx:delta,bitpack | *:zstd(1)", in, out}, "--dtype"},
+		{[]string{"encode", "--lossless", "--dtype", "f32", "--chain", "fp16", in, out}, `--lossless: --chain "fp16" has lossy stages (fp16)`},
+		{[]string{"encode", "--lossless", "--chain", "nf4(64) | scale:int8(256)", in, out}, "lossy stages (nf4, int8)"},
+	} {
+		code, _, errs := cli(t, tc.args...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errs, tc.want)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Fatalf("%q: a refused command wrote %s", tc.args, out)
+		}
+	}
+
+	// --lossless with a lossless chain: the frames carry the lossless tag
+	// and decode to the input.
+	mustCLI(t, "encode", "--lossless", "--dtype", "f32", "--chain", "shuffle4 | plane3:huff0 | plane0..2:raw", in, out)
+	var doc inspectDoc
+	if err := json.Unmarshal([]byte(mustCLI(t, "inspect", out)), &doc); err != nil {
+		t.Fatal(err)
+	}
+	entries := 0
+	for _, f := range doc.Frames {
+		for _, e := range f.Entries {
+			entries++
+			if !e.Lossless {
+				t.Errorf("frame at %d: entry %q not tagged lossless", f.Offset, e.Name)
+			}
+		}
+	}
+	if entries == 0 {
+		t.Error("no tensor entries")
+	}
+	if got := mustCLI(t, "decode", out, "-"); got != string(data) {
+		t.Error("--lossless round trip differs")
+	}
+	// A lossy chain with --dtype still works without --lossless.
+	if registered("fp16") {
+		mustCLI(t, "encode", "--dtype", "f32", "--chain", "fp16", in, out)
+		if got := mustCLI(t, "decode", out, "-"); len(got) != len(data) {
+			t.Errorf("fp16 decoded to %d bytes, want %d", len(got), len(data))
+		}
+	}
+}
+
+// decode and inspect of a file that is not a tensorpress stream say so
+// (codec tells from the lead byte, docs/FORMAT.md).
+func TestDecodeNotStream(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"text.tp", []byte("this is not a frame stream")},
+		{"gzip.tp", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3}},
+		{"zstd.tp", []byte{0x28, 0xb5, 0x2f, 0xfd, 0x20, 4, 0x21, 0, 0, 'a', 'b', 'c', 'd'}},
+		{"v2-no-crc.tp", append([]byte{2 << 5, 30, 'T', 'P', 'R', 'S'}, make([]byte, 40)...)},
+	} {
+		in := writeFile(t, tc.name, tc.data)
+		for _, args := range [][]string{{"decode", in, filepath.Join(t.TempDir(), "out")}, {"inspect", in}} {
+			code, _, errs := cli(t, args...)
+			if code != 1 || !strings.Contains(errs, "not a tensorpress stream") {
+				t.Errorf("%s %s: exit %d, stderr %q; want exit 1 and \"not a tensorpress stream\"", args[0], tc.name, code, errs)
+			}
+		}
+	}
+}
+
+// The default chains for byte data (uint8 images, int8 weights, byte
+// streams) include a byte delta before zstd and a zstd level above 3, and
+// run on such data.
+func TestByteDefaults(t *testing.T) {
+	cs, err := chainList("", false, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dt := range []codec.DType{codec.U8, codec.I8, codec.Byte} {
+		var delta, high bool
+		for _, c := range cs {
+			if c.fits != nil && !c.fits(dt) {
+				continue
+			}
+			delta = delta || c.text == "bytedelta | *:zstd(1)"
+			var level int
+			if _, err := fmt.Sscanf(c.text, "*:zstd(%d)", &level); err == nil && level > 3 {
+				high = true
+			}
+		}
+		if !delta || !high {
+			t.Errorf("%v: bytedelta | *:zstd(1) in the defaults: %v, a zstd level above 3: %v", dt, delta, high)
+		}
+	}
+
+	// An image-like byte file: smooth rows, so the byte delta wins.
+	img := make([]byte, 64<<10)
+	for i := range img {
+		img[i] = byte(i%256/2 + i/4096)
+	}
+	in := writeFile(t, "img.u8", img)
+	rows := jsonRows(t, mustCLI(t, "run", "--input", in, "--dtype", "u8", "--format", "json", "--min-time", "1ms", "--reps", "1", "--no-external"))
+	ratio := map[string]float64{}
+	for _, r := range rows {
+		ratio[r.Chain] = r.Ratio
+	}
+	if ratio["bytedelta | *:zstd(1)"] <= ratio["*:zstd(1)"] || ratio["*:zstd(9)"] == 0 {
+		t.Errorf("ratios %v", ratio)
 	}
 }

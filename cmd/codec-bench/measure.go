@@ -223,7 +223,7 @@ func (tr *trial) row() row {
 		Tensor: tr.s.name, DType: tr.s.dtype.String(), Chain: tr.c.text,
 		BytesIn: in, BytesOut: int64(len(tr.frames)), Frames: tr.nframes,
 		Ratio:        float64(in) / float64(len(tr.frames)),
-		CompressMBps: mbps(in, median(tr.enc)), DecompressMBps: mbps(in, median(tr.dec)),
+		CompressMBps: metric(mbps(in, median(tr.enc))), DecompressMBps: metric(mbps(in, median(tr.dec))),
 		Lossy: tr.c.recipe.Lossy(),
 	}
 	if r.Lossy {

@@ -35,6 +35,13 @@ var defaultChains = []struct {
 	{"shuffle4 | plane3:huff0 | plane0..2:raw", func(d codec.DType) bool { return d == codec.F32 }},
 	{"shuffle | bytedelta | *:zstd(1)", multiByte},
 	{"sparse | val:shuffle | *:huff0", multiByte},
+	// Byte data (uint8 images, int8 quantized weights, byte streams):
+	// neighbouring bytes are alike, so a byte delta helps zstd, and higher
+	// levels find more (Fashion-MNIST images, docs/BENCHMARKS.md).
+	{"*:huff0", oneByte},
+	{"bytedelta | *:zstd(1)", oneByte},
+	{"*:zstd(9)", oneByte},
+	{"bytedelta | *:zstd(9)", oneByte},
 	// Lossy: half precision, and the 8-bit and 4-bit blockwise quantizers
 	// of NVIDIA FLARE's filters (4-bit with its scales quantized again,
 	// as QLoRA does).
@@ -50,14 +57,24 @@ func isF32(d codec.DType) bool { return d == codec.F32 }
 
 func multiByte(d codec.DType) bool { return d.Size() > 1 }
 
+func oneByte(d codec.DType) bool { return d.Size() == 1 }
+
 const runText = `Measures compression ratio and single-core encode and decode speed of
-tensorpress chains. Without --input it runs on a built-in set of synthetic
-tensors (weights, gradients, a 99%-sparse tensor, int8, bf16 and a few small
-tensors, generated from fixed seeds) and of real ones: the first layer of a
-small MLP trained by PyTorch on Fashion-MNIST, its weights and one batch's
-gradient. --input takes a .npy file, a .safetensors file (every tensor in
-it, or those --tensors matches, read one at a time) or a raw little-endian
-file with --dtype.
+tensorpress chains, beside the zstd command-line tool on the same bytes.
+Without --input it runs on a built-in set of synthetic tensors (weights,
+gradients, a 99%-sparse tensor, int8, bf16 and a few small tensors,
+generated from fixed seeds) and of real ones: the first layer of a small
+MLP trained by PyTorch on Fashion-MNIST, its weights and one batch's
+gradient, and a federated client's update of it. --input takes a .npy
+file, a .safetensors file (every tensor in it, or those --tensors matches,
+read one at a time) or a raw little-endian file with --dtype.
+
+The output starts with a summary: per tensor, the lossless chain with the
+best ratio (of chains within 0.5% of it, the fastest encoder) beside zstd
+-3, and the lossy chain with the best ratio whose relative L2 error is at
+most --max-rel-err. --format table adds every row after it; --format json
+and csv write every row and no summary. Progress goes to stderr: a status
+line on a terminal, a line per tensor otherwise.
 
 Each tensor is cut into chunks of --chunk bytes; encoding is
 codec.Encoder.AppendTensor over the chunks into a reused buffer, decoding is
@@ -78,11 +95,13 @@ what they decode instead of its bytes, and report MAX ERR, the largest
 absolute difference from the input, and REL L2, ||x - y|| / ||x||.
 
 Unless --no-external, the zstd command-line tool's in-memory benchmark runs
-on the same bytes in the same run: zstd -bL -eL -T1 -iS for levels 1 and 3,
-on the whole input (not chunked). Its rows are marked in the EXTERNAL column
-and their chain is the equivalent spec. S is --external-time: 0 makes one
-pass each way, quick but noisier than the loops above; each second more
-costs about 2 seconds per level and tensor.
+on the same bytes in the same run: zstd -bL -eL -T1 -iS for each level L of
+--external-levels, on the whole input (not chunked). Its rows are marked in
+the EXTERNAL column and their chain is the equivalent spec. S is
+--external-time: zstd reports its fastest run of about S seconds (each
+second costs about 2 seconds per level and tensor); 0 makes one pass each
+way, which is quick but understates zstd on inputs of a few hundred KiB to
+a few MiB, where a single pass is too short to measure.
 
 --chains takes specs separated by ';' (a spec contains '|' and ','), for
 example --chains '*:zstd(1); shuffle4 | plane3:huff0 | plane0..2:raw'.
@@ -95,88 +114,113 @@ chain is accepted as it is by 'codec-bench encode --chain'. --format csv
 writes the same columns after a header line.
 `
 
-func cmdRun(args []string, stdout, stderr io.Writer) error {
+// runOptions are the parsed flags of run.
+type runOptions struct {
+	input, dtype, tensors, format string
+	chains                        []*chain
+	chunk, reps, extTime, elems   int
+	levels                        []int
+	minTime                       time.Duration
+	noExternal, timeTiny          bool
+	maxRelErr                     float64
+}
+
+func parseRunFlags(args []string, stderr io.Writer) (*runOptions, *codec.Encoder, error) {
 	fl := newFlags("run", "run [--input PATH --dtype DTYPE] [flags]", runText, stderr)
-	input := fl.String("input", "", "`file` to measure: .npy, .safetensors (every tensor), or raw little-endian with --dtype (default: the built-in set)")
-	dtype := fl.String("dtype", "", "element type of a raw --input: f32, f16, bf16, f64, i8, u8, ... or bytes for an opaque byte stream")
+	o := &runOptions{}
+	fl.StringVar(&o.input, "input", "", "`file` to measure: .npy, .safetensors (every tensor), or raw little-endian with --dtype (default: the built-in set)")
+	fl.StringVar(&o.dtype, "dtype", "", "element type of a raw --input: f32, f16, bf16, f64, i8, u8, ... or bytes for an opaque byte stream")
 	chains := fl.String("chains", "", "`specs` to measure, separated by ';' (default: the built-in chain list)")
-	format := fl.String("format", "table", "output format: table, json (JSON Lines) or csv")
-	chunk := fl.Int("chunk", codec.DefaultChunkSize, "decoded `bytes` per frame")
-	minTime := fl.Duration("min-time", 100*time.Millisecond, "minimum `duration` of each timed loop")
-	reps := fl.Int("reps", 3, "timed repetitions per chain; the median is reported")
-	noExternal := fl.Bool("no-external", false, "do not run the zstd command-line tool")
-	extTime := fl.Int("external-time", 0, "zstd -i: minimum `seconds` of each zstd benchmark (0: one pass)")
-	elems := fl.Int("elems", defaultElems, "elements of each large built-in tensor (a multiple of 1024)")
-	tensors := fl.String("tensors", "*", "measure only the tensors whose name matches this `glob` (path.Match syntax; * alone matches every name)")
+	fl.StringVar(&o.format, "format", "summary", "output: summary, table (the summary, then every row), json (JSON Lines) or csv")
+	fl.IntVar(&o.chunk, "chunk", codec.DefaultChunkSize, "decoded `bytes` per frame")
+	fl.DurationVar(&o.minTime, "min-time", defaultMinTime, "minimum `duration` of each timed loop")
+	fl.IntVar(&o.reps, "reps", 3, "timed repetitions per chain; the median is reported")
+	fl.BoolVar(&o.noExternal, "no-external", false, "do not run the zstd command-line tool")
+	fl.IntVar(&o.extTime, "external-time", 1, "zstd -i: `seconds` of each zstd benchmark, which reports its fastest run (0: one pass, biased low)")
+	levels := fl.String("external-levels", "3", "zstd `levels` to run, separated by commas, such as 1,3; the summary compares with level 3")
+	fl.Float64Var(&o.maxRelErr, "max-rel-err", 0.01, "largest relative L2 `error` of the lossy chain the summary picks")
+	fl.IntVar(&o.elems, "elems", defaultElems, "elements of each large built-in tensor (a multiple of 1024)")
+	fl.StringVar(&o.tensors, "tensors", "*", "measure only the tensors whose name matches this `glob` (path.Match syntax; * alone matches every name)")
 	if _, err := fl.parse(args, 0, 0); err != nil {
-		return err
+		return nil, nil, err
 	}
-	if *chunk < codec.MinChunkSize || *chunk > codec.MaxChunkSize {
-		return usagef("--chunk %d outside [%d, %d]", *chunk, codec.MinChunkSize, codec.MaxChunkSize)
+	if o.chunk < codec.MinChunkSize || o.chunk > codec.MaxChunkSize {
+		return nil, nil, usagef("--chunk %d outside [%d, %d]", o.chunk, codec.MinChunkSize, codec.MaxChunkSize)
 	}
 	enc, err := codec.NewEncoder()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	switch {
-	case *minTime < 0:
-		return usagef("--min-time %v is negative", *minTime)
-	case *reps < 1 || *reps > 1000:
-		return usagef("--reps %d outside [1, 1000]", *reps)
-	case *extTime < 0 || *extTime > 60:
-		return usagef("--external-time %d outside [0, 60]", *extTime)
-	case *elems < 1024 || *elems%1024 != 0 || *elems > 1<<28:
-		return usagef("--elems %d: want a multiple of 1024 up to %d", *elems, 1<<28)
-	case *input == "" && *dtype != "":
-		return usagef("--dtype describes an --input file")
+	case o.minTime < 0:
+		return nil, nil, usagef("--min-time %v is negative", o.minTime)
+	case o.reps < 1 || o.reps > 1000:
+		return nil, nil, usagef("--reps %d outside [1, 1000]", o.reps)
+	case o.extTime < 0 || o.extTime > 60:
+		return nil, nil, usagef("--external-time %d outside [0, 60]", o.extTime)
+	case o.elems < 1024 || o.elems%1024 != 0 || o.elems > 1<<28:
+		return nil, nil, usagef("--elems %d: want a multiple of 1024 up to %d", o.elems, 1<<28)
+	case o.input == "" && o.dtype != "":
+		return nil, nil, usagef("--dtype describes an --input file")
+	case !(o.maxRelErr >= 0):
+		return nil, nil, usagef("--max-rel-err %v: want a relative error of 0 or more", o.maxRelErr)
 	}
-	rw, err := newRowWriter(*format, stdout)
-	if err != nil {
-		return err
+	o.timeTiny = fl.isSet("external-time")
+	if o.levels, err = parseLevels(*levels); err != nil {
+		return nil, nil, err
 	}
-	cs, err := chainList(*chains, fl.isSet("chains"), stderr)
-	if err != nil {
-		return err
+	if o.chains, err = chainList(*chains, fl.isSet("chains"), stderr); err != nil {
+		return nil, nil, err
 	}
-	if _, err := path.Match(*tensors, ""); err != nil {
-		return usagef("--tensors %q: %v", *tensors, err)
+	if _, err := path.Match(o.tensors, ""); err != nil {
+		return nil, nil, usagef("--tensors %q: %v", o.tensors, err)
 	}
-	var samples []sample
-	if *input != "" {
-		var done func()
-		if samples, done, err = readSamples(*input, *dtype, *tensors); err != nil {
-			return err
-		}
-		defer done()
-	} else if samples, err = defaultSamples(*elems); err != nil {
-		return err
-	}
-	kept := samples[:0]
-	for _, s := range samples {
-		if matchName(*tensors, s.name) {
-			kept = append(kept, s)
-		}
-	}
-	if samples = kept; len(samples) == 0 {
-		return usagef("--tensors %q matches no tensor", *tensors)
-	}
+	return o, enc, nil
+}
 
-	var zstd string
-	if !*noExternal {
-		if zstd, err = exec.LookPath("zstd"); err != nil {
-			fmt.Fprintf(stderr, "note: zstd command not found (%v); no external rows\n", err)
-		}
+// defaultMinTime keeps the default run (the built-in set, every default
+// chain, zstd -3 for a second per tensor and direction) well within a
+// minute on two busy cores.
+const defaultMinTime = 20 * time.Millisecond
+
+// peerLevel is the zstd level the summary compares with.
+const peerLevel = 3
+
+func cmdRun(args []string, stdout, stderr io.Writer) error {
+	o, enc, err := parseRunFlags(args, stderr)
+	if err != nil {
+		return err
 	}
-	exts := zstdExternals(*extTime)
-	if zstd == "" {
+	p := newProgress(stderr)
+	exts := zstdExternals(o.extTime, o.timeTiny, o.levels)
+	sum := &summary{maxRelErr: o.maxRelErr, tieRatio: 0.005, peerName: fmt.Sprintf("zstd -%d", peerLevel)}
+	if o.noExternal {
 		exts = nil
+	} else if zstd, err := exec.LookPath("zstd"); err != nil {
+		fmt.Fprintf(stderr, "note: zstd command not found (%v); no external rows\n", err)
+		exts = nil
+	} else {
+		for i := range exts {
+			exts[i].path = zstd
+			if o.levels[i] == peerLevel {
+				sum.peer, sum.peerCmd = exts[i].prefix(), exts[i].name(tinyInput+1)
+			}
+		}
 	}
+	rw, err := newRowWriter(o.format, stdout, sum)
+	if err != nil {
+		return err
+	}
+	samples, done, err := runSamples(o)
+	if err != nil {
+		return err
+	}
+	defer done()
 
-	p := newProgress(stdout, stderr)
 	for i := range samples {
-		for _, c := range cs {
+		for _, c := range o.chains {
 			if c.fits == nil || c.fits(samples[i].dtype) {
-				p.total += *reps
+				p.total += o.reps
 			}
 		}
 		p.total += len(exts)
@@ -185,7 +229,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	// One core, as the zstd tool gets with -T1: the encoder runs on this
 	// goroutine, and the garbage collector shares its core.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	b := &bench{enc: enc, dec: new(codec.Decoder), chunk: *chunk, minTime: *minTime, reps: *reps}
+	b := &bench{enc: enc, dec: new(codec.Decoder), chunk: o.chunk, minTime: o.minTime, reps: o.reps}
 	measured := 0
 	for i := range samples {
 		s := &samples[i]
@@ -202,6 +246,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "note: %s: empty, nothing to measure\n", s.name)
 			continue
 		}
+		p.tensor(i, len(samples), s.name, fmt.Sprintf("%v, %d bytes", s.dtype, len(s.data)))
 		bits, bound := planeStats(s)
 		dens := sampleDensity(s)
 		emit := func(r row) error {
@@ -209,12 +254,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 			return rw.write(r)
 		}
 		var n int
-		if n, err = b.runSample(s, cs, emit, p); err != nil {
+		if n, err = b.runSample(s, o.chains, emit, p); err != nil {
 			break
 		}
 		measured += n
 		if len(exts) > 0 {
-			if xerr := runExternal(zstd, exts, s, emit, func(what string) { p.step(s.name, what) }); xerr != nil {
+			if xerr := runExternal(exts, s, emit, func(what string) { p.step(s.name, what) }); xerr != nil {
 				p.clear()
 				fmt.Fprintf(stderr, "note: %s: external tool failed: %v\n", s.name, xerr)
 			}
@@ -230,7 +275,55 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	if err == nil && measured == 0 {
 		err = errors.New("no chain could be measured")
 	}
+	if err == nil && (o.format == "summary" || o.format == "table") {
+		fmt.Fprintf(stdout, "\n%d tensor(s) in %.0f s. %s\n", len(samples), time.Since(p.start).Seconds(), howMeasured(o, exts))
+	}
 	return err
+}
+
+// howMeasured is the footnote of the summary: how speeds were taken, and
+// where the other figures are.
+func howMeasured(o *runOptions, exts []external) string {
+	s := fmt.Sprintf("Speeds are single-core: for tensorpress the median of %d interleaved loops of at least %v (--reps, --min-time)", o.reps, o.minTime)
+	if len(exts) > 0 {
+		s += fmt.Sprintf(", for zstd its fastest run of about %d s (--external-time)", o.extTime)
+		if !o.timeTiny {
+			s += fmt.Sprintf(", sizes only on inputs of at most %d KiB", tinyInput>>10)
+		}
+	}
+	s += ". "
+	if o.format == "summary" {
+		s += "Every chain: --format table; every figure: --format json."
+	} else {
+		s += "Every figure: --format json."
+	}
+	return s
+}
+
+// runSamples returns the tensors to measure: --input's or the built-in
+// set, those --tensors matches.
+func runSamples(o *runOptions) ([]sample, func(), error) {
+	var samples []sample
+	done := func() {}
+	var err error
+	if o.input != "" {
+		if samples, done, err = readSamples(o.input, o.dtype, o.tensors); err != nil {
+			return nil, nil, err
+		}
+	} else if samples, err = defaultSamples(o.elems); err != nil {
+		return nil, nil, err
+	}
+	kept := samples[:0]
+	for _, s := range samples {
+		if matchName(o.tensors, s.name) {
+			kept = append(kept, s)
+		}
+	}
+	if len(kept) == 0 {
+		done()
+		return nil, nil, usagef("--tensors %q matches no tensor", o.tensors)
+	}
+	return kept, done, nil
 }
 
 // runSample measures every chain that fits s and writes a row per chain.
