@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/internal/errstat"
+	"github.com/tensorpress/tensorpress/internal/distortion"
 )
 
 // Stats are the running estimates for one recipe on one class of data.
@@ -151,7 +151,7 @@ func (p *Profiler) Measure(c Class, name string, r *codec.Recipe, fi *codec.Fram
 	if r.Lossy() {
 		e := math.Inf(1)
 		if len(f.Tensors) == 1 {
-			var es errstat.Stats
+			var es distortion.Stats
 			if es.Add(fi.DType, in, f.Tensors[0].Data) == nil {
 				e = es.RelL2()
 			}

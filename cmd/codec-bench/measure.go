@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/internal/errstat"
+	"github.com/tensorpress/tensorpress/internal/distortion"
 )
 
 // chain is a recipe to measure.
@@ -44,7 +44,7 @@ type trial struct {
 	nframes int
 	enc     []float64 // seconds per pass, one per rep
 	dec     []float64
-	err     errstat.Stats // lossy chains: how far the decoded values are from the input
+	err     distortion.Stats // lossy chains: how far the decoded values are from the input
 }
 
 // newTrial cuts s into chunks the way codec.Writer does (whole-tensor and

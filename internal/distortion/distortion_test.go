@@ -1,4 +1,4 @@
-package errstat
+package distortion
 
 import (
 	"encoding/binary"

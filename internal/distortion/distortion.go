@@ -1,7 +1,7 @@
-// Package errstat measures how far decoded float values are from the
+// Package distortion measures how far decoded float values are from the
 // values encoded: the largest absolute difference and the relative L2
 // error ||x - y|| / ||x||, the error lossy recipes are judged by.
-package errstat
+package distortion
 
 import (
 	"encoding/binary"
@@ -27,7 +27,7 @@ type Stats struct {
 // only float dtypes have an error.
 func (e *Stats) Add(dt codec.DType, want, got []byte) error {
 	if len(want) != len(got) {
-		return fmt.Errorf("errstat: %d bytes decoded for %d", len(got), len(want))
+		return fmt.Errorf("distortion: %d bytes decoded for %d", len(got), len(want))
 	}
 	var x, y []float64
 	switch dt {
