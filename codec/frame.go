@@ -114,6 +114,11 @@ type StepRecord struct {
 	in     SegInfo
 }
 
+// Op returns the step's configured stage, as its parameters make it: set
+// in the headers ReadFrameHeader and the decoders return (and in frames
+// being encoded), nil in a StepRecord made by hand.
+func (s StepRecord) Op() Op { return s.op }
+
 // EntryHeader is the parsed, validated header of one tensor entry (or of
 // a bytes frame, with Tensor.DType == Byte and no name).
 type EntryHeader struct {

@@ -236,7 +236,7 @@ func entryOf(e *codec.EntryHeader, at int64) (entryDoc, int64) {
 	}
 	for _, s := range e.Steps {
 		sd := stepDoc{ID: uint32(s.Stage), ParamsHex: hex.EncodeToString(s.Params), Input: s.Input, RawLen: s.RawLen}
-		if op, err := loadOp(s.Stage, s.Params); err == nil {
+		if op := s.Op(); op != nil {
 			sd.Stage, sd.Params = op.Stage().Name, op.String()
 		} else {
 			sd.Stage = fmt.Sprintf("unknown(%d)", s.Stage)
@@ -255,14 +255,6 @@ func entryOf(e *codec.EntryHeader, at int64) (entryDoc, int64) {
 	return d, at
 }
 
-func loadOp(id codec.StageID, params []byte) (codec.Op, error) {
-	s, ok := codec.Lookup(id)
-	if !ok {
-		return nil, fmt.Errorf("unknown stage ID %d", id)
-	}
-	return s.Load(params)
-}
-
 // storedCoders replays the entry's steps to find which coder made each
 // stored segment ("" for one stored as it is). It returns nil if the
 // replay does not match the header, which a header that parsed rules out.
@@ -276,8 +268,8 @@ func storedCoders(e *codec.EntryHeader) []string {
 		if s.Input >= len(segs) {
 			return nil
 		}
-		op, err := loadOp(s.Stage, s.Params)
-		if err != nil {
+		op := s.Op()
+		if op == nil {
 			return nil
 		}
 		in := segs[s.Input].info
