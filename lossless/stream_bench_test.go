@@ -3,27 +3,59 @@ package lossless
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"io"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/tensorpress/tensorpress/codec"
 )
 
 // Streaming throughput against the number of workers: a Writer with
-// WithEncoderConcurrency(GOMAXPROCS) and a Reader with
-// WithDecoderConcurrency(GOMAXPROCS) over -stream.mib MiB of N(0, 0.02)
-// float32 (one tensor, 1 MiB chunks), beside a plain copy of the same
-// bytes and a single-goroutine loop of Reader.Next over the same frames.
-// Vary the workers with -cpu:
+// WithEncoderConcurrency(w) and a Reader with WithDecoderConcurrency(w)
+// over -stream.mib MiB of N(0, 0.02) float32 (one tensor, 1 MiB chunks),
+// for each w in -stream.workers (default: 1, 2, 4, ... up to GOMAXPROCS),
+// beside a plain copy of the same bytes and a single-goroutine loop of
+// Reader.Next over the same frames:
 //
-//	go test -run '^$' -bench 'Stream' -cpu 1,2,4,8,16 -benchtime 5x ./lossless
+//	go test -run '^$' -bench 'Stream' -benchtime 20x ./lossless
+//	go test -run '^$' -bench 'Stream' -benchtime 20x -stream.workers 1,2,4,8,16 ./lossless
+//
+// The workers are explicit rather than -cpu's: with sub-benchmarks, Go's
+// testing package ran the -cpu 1 round at the full GOMAXPROCS (Go 1.26),
+// which made one worker look as fast as two. GOMAXPROCS stays as it is.
 //
 // "next" decodes every frame into a fresh buffer and drops it (what the
-// frames allow); "tensor" is ReadTensor joining the chunks into the whole
-// tensor, one buffer sized once.
+// frames allow, one goroutine); "tensor" is ReadTensor joining the chunks
+// into the whole tensor, one buffer sized once, each chunk decoded in
+// place.
 
-var streamMiB = flag.Int("stream.mib", 64, "MiB of float32 in the streaming benchmarks")
+var (
+	streamMiB     = flag.Int("stream.mib", 64, "MiB of float32 in the streaming benchmarks")
+	streamWorkers = flag.String("stream.workers", "", "comma-separated worker counts of the streaming benchmarks (default: 1, 2, 4, ... up to GOMAXPROCS)")
+)
+
+// workerCounts returns the worker counts to measure.
+func workerCounts(b *testing.B) []int {
+	if *streamWorkers == "" {
+		var ws []int
+		for w := 1; w <= runtime.GOMAXPROCS(0); w *= 2 {
+			ws = append(ws, w)
+		}
+		return ws
+	}
+	var ws []int
+	for _, f := range strings.Split(*streamWorkers, ",") {
+		w, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || w < 1 || w > codec.MaxConcurrency {
+			b.Fatalf("-stream.workers: %q", f)
+		}
+		ws = append(ws, w)
+	}
+	return ws
+}
 
 var streamRecipes = []struct{ name, recipe string }{
 	{"plane", "shuffle4 | plane3:huff0 | plane0..2:raw"},
@@ -40,9 +72,9 @@ func streamTensor() *codec.Tensor {
 	return &codec.Tensor{Name: "w", DType: codec.F32, Shape: []int64{int64(len(data) / 4)}, Data: data}
 }
 
-// writeStream writes t through a Writer with r and GOMAXPROCS workers.
-func writeStream(b *testing.B, dst io.Writer, t *codec.Tensor, r *codec.Recipe) {
-	w, err := codec.NewWriter(dst, codec.WithRecipe(r), codec.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
+// writeStream writes t through a Writer with r and the given workers.
+func writeStream(b *testing.B, dst io.Writer, t *codec.Tensor, r *codec.Recipe, workers int) {
+	w, err := codec.NewWriter(dst, codec.WithRecipe(r), codec.WithEncoderConcurrency(workers))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -56,7 +88,7 @@ func writeStream(b *testing.B, dst io.Writer, t *codec.Tensor, r *codec.Recipe) 
 
 func streamFrames(b *testing.B, t *codec.Tensor, recipe string) []byte {
 	var buf bytes.Buffer
-	writeStream(b, &buf, t, codec.MustParseRecipe(recipe))
+	writeStream(b, &buf, t, codec.MustParseRecipe(recipe), runtime.GOMAXPROCS(0))
 	return buf.Bytes()
 }
 
@@ -73,18 +105,20 @@ func BenchmarkStreamCopy(b *testing.B) {
 func BenchmarkStreamWriter(b *testing.B) {
 	t := streamTensor()
 	for _, rc := range streamRecipes {
-		b.Run(rc.name, func(b *testing.B) {
-			r := codec.MustParseRecipe(rc.recipe)
-			var wire int
-			b.SetBytes(int64(len(t.Data)))
-			b.ReportAllocs()
-			for b.Loop() {
-				var cw countWriter
-				writeStream(b, &cw, t, r)
-				wire = cw.n
-			}
-			b.ReportMetric(float64(len(t.Data))/float64(wire), "ratio")
-		})
+		r := codec.MustParseRecipe(rc.recipe)
+		for _, workers := range workerCounts(b) {
+			b.Run(fmt.Sprintf("%s/workers=%d", rc.name, workers), func(b *testing.B) {
+				var wire int
+				b.SetBytes(int64(len(t.Data)))
+				b.ReportAllocs()
+				for b.Loop() {
+					var cw countWriter
+					writeStream(b, &cw, t, r, workers)
+					wire = cw.n
+				}
+				b.ReportMetric(float64(len(t.Data))/float64(wire), "ratio")
+			})
+		}
 	}
 }
 
@@ -118,23 +152,25 @@ func BenchmarkStreamReader(b *testing.B) {
 				}
 			}
 		})
-		b.Run(rc.name+"/tensor", func(b *testing.B) {
-			b.SetBytes(int64(len(t.Data)))
-			b.ReportAllocs()
-			for b.Loop() {
-				r, err := codec.NewReader(bytes.NewReader(stream), codec.WithDecoderConcurrency(runtime.GOMAXPROCS(0)))
-				if err != nil {
-					b.Fatal(err)
+		for _, workers := range workerCounts(b) {
+			b.Run(fmt.Sprintf("%s/tensor/workers=%d", rc.name, workers), func(b *testing.B) {
+				b.SetBytes(int64(len(t.Data)))
+				b.ReportAllocs()
+				for b.Loop() {
+					r, err := codec.NewReader(bytes.NewReader(stream), codec.WithDecoderConcurrency(workers))
+					if err != nil {
+						b.Fatal(err)
+					}
+					got, err := r.ReadTensor()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(got.Data) != len(t.Data) {
+						b.Fatalf("decoded %d bytes of %d", len(got.Data), len(t.Data))
+					}
 				}
-				got, err := r.ReadTensor()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if len(got.Data) != len(t.Data) {
-					b.Fatalf("decoded %d bytes of %d", len(got.Data), len(t.Data))
-				}
-			}
-		})
+			})
+		}
 	}
 }
 
