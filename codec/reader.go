@@ -449,7 +449,7 @@ func (a *assembly) next(into func(h *FrameHeader, i int) []byte) (*Frame, error)
 		if placed {
 			a.inflight = append(a.inflight, p)
 			a.filled += p.h.Entries[0].RawLen
-			if err := a.settle(r.workers - 1); err != nil {
+			if err := a.settle(r.workers); err != nil {
 				return nil, err
 			}
 			if a.filled == a.acc.NumBytes() {
