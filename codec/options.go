@@ -96,6 +96,7 @@ func (c *econfig) writerOnly(name string) {
 type dconfig struct {
 	lim         Limits
 	concurrency int
+	alloc       func(n int) []byte
 
 	streamOnly string // the first Reader-only option applied, for NewDecoder's error
 }
@@ -223,6 +224,26 @@ func WithPeerID(id string) EOption {
 func WithLimits(l Limits) DOption {
 	return func(c *dconfig) error {
 		c.lim = l.withDefaults()
+		return nil
+	}
+}
+
+// WithTensorBuffers makes ReadTensor (and NextJoined) take the buffer of
+// each tensor it joins from chunks from alloc: alloc(n) returns a slice of
+// at least n bytes, 8-byte aligned so that View works (AlignedBytes), whose
+// contents will be overwritten. A receiver that gets the same tensors
+// again and again (a model every round) can hand back the buffers of the
+// previous round, which saves the allocation, its zeroing and its page
+// faults (default: a new AlignedBytes). Reader only.
+func WithTensorBuffers(alloc func(n int) []byte) DOption {
+	return func(c *dconfig) error {
+		if alloc == nil {
+			return fmt.Errorf("codec: nil tensor buffer function")
+		}
+		c.alloc = alloc
+		if c.streamOnly == "" {
+			c.streamOnly = "WithTensorBuffers"
+		}
 		return nil
 	}
 }

@@ -290,3 +290,41 @@ func TestNextJoined(t *testing.T) {
 		}
 	}
 }
+
+// TestTensorBuffers reuses one buffer for the tensors ReadTensor joins.
+func TestTensorBuffers(t *testing.T) {
+	s, want := mixedStream(t)
+	var buf []byte
+	calls := 0
+	alloc := func(n int) []byte {
+		calls++
+		if cap(buf) < n {
+			buf = AlignedBytes(n)
+		}
+		return buf[:n]
+	}
+	for _, workers := range []int{1, 3} {
+		r, err := NewReader(bytes.NewReader(s), WithDecoderConcurrency(workers), WithTensorBuffers(alloc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			x, err := r.ReadTensor()
+			for err == io.EOF {
+				x, err = r.ReadTensor()
+			}
+			if err != nil || !bytes.Equal(x.Data, w.Data) {
+				t.Fatalf("%d workers: %q: %v", workers, w.Name, err)
+			}
+		}
+	}
+	if calls == 0 {
+		t.Fatal("the buffer function was not used")
+	}
+	if _, err := NewDecoder(WithTensorBuffers(alloc)); err == nil {
+		t.Fatal("NewDecoder took a Reader-only option")
+	}
+	if _, err := NewReader(bytes.NewReader(s), WithTensorBuffers(nil)); err == nil {
+		t.Fatal("nil buffer function accepted")
+	}
+}

@@ -33,6 +33,7 @@ type Reader struct {
 	br      *bufio.Reader
 	lim     Limits
 	workers int
+	alloc   func(n int) []byte // WithTensorBuffers; nil: AlignedBytes
 	hdrBuf  []byte
 	payBuf  []byte // one worker: the payload buffer, reused
 	off     int64  // stream offset of the next frame
@@ -88,7 +89,7 @@ func NewReader(src io.Reader, opts ...DOption) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{lim: cfg.lim, workers: cfg.concurrency}
+	r := &Reader{lim: cfg.lim, workers: cfg.concurrency, alloc: cfg.alloc}
 	if br, ok := src.(*bufio.Reader); ok && br.Size() >= 64<<10 {
 		r.br = br
 	} else {
@@ -499,7 +500,14 @@ func (a *assembly) next(into func(h *FrameHeader, i int) []byte) (*Frame, error)
 func (a *assembly) start(h *FrameHeader, t *Tensor) {
 	a.head = h
 	a.acc = &Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Tags: t.Tags, Version: t.Version, Base: t.Base}
-	a.acc.Data = AlignedBytes(int(a.acc.NumBytes()))
+	n := int(a.acc.NumBytes())
+	if a.r.alloc == nil {
+		a.acc.Data = AlignedBytes(n)
+	} else if b := a.r.alloc(n); len(b) >= n {
+		a.acc.Data = b[:n:n]
+	} else {
+		panic(fmt.Sprintf("codec: WithTensorBuffers: %d bytes for a tensor of %d", len(b), n)) // the caller's function is wrong
+	}
 	a.filled = 0
 }
 

@@ -30,7 +30,8 @@ import (
 // "next" decodes every frame into a fresh buffer and drops it (what the
 // frames allow, one goroutine); "tensor" is ReadTensor joining the chunks
 // into the whole tensor, one buffer sized once, each chunk decoded in
-// place.
+// place; "tensor-reused" the same into one buffer reused from run to run
+// (WithTensorBuffers), as a receiver of a model every round can.
 
 var (
 	streamMiB     = flag.Int("stream.mib", 64, "MiB of float32 in the streaming benchmarks")
@@ -152,24 +153,36 @@ func BenchmarkStreamReader(b *testing.B) {
 				}
 			}
 		})
+		reused := codec.AlignedBytes(len(t.Data))
 		for _, workers := range workerCounts(b) {
-			b.Run(fmt.Sprintf("%s/tensor/workers=%d", rc.name, workers), func(b *testing.B) {
-				b.SetBytes(int64(len(t.Data)))
-				b.ReportAllocs()
-				for b.Loop() {
-					r, err := codec.NewReader(bytes.NewReader(stream), codec.WithDecoderConcurrency(workers))
-					if err != nil {
-						b.Fatal(err)
-					}
-					got, err := r.ReadTensor()
-					if err != nil {
-						b.Fatal(err)
-					}
-					if len(got.Data) != len(t.Data) {
-						b.Fatalf("decoded %d bytes of %d", len(got.Data), len(t.Data))
-					}
+			for _, reuse := range []bool{false, true} {
+				name := fmt.Sprintf("%s/tensor/workers=%d", rc.name, workers)
+				opts := []codec.DOption{codec.WithDecoderConcurrency(workers)}
+				if reuse {
+					name = fmt.Sprintf("%s/tensor-reused/workers=%d", rc.name, workers)
+					opts = append(opts, codec.WithTensorBuffers(func(n int) []byte { return reused[:n] }))
 				}
-			})
+				b.Run(name, func(b *testing.B) { readTensorBench(b, stream, len(t.Data), opts) })
+			}
+		}
+	}
+}
+
+// readTensorBench reads the one tensor of stream with ReadTensor.
+func readTensorBench(b *testing.B, stream []byte, size int, opts []codec.DOption) {
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := codec.NewReader(bytes.NewReader(stream), opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got, err := r.ReadTensor()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got.Data) != size {
+			b.Fatalf("decoded %d bytes of %d", len(got.Data), size)
 		}
 	}
 }
