@@ -15,9 +15,9 @@ import (
 // Defaults, all set in newEConfig and newDConfig:
 //
 //	Writer/Encoder                         Reader/Decoder
-//	chunk size      DefaultChunkSize (1 MiB)   limits        DefaultLimits()
-//	start frame     0 (every frame a chunk)    concurrency   1 (decode on the caller's goroutine)
-//	concurrency     min(4, GOMAXPROCS)
+//	chunk size      DefaultChunkSize (1 MiB)   limits          DefaultLimits()
+//	start frame     0 (every frame a chunk)    concurrency     1 (decode on the caller's goroutine)
+//	concurrency     min(4, GOMAXPROCS)         tensor buffers  a new AlignedBytes per joined tensor
 //	recipe          nil (store raw)
 //	policy          none (the recipe)
 //	payload CRC     CRCAlways
