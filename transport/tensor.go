@@ -139,17 +139,24 @@ func (c *Conn) writeUpdate(t *codec.Tensor, spec *gradient.Spec) error {
 	defer u.send.Unlock()
 	u.mu.Lock()
 	// The tensor's previous update must be accepted or aborted first: the
-	// compensation takes its residual.
-	for u.over == nil && ob.IsPending(t.Name) && !c.closing.Load() {
+	// compensation takes its residual. The wait ends at the write deadline.
+	if ob.IsPending(t.Name) {
+		stop := c.wakeAtDeadline()
+		defer stop()
+	}
+	for u.over == nil && ob.IsPending(t.Name) && !c.closing.Load() && !isClosed(c.wdl.wait()) {
 		u.cond.Wait()
 	}
-	if err := u.over; err != nil {
+	switch {
+	case u.over != nil:
 		u.mu.Unlock()
-		return err
-	}
-	if c.closing.Load() {
+		return u.over
+	case c.closing.Load():
 		u.mu.Unlock()
 		return net.ErrClosed
+	case ob.IsPending(t.Name):
+		u.mu.Unlock()
+		return os.ErrDeadlineExceeded
 	}
 	elements := int64(len(t.Data) / 4)
 	density := 0.0
@@ -201,6 +208,22 @@ func (c *Conn) writeUpdate(t *codec.Tensor, spec *gradient.Spec) error {
 	return nil
 }
 
+// wakeAtDeadline wakes the updates' waiters when the write deadline
+// passes; the returned function stops it.
+func (c *Conn) wakeAtDeadline() (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-c.wdl.wait():
+			c.upd.mu.Lock()
+			c.upd.cond.Broadcast()
+			c.upd.mu.Unlock()
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
+}
+
 // outbox returns the Outbox of the peer's updates, acquiring it on the
 // first update: from the Conn's Peers under the peer's ID, or a Conn's own.
 func (c *Conn) outbox() (*gradient.Outbox, error) {
@@ -224,6 +247,7 @@ func (c *Conn) outbox() (*gradient.Outbox, error) {
 			select {
 			case <-c.closed:
 			case <-c.pumpDone:
+			case <-c.wdl.wait():
 			case <-ctx.Done():
 			}
 			cancel()
@@ -234,6 +258,9 @@ func (c *Conn) outbox() (*gradient.Outbox, error) {
 		if err != nil {
 			if c.closing.Load() {
 				return nil, net.ErrClosed
+			}
+			if isClosed(c.wdl.wait()) {
+				return nil, fmt.Errorf("%w: %v", os.ErrDeadlineExceeded, err)
 			}
 			return nil, err
 		}

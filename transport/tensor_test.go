@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -320,4 +321,39 @@ func TestReadKinds(t *testing.T) {
 	}
 	ca.Close()
 	cb.Close()
+}
+
+// TestUpdateWaitHonoursWriteDeadline: the next update of a tensor waits
+// for the peer to acknowledge the previous one; a peer that sends no
+// feedback holds it until the write deadline.
+func TestUpdateWaitHonoursWriteDeadline(t *testing.T) {
+	a, b := net.Pipe()
+	client, err := Wrap(a, WithProfile(updateProfile(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := Wrap(b, WithFeedbackInterval(-1)) // never acknowledges
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			if _, err := server.ReadTensor(); err != nil {
+				return
+			}
+		}
+	}()
+	if err := client.WriteTensor(gradTensor("a.grad", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.WriteTensor(gradTensor("b.grad", 2)); err != nil {
+		t.Fatal(err) // another tensor does not wait
+	}
+	client.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	if err := client.WriteTensor(gradTensor("a.grad", 3)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("second update of a tensor without acknowledgement: %v", err)
+	}
+	client.SetWriteDeadline(time.Time{})
+	client.Close()
+	server.Close()
 }
