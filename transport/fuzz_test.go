@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -23,6 +24,14 @@ func FuzzPeerStream(f *testing.F) {
 	f.Add(buf.Bytes())
 	f.Add(buf.Bytes()[:buf.Len()/2])
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	// Tensors: a chunked one with a control frame between its chunks, then
+	// bytes.
+	buf.Reset()
+	w, _ = codec.NewWriter(&buf, codec.WithRecipe(zstd1), codec.WithChunkSize(64))
+	w.WriteTensor(codec.FromFloat32("w", make([]float32, 40), 40))
+	w.Write([]byte("after"))
+	w.Close()
+	f.Add(buf.Bytes())
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		a, b := net.Pipe()
 		c, err := Wrap(b, WithCloseTimeout(0), WithFeedbackHandler(func(Feedback) {}))
@@ -35,7 +44,15 @@ func FuzzPeerStream(f *testing.F) {
 			a.Close()
 		}()
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		io.Copy(io.Discard, c)
+		for {
+			_, err := io.Copy(io.Discard, c)
+			if errors.Is(err, ErrTensorNext) {
+				if _, err = c.ReadTensor(); err == nil || errors.Is(err, ErrBytesNext) {
+					continue
+				}
+			}
+			break
+		}
 		c.Close()
 	})
 }
