@@ -90,6 +90,15 @@ func (o *Outbox) Append(dst []byte, t *codec.Tensor, spec *Spec, density float64
 	return out, nil
 }
 
+// AbortLast returns the newest pending update to its residual: its frame
+// is not going to be sent (the caller decided against it).
+func (o *Outbox) AbortLast() {
+	if n := len(o.pending); n > 0 {
+		o.pending[n-1].abort()
+		o.pending = o.pending[:n-1]
+	}
+}
+
 // Accept commits the n oldest pending updates: their frames arrived.
 func (o *Outbox) Accept(n int) {
 	n = min(n, len(o.pending))

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -708,6 +709,32 @@ func (p *peerPolicy) setPeer(h *codec.Hello) {
 	if po, ok := p.inner.(PeerObserver); ok {
 		po.ObservePeer(h)
 	}
+}
+
+// decodable checks that the peer announced every stage of an encoded
+// frame (frames a policy chooses are checked in Choose; frames encoded
+// elsewhere, such as gradient updates, here).
+func (p *peerPolicy) decodable(frame []byte) error {
+	br := bytes.NewReader(frame)
+	// Our own frame: limits as wide as the encoder's.
+	h, _, err := codec.ReadFrameHeader(br, br, codec.Limits{MaxFrameSize: math.MaxInt64, MaxDecodedSize: math.MaxInt64}, nil)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range h.Entries {
+		for _, s := range e.Steps {
+			if !p.stages[s.Stage] {
+				name := fmt.Sprintf("ID %d", s.Stage)
+				if op := s.Op(); op != nil {
+					name = op.Stage().Name
+				}
+				return fmt.Errorf("the peer does not decode stage %s (%w)", name, codec.ErrUnsupported)
+			}
+		}
+	}
+	return nil
 }
 
 // Cut lets the configured policy cut byte streams into frames where it

@@ -172,6 +172,11 @@ func (c *Conn) writeUpdate(t *codec.Tensor, spec *gradient.Spec) error {
 		return err
 	}
 	u.buf = frame
+	if err := c.policy.decodable(frame); err != nil {
+		ob.AbortLast()
+		u.mu.Unlock()
+		return fmt.Errorf("transport: gradient update of %q with %s: %w", t.Name, spec, err)
+	}
 	u.mu.Unlock()
 
 	c.wmu.Lock()

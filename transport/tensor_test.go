@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -356,4 +357,40 @@ func TestUpdateWaitHonoursWriteDeadline(t *testing.T) {
 	client.SetWriteDeadline(time.Time{})
 	client.Close()
 	server.Close()
+}
+
+// TestUpdateNeedsPeerStages: a peer that does not decode a stage of the
+// update's recipe (huff0 in topk's default tail) gets no frame it cannot
+// decode; the update stays in the residual.
+func TestUpdateNeedsPeerStages(t *testing.T) {
+	huff0, _, ok := codec.LookupName("huff0")
+	if !ok {
+		t.Fatal("huff0 not registered")
+	}
+	var stages []codec.StageID
+	for _, s := range codec.Stages() {
+		if s.ID != huff0.ID {
+			stages = append(stages, s.ID)
+		}
+	}
+	peers := gradient.NewPeers()
+	a, b := net.Pipe()
+	client, err := Wrap(a, WithProfile(updateProfile(t)), WithPeers(peers), WithCloseTimeout(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, b) // the peer reads what comes
+	if _, err := b.Write(codec.AppendHello(nil, &codec.Hello{MinVersion: 1, MaxVersion: 1, Peer: "old", Stages: stages})); err != nil {
+		t.Fatal(err)
+	}
+	g := gradTensor("x.grad", 4)
+	if err := client.WriteTensor(g); !errors.Is(err, codec.ErrUnsupported) || !strings.Contains(err.Error(), "huff0") {
+		t.Fatalf("update for a peer without huff0: %v", err)
+	}
+	client.Close()
+	b.Close()
+	st := peers.Memory("old").Get("x.grad")
+	if st == nil || st.Step() != 0 || !slices.EqualFunc(st.Residual(), f32s(t, g), sameBits) {
+		t.Fatal("the update that was not sent is not all in the residual")
+	}
 }
