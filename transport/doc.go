@@ -34,7 +34,9 @@
 //     shortened. Data of the frames that arrived whole is delivered first.
 //   - A frame is only coded with stages the peer announced; a recipe with
 //     another (a fixed one, or a policy's that is not a PeerObserver) is
-//     stored raw.
+//     stored raw, and a gradient update that would need one is not sent
+//     (WriteTensor returns an error wrapping codec.ErrUnsupported; the
+//     update stays in the residual).
 //   - The peer's frames are read with limits (WithLimits; codec's defaults
 //     otherwise), so a hostile peer cannot make the reader allocate more
 //     than a frame's limit, and at most WithReadAhead decoded frames wait
