@@ -471,9 +471,9 @@ func (c *Conn) pump() {
 		// No acknowledgement can come now: what is pending stays residual.
 		c.endUpdates(false, fmt.Errorf("transport: gradient updates: the peer's stream ended: %w", err))
 	}()
-	r, err := codec.NewReader(c.raw, codec.WithLimits(c.o.limits))
+	r, err := codec.NewReader(c.raw, codec.WithLimits(c.o.limits), codec.WithDecoderConcurrency(c.o.decoders))
 	if err != nil {
-		return // cannot happen: WithLimits takes any value
+		return // cannot happen: the options were checked by Wrap
 	}
 	into := func(h *codec.FrameHeader, i int) []byte {
 		if n := h.Entries[i].RawLen; h.Type == codec.FrameBytes && n <= maxPooled {

@@ -24,6 +24,8 @@ type options struct {
 	onFeedback    func(Feedback)
 	onControl     func(kind uint64, payload []byte)
 
+	decoders int // frames decoded at once by the background reader
+
 	profile *profile.Profile // WriteTensor's rules
 	peers   *gradient.Peers  // gradient updates' state per peer ID, across connections
 	within  time.Duration    // the time a gradient update should take to arrive
@@ -41,7 +43,7 @@ const startFrame = 16 << 10
 const DefaultFeedbackInterval = 20 * time.Millisecond
 
 func defaultOptions() options {
-	return options{readAhead: 4, closeTimeout: DefaultCloseTimeout, feedbackEvery: DefaultFeedbackInterval}
+	return options{readAhead: 4, closeTimeout: DefaultCloseTimeout, feedbackEvery: DefaultFeedbackInterval, decoders: 1}
 }
 
 // WithRecipe codes every frame with r (default: stored raw). Frames whose
@@ -125,6 +127,20 @@ func WithFeedbackHandler(f func(Feedback)) Option {
 // connection: f must not block or keep payload.
 func WithControlHandler(f func(kind uint64, payload []byte)) Option {
 	return func(o *options) error { o.onControl = f; return nil }
+}
+
+// WithDecoderConcurrency sets how many of the peer's frames the
+// background reader decodes at once (codec.WithDecoderConcurrency; default
+// 1): the chunks of a large tensor are decoded in parallel, each into its
+// place. Frames are still delivered in order.
+func WithDecoderConcurrency(n int) Option {
+	return func(o *options) error {
+		if n < 1 || n > codec.MaxConcurrency {
+			return fmt.Errorf("transport: decoder concurrency %d outside [1, %d]", n, codec.MaxConcurrency)
+		}
+		o.decoders = n
+		return nil
+	}
 }
 
 // WithProfile gives WriteTensor the profile's rules: a tensor whose rule

@@ -394,3 +394,49 @@ func TestUpdateNeedsPeerStages(t *testing.T) {
 		t.Fatal("the update that was not sent is not all in the residual")
 	}
 }
+
+// TestTensorsWithDecoders sends tensors of many chunks, some as updates,
+// to a receiver that decodes with several goroutines.
+func TestTensorsWithDecoders(t *testing.T) {
+	a, b := net.Pipe()
+	client, err := Wrap(a, WithProfile(updateProfile(t)), WithCodec(codec.WithChunkSize(4096)), WithRecipe(zstd1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := Wrap(b, WithDecoderConcurrency(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent []*codec.Tensor
+	for i := range 6 {
+		x := testvectors.Normal("layer", 10000+i*777, 0.02, uint64(i))
+		sent = append(sent, x)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		for _, x := range sent {
+			if err := client.WriteTensor(x); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- client.CloseWrite()
+	}()
+	for i := range sent {
+		got, err := server.ReadTensor()
+		if err != nil || !bytes.Equal(got.Data, sent[i].Data) {
+			t.Fatalf("tensor %d: %v", i, err)
+		}
+	}
+	if _, err := server.ReadTensor(); err != io.EOF {
+		t.Fatalf("at the end: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	client.Close()
+	server.Close()
+	if _, err := Wrap(b, WithDecoderConcurrency(0)); err == nil {
+		t.Fatal("concurrency 0 accepted")
+	}
+}
