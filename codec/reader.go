@@ -54,7 +54,7 @@ type Reader struct {
 	rest  []byte     // unread bytes of the current bytes frame
 
 	arenas sync.Pool // *Arena
-	pays   sync.Pool // *[]byte: payload buffers of frames decoded by workers
+	pays   chan *[]byte // payload buffers of frames decoded by workers, kept across garbage collections
 
 	stats ReaderStats
 }
@@ -90,6 +90,9 @@ func NewReader(src io.Reader, opts ...DOption) (*Reader, error) {
 		return nil, err
 	}
 	r := &Reader{lim: cfg.lim, workers: cfg.concurrency, alloc: cfg.alloc}
+	if r.workers > 1 {
+		r.pays = make(chan *[]byte, r.workers+2)
+	}
 	if br, ok := src.(*bufio.Reader); ok && br.Size() >= 64<<10 {
 		r.br = br
 	} else {
@@ -217,8 +220,9 @@ func (r *Reader) readFrame(into func(h *FrameHeader, i int) []byte) *pending {
 		p.took = time.Since(t0)
 	} else {
 		if r.workers > 1 {
-			p.pooled, _ = r.pays.Get().(*[]byte)
-			if p.pooled == nil {
+			select {
+			case p.pooled = <-r.pays:
+			default:
 				p.pooled = new([]byte)
 			}
 			p.raw, err = readPayload(r.br, *p.pooled, n)
@@ -299,7 +303,10 @@ func (r *Reader) decode(p *pending, into func(int) []byte) {
 	p.took = time.Since(t0)
 	r.arenas.Put(a)
 	if p.pooled != nil {
-		r.pays.Put(p.pooled)
+		select {
+		case r.pays <- p.pooled:
+		default: // more in flight than the list holds: let it go
+		}
 		p.pooled, p.raw = nil, nil
 	}
 	if err != nil {
