@@ -328,3 +328,50 @@ func TestTensorBuffers(t *testing.T) {
 		t.Fatal("nil buffer function accepted")
 	}
 }
+
+// TestReaderReset reads several streams, some broken, with one Reader.
+func TestReaderReset(t *testing.T) {
+	s, want := mixedStream(t)
+	for _, workers := range []int{1, 3} {
+		r, err := NewReader(bytes.NewReader(s[:len(s)/2]), WithDecoderConcurrency(workers))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readAllFrom(r); err == nil {
+			t.Fatalf("%d workers: half a stream read without error", workers)
+		}
+		for range 2 {
+			r.Reset(bytes.NewReader(s))
+			got, err := readAllFrom(r)
+			if err != nil || len(got) != len(want) {
+				t.Fatalf("%d workers after Reset: %d tensors, %v", workers, len(got), err)
+			}
+			for i := range want {
+				if !bytes.Equal(got[i].Data, want[i].Data) {
+					t.Fatalf("%d workers after Reset: tensor %d differs", workers, i)
+				}
+			}
+		}
+	}
+}
+
+func readAllFrom(r *Reader) ([]*Tensor, error) {
+	var got []*Tensor
+	for eofs := 0; ; {
+		x, err := r.ReadTensor()
+		if err == io.EOF {
+			if len(got) > 0 && got[len(got)-1].Name == "last" {
+				return got, nil
+			}
+			if eofs++; eofs > 1 {
+				return got, io.ErrUnexpectedEOF // the input ended early
+			}
+			continue // the end frame of the first stream
+		}
+		eofs = 0
+		if err != nil {
+			return got, err
+		}
+		got = append(got, x)
+	}
+}

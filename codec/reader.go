@@ -31,6 +31,7 @@ import (
 // a Reader needs no Close.
 type Reader struct {
 	br      *bufio.Reader
+	own     *bufio.Reader // the Reader's own buffered reader, when src needs one
 	lim     Limits
 	workers int
 	alloc   func(n int) []byte // WithTensorBuffers; nil: AlignedBytes
@@ -93,12 +94,43 @@ func NewReader(src io.Reader, opts ...DOption) (*Reader, error) {
 	if r.workers > 1 {
 		r.pays = make(chan *[]byte, r.workers+2)
 	}
+	r.setSource(src)
+	return r, nil
+}
+
+// setSource reads from src: straight from it when it is a large enough
+// bufio.Reader, else through the Reader's own.
+func (r *Reader) setSource(src io.Reader) {
 	if br, ok := src.(*bufio.Reader); ok && br.Size() >= 64<<10 {
 		r.br = br
-	} else {
-		r.br = bufio.NewReaderSize(src, 64<<10)
+		return
 	}
-	return r, nil
+	if r.own == nil {
+		r.own = bufio.NewReaderSize(src, 64<<10)
+	} else {
+		r.own.Reset(src)
+	}
+	r.br = r.own
+}
+
+// Reset makes r read a new input, src, from its start, as a new Reader
+// with the same options would, keeping r's buffers (a pool of Readers
+// saves their allocation per message). Frames still being decoded are
+// waited for first.
+func (r *Reader) Reset(src io.Reader) {
+	for _, p := range r.ahead {
+		r.wait(p)
+	}
+	r.asm.drain()
+	clear(r.ahead)
+	clear(r.queue)
+	r.ahead, r.queue, r.rest = r.ahead[:0], r.queue[:0], nil
+	r.asm = assembly{}
+	r.off, r.last, r.err = 0, 0, nil
+	r.hello, r.frames, r.decoded, r.expectEnd, r.helloAt = nil, 0, 0, false, 0
+	r.run = chunkRun{}
+	r.stats = ReaderStats{}
+	r.setSource(src)
 }
 
 // Hello returns the stream's hello, once one has been read.
