@@ -54,7 +54,7 @@ type Reader struct {
 	queue []*Tensor  // tensors of a tensors frame not yet returned
 	rest  []byte     // unread bytes of the current bytes frame
 
-	arenas sync.Pool // *Arena
+	arenas sync.Pool    // *Arena
 	pays   chan *[]byte // payload buffers of frames decoded by workers, kept across garbage collections
 
 	stats ReaderStats
