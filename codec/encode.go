@@ -263,6 +263,23 @@ func (e *Encoder) AppendRawBytesHead(dst, p []byte) (head, tail []byte) {
 	return head, tail
 }
 
+// AppendRawTensorHead is AppendRawBytesHead for a tensor frame that stores
+// t's data as it is: the frame is the head, then t.Data, then the tail
+// (AppendTensor with a nil recipe makes the same bytes in one buffer). It
+// refuses what AppendTensor refuses.
+func (e *Encoder) AppendRawTensorHead(dst []byte, t *Tensor) (head, tail []byte, err error) {
+	var en entry
+	if err := en.encodeTensor(nil, t, nil); err != nil {
+		return dst, nil, err
+	}
+	withCRC := e.cfg.payloadCRC == CRCAlways
+	head = appendFrameHead(dst, FrameTensor, en.appendHeader(nil), withCRC)
+	if withCRC {
+		tail = binary.LittleEndian.AppendUint32(nil, crc32.Checksum(t.Data, castagnoli))
+	}
+	return head, tail, nil
+}
+
 func (e *Encoder) assemble(dst []byte, stats []SegmentStat, withStats bool, typ FrameType, hdr []byte, ents []entry) ([]byte, []SegmentStat, error) {
 	coded := false
 	size := 0

@@ -133,3 +133,37 @@ func TestMaxEncodedLen(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendRawTensorHead: head, data and tail are the frame AppendTensor
+// makes with no recipe, with and without payload CRC, whole and chunk.
+func TestAppendRawTensorHead(t *testing.T) {
+	x := &Tensor{Name: "w", DType: F32, Shape: []int64{4, 4}, Data: make([]byte, 64), Tags: Tags{Lossless: true}, Version: 2}
+	for i := range x.Data {
+		x.Data[i] = byte(i * 3)
+	}
+	chunk := &Tensor{Name: "w", DType: F32, Shape: []int64{4, 4}, Offset: 4, Data: x.Data[16:48]}
+	for _, mode := range []CRCMode{CRCAlways, CRCOmitRaw} {
+		enc, err := NewEncoder(WithPayloadCRC(mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tn := range []*Tensor{x, chunk} {
+			want, err := enc.AppendTensor(nil, tn, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			head, tail, err := enc.AppendRawTensorHead([]byte("prefix"), tn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := append(append(head[len("prefix"):], tn.Data...), tail...)
+			if !bytes.Equal(got, want) || string(head[:6]) != "prefix" {
+				t.Fatalf("mode %d, offset %d: head+data+tail differs from AppendTensor", mode, tn.Offset)
+			}
+		}
+	}
+	bad := &Tensor{Name: "w", DType: F32, Shape: []int64{3}, Data: make([]byte, 5)}
+	if _, _, err := mustEncoder().AppendRawTensorHead(nil, bad); err == nil {
+		t.Fatal("a tensor whose data does not fit its shape was accepted")
+	}
+}
