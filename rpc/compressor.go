@@ -49,36 +49,43 @@ func init() {
 // buffer of its own and refuses a frame that claims more than its limits
 // before allocating. A Compressor is safe for concurrent use.
 type Compressor struct {
-	name   string
-	chunk  int
-	policy codec.Policy
+	config
 	cutter codec.Cutter
-	lim    codec.Limits
 	enc    *codec.Encoder
 
 	writers sync.Pool // *msgWriter
 	readers sync.Pool // *msgReader
 }
 
-// Option configures a Compressor.
-type Option func(*Compressor) error
+// config is what a Compressor and a TensorCodec are made with.
+type config struct {
+	name   string
+	chunk  int
+	policy codec.Policy
+	lim    codec.Limits
+}
 
-// WithName sets the name the Compressor registers under (default Name).
+// Option configures a Compressor or a TensorCodec.
+type Option func(*config) error
+
+// WithName sets the name the Compressor or TensorCodec registers under
+// (default Name, or TensorCodecName).
 func WithName(name string) Option {
-	return func(c *Compressor) error {
+	return func(c *config) error {
 		if name == "" {
-			return errors.New("rpc: empty compressor name")
+			return errors.New("rpc: empty name")
 		}
 		c.name = name
 		return nil
 	}
 }
 
-// WithChunkSize sets the largest frame of a message (default
-// DefaultChunkSize, within codec.MinChunkSize and codec.MaxChunkSize).
-// Receivers refuse frames above their limits (WithLimits).
+// WithChunkSize sets the largest frame of a message, or the chunk size
+// tensors are cut into (default DefaultChunkSize, within
+// codec.MinChunkSize and codec.MaxChunkSize). Receivers refuse frames
+// above their limits (WithLimits).
 func WithChunkSize(n int) Option {
-	return func(c *Compressor) error {
+	return func(c *config) error {
 		if n < codec.MinChunkSize || n > codec.MaxChunkSize {
 			return fmt.Errorf("rpc: chunk size %d outside [%d, %d]", n, codec.MinChunkSize, codec.MaxChunkSize)
 		}
@@ -93,7 +100,7 @@ func WithChunkSize(n int) Option {
 // connection (Tuner.UseConn from a dialer), since writes into gRPC's
 // buffers never block.
 func WithPolicy(p codec.Policy) Option {
-	return func(c *Compressor) error {
+	return func(c *config) error {
 		if p == nil {
 			return errors.New("rpc: nil policy")
 		}
@@ -102,37 +109,63 @@ func WithPolicy(p codec.Policy) Option {
 	}
 }
 
-// WithLimits sets the limits messages are decoded with (zero fields:
-// DefaultLimits).
+// WithLimits sets the limits messages are decoded with (zero fields: the
+// defaults, DefaultLimits for a Compressor and codec.DefaultLimits for a
+// TensorCodec).
 func WithLimits(l codec.Limits) Option {
-	return func(c *Compressor) error {
-		d := DefaultLimits()
+	return func(c *config) error {
 		if l.MaxHeaderSize > 0 {
-			d.MaxHeaderSize = l.MaxHeaderSize
+			c.lim.MaxHeaderSize = l.MaxHeaderSize
 		}
 		if l.MaxFrameSize > 0 {
-			d.MaxFrameSize = l.MaxFrameSize
+			c.lim.MaxFrameSize = l.MaxFrameSize
 		}
 		if l.MaxDecodedSize > 0 {
-			d.MaxDecodedSize = l.MaxDecodedSize
-			d.MaxTensorSize = l.MaxDecodedSize
+			c.lim.MaxDecodedSize = l.MaxDecodedSize
 		}
-		c.lim = d
+		if l.MaxTensorSize > 0 {
+			c.lim.MaxTensorSize = l.MaxTensorSize
+		} else if c.name == Name && l.MaxDecodedSize > 0 {
+			c.lim.MaxTensorSize = l.MaxDecodedSize
+		}
+		if l.MaxDims > 0 {
+			c.lim.MaxDims = l.MaxDims
+		}
+		if l.MaxSegments > 0 {
+			c.lim.MaxSegments = l.MaxSegments
+		}
+		if l.MaxTensors > 0 {
+			c.lim.MaxTensors = l.MaxTensors
+		}
+		if l.MaxNameLen > 0 {
+			c.lim.MaxNameLen = l.MaxNameLen
+		}
+		if l.MaxTags > 0 {
+			c.lim.MaxTags = l.MaxTags
+		}
 		return nil
 	}
+}
+
+// apply sets c from opts over its defaults.
+func (c *config) apply(opts []Option) error {
+	for _, o := range opts {
+		if o == nil {
+			return errors.New("rpc: nil option")
+		}
+		if err := o(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // NewCompressor returns a Compressor; register it with
 // encoding.RegisterCompressor at init time (gRPC's rule).
 func NewCompressor(opts ...Option) (*Compressor, error) {
-	c := &Compressor{name: Name, chunk: DefaultChunkSize, policy: ByClass{}, lim: DefaultLimits()}
-	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("rpc: nil option")
-		}
-		if err := o(c); err != nil {
-			return nil, err
-		}
+	c := &Compressor{config: config{name: Name, chunk: DefaultChunkSize, policy: ByClass{}, lim: DefaultLimits()}}
+	if err := c.apply(opts); err != nil {
+		return nil, err
 	}
 	c.cutter, _ = c.policy.(codec.Cutter)
 	enc, err := codec.NewEncoder()

@@ -14,7 +14,13 @@
 //     with other grpc-go zstd compressors, such as
 //     github.com/mostynb/go-grpc-compression's.
 //
-// A client picks one per call (grpc.UseCompressor(rpc.Name)) or per
+// It also registers TensorCodec (encoding.RegisterCodecV2, name
+// TensorCodecName), whose messages are tensors or batches of tensors as
+// frames, without protobuf: raw chunks reference the tensor's bytes, small
+// tensors share frames, and decoding joins chunks into each tensor's
+// buffer.
+//
+// A client picks a compressor per call (grpc.UseCompressor(rpc.Name)) or per
 // connection (grpc.WithDefaultCallOptions); a server answers with the
 // compressor of the request.
 //
