@@ -11,7 +11,7 @@ REF_PKGS  := python3-numpy python3-torch dataset-fashion-mnist
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all test deps vet test-race test-purego test-noasm fuzz bench benchmarks build clean reference apt
+.PHONY: all test deps vet test-race test-purego test-noasm fuzz bench benchmarks build clean reference apt proto
 
 all: build test
 
@@ -42,6 +42,19 @@ test-noasm:
 	$(GO) test -count=1 -tags noasm ./lossless ./lossy
 
 test: deps vet test-race test-purego test-noasm
+
+# proto regenerates the hub's gRPC code: protoc from Debian, the plugins
+# at the versions the committed code was made with, from the module proxy.
+PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+PROTO_BIN          := $(CURDIR)/.protobin
+
+proto:
+	@$(MAKE) --no-print-directory apt PKGS="protobuf-compiler"
+	GOBIN=$(PROTO_BIN) $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$(PROTO_BIN) $(GO) install $(PROTOC_GEN_GO_GRPC)
+	PATH="$(PROTO_BIN):$$PATH" protoc --go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative hub/hubpb/hub.proto
 
 reference:
 	@$(MAKE) --no-print-directory apt PKGS="$(REF_PKGS)"

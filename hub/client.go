@@ -1,0 +1,155 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/hub/hubpb"
+)
+
+// Request is what a client fetches.
+type Request struct {
+	Version         uint64 // 0: the newest
+	Specs           []Spec // none: every tensor
+	RequireLossless bool   // never a lossy recipe
+	// Credit is how many chunks may be in flight towards the client
+	// (default DefaultCredit, at most 64): the client's memory is about
+	// that many chunks, whatever the model's size.
+	Credit int
+	// Limits bound what the client decodes (zero fields: codec's
+	// defaults).
+	Limits codec.Limits
+}
+
+// Fetch fetches what req selects from the hub behind c in one RPC and
+// calls got with each tensor as soon as it is whole, in name order. Each
+// tensor is checked against the digest the hub sends with its last chunk;
+// a mismatch, or a tensor missing or extra, is an error after the last
+// one. It returns the version fetched.
+func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.Tensor) error) (uint64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := c.Fetch(ctx)
+	if err != nil {
+		return 0, err
+	}
+	credit := req.Credit
+	if credit <= 0 {
+		credit = DefaultCredit
+	}
+	credit = min(credit, maxCredit)
+	pr := &hubpb.FetchRequest{Version: req.Version, RequireLossless: req.RequireLossless, Credit: uint32(credit)}
+	for _, sp := range req.Specs {
+		pr.Specs = append(pr.Specs, &hubpb.TensorSpec{Names: sp.Names, Tags: sp.Tags})
+	}
+	if err := st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Request{Request: pr}}); err != nil {
+		return 0, err
+	}
+	cr := &chunkReader{st: st, grantEvery: max(1, credit/2)}
+	r, err := codec.NewReader(cr, codec.WithLimits(req.Limits))
+	if err != nil {
+		return 0, err
+	}
+	sums := map[string][32]byte{}
+	for {
+		t, err := r.ReadTensor()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if cr.err != nil {
+				return cr.version, cr.err
+			}
+			return cr.version, fmt.Errorf("hub: fetch: %w", err)
+		}
+		if _, dup := sums[t.Name]; dup {
+			return cr.version, fmt.Errorf("%w: hub: tensor %q arrived twice", codec.ErrCorrupt, t.Name)
+		}
+		sums[t.Name] = sha256.Sum256(t.Data)
+		if err := got(t); err != nil {
+			return cr.version, err
+		}
+	}
+	if cr.err != nil && !errors.Is(cr.err, io.EOF) {
+		return cr.version, cr.err
+	}
+	if !cr.last {
+		return cr.version, fmt.Errorf("hub: fetch: %w before the last chunk", io.ErrUnexpectedEOF)
+	}
+	if len(cr.digests) != len(sums) {
+		return cr.version, fmt.Errorf("%w: hub: %d tensors arrived, the hub sent %d", codec.ErrCorrupt, len(sums), len(cr.digests))
+	}
+	for _, d := range cr.digests {
+		s, ok := sums[d.Name]
+		if !ok || !bytes.Equal(s[:], d.Sha256) {
+			return cr.version, fmt.Errorf("%w: hub: tensor %q does not match its digest", codec.ErrChecksum, d.Name)
+		}
+	}
+	st.CloseSend()
+	return cr.version, nil
+}
+
+// chunkReader reads the frames of a fetch's chunks as one stream, granting
+// credit as chunks are consumed.
+type chunkReader struct {
+	st         hubpb.Hub_FetchClient
+	cur        []byte
+	consumed   int // chunks read to their end, not yet granted back
+	grantEvery int
+	last       bool
+	granted    bool // the hub ended its side: no more credit to grant
+	version    uint64
+	seq        uint64
+	digests    []*hubpb.TensorDigest
+	err        error
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	for len(c.cur) == 0 {
+		if c.last {
+			return 0, io.EOF
+		}
+		if c.err != nil {
+			return 0, c.err
+		}
+		m, err := c.st.Recv()
+		if err != nil {
+			if err == io.EOF {
+				err = fmt.Errorf("hub: fetch: the stream ended before the last chunk: %w", io.ErrUnexpectedEOF)
+			}
+			c.err = err
+			return 0, err
+		}
+		if m.Seq != c.seq+1 {
+			c.err = fmt.Errorf("%w: hub: chunk %d after %d", codec.ErrCorrupt, m.Seq, c.seq)
+			return 0, c.err
+		}
+		c.seq, c.version, c.cur = m.Seq, m.Version, m.Frames
+		if m.Last {
+			c.last, c.digests = true, m.Digests
+			continue
+		}
+		// This chunk is ours now: the hub may send another.
+		if c.consumed++; c.consumed >= c.grantEvery && !c.granted {
+			err := c.st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Credit{Credit: uint32(c.consumed)}})
+			switch {
+			case err == io.EOF:
+				// The hub has sent everything and ended its side: the
+				// chunks are on their way, Recv gets them and the status.
+				c.granted = true
+			case err != nil:
+				c.err = err
+				return 0, err
+			}
+			c.consumed = 0
+		}
+	}
+	n := copy(p, c.cur)
+	c.cur = c.cur[n:]
+	return n, nil
+}

@@ -1,0 +1,23 @@
+// Package hub serves published model versions to many peers over gRPC
+// (hubpb's Hub service): one RPC fetches many tensors by name, glob or tags,
+// pulled chunk by chunk at the pace of the client's reading (credit), each
+// chunk encoded once for every client that asks for it (a bounded cache),
+// and checked by the client against the version's digests.
+//
+// Status (the work spans several changes): publishing from memory,
+// retention, batched and pull-based fetch with compress-once chunks and
+// digests are here; resuming a fetch (FetchRequest.resume_after counts
+// chunks, but the client does not resume yet), publishing from files
+// without holding the model, delta updates against a base version and
+// uploads of updates are to come.
+//
+// Guarantees:
+//   - A client's memory is bounded by its credit (chunks in flight) and
+//     the tensors it keeps; the hub's by the cache bound plus, per fetch,
+//     the chunks in flight.
+//   - Chunks are the same for every request that selects the same
+//     tensors, so they are encoded once and shared.
+//   - Bad requests get a gRPC status: an unknown version or no matching
+//     tensor NotFound, a bad pattern or first message InvalidArgument.
+//   - Hub and Server are safe for concurrent use.
+package hub

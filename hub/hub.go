@@ -1,0 +1,278 @@
+package hub
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tensorpress/tensorpress/codec"
+)
+
+// Defaults of a Hub.
+const (
+	// DefaultRetention is how many versions a Hub keeps.
+	DefaultRetention = 4
+	// DefaultChunkSize is the decoded size of the chunks tensors are
+	// served in, and of the batches small tensors share.
+	DefaultChunkSize = 1 << 20
+	// DefaultCacheBytes bounds the encoded chunks the Hub keeps for the
+	// clients that ask for them next.
+	DefaultCacheBytes = 256 << 20
+)
+
+// ErrNotFound is returned for a version or tensor the Hub does not hold.
+var ErrNotFound = errors.New("hub: not found")
+
+// Hub holds published model versions and serves them (Server). It is safe
+// for concurrent use.
+type Hub struct {
+	mu       sync.RWMutex
+	versions map[uint64]*version
+	order    []uint64 // published versions, oldest first
+
+	retention int
+	chunk     int
+	policy    codec.Policy
+	cache     *cache
+	enc       *codec.Encoder
+
+	encodes atomic.Int64 // chunks encoded
+	sent    atomic.Int64 // chunks sent
+	fetches atomic.Int64 // fetch RPCs served
+}
+
+// Stats counts what a Hub has done.
+type Stats struct {
+	Fetches    int64 // fetch RPCs
+	ChunksSent int64 // chunks sent to clients
+	Encodes    int64 // chunks encoded (the rest came from the cache)
+}
+
+// Stats returns the Hub's counters.
+func (h *Hub) Stats() Stats {
+	return Stats{Fetches: h.fetches.Load(), ChunksSent: h.sent.Load(), Encodes: h.encodes.Load()}
+}
+
+// version is a published model version.
+type version struct {
+	id      uint64
+	tensors []*codec.Tensor // sorted by name
+	byName  map[string]*codec.Tensor
+	digests map[string][32]byte
+	bytes   uint64
+}
+
+// Option configures a Hub.
+type Option func(*Hub) error
+
+// WithRetention keeps the n newest versions (default DefaultRetention).
+func WithRetention(n int) Option {
+	return func(h *Hub) error {
+		if n < 1 {
+			return fmt.Errorf("hub: retention %d: keep at least one version", n)
+		}
+		h.retention = n
+		return nil
+	}
+}
+
+// WithChunkSize sets the chunk size (default DefaultChunkSize, within
+// codec.MinChunkSize and codec.MaxChunkSize).
+func WithChunkSize(n int) Option {
+	return func(h *Hub) error {
+		if n < codec.MinChunkSize || n > codec.MaxChunkSize {
+			return fmt.Errorf("hub: chunk size %d outside [%d, %d]", n, codec.MinChunkSize, codec.MaxChunkSize)
+		}
+		h.chunk = n
+		return nil
+	}
+}
+
+// WithPolicy sets how chunks are coded. The policy must be deterministic
+// for a chunk's data (its choice is cached, once, for every client): the
+// default, rpc.ByClass, chooses by the kind of data.
+func WithPolicy(p codec.Policy) Option {
+	return func(h *Hub) error {
+		if p == nil {
+			return errors.New("hub: nil policy")
+		}
+		h.policy = p
+		return nil
+	}
+}
+
+// WithCacheBytes bounds the encoded-chunk cache (default
+// DefaultCacheBytes; 0 turns it off: every chunk encoded per request).
+func WithCacheBytes(n int64) Option {
+	return func(h *Hub) error {
+		if n < 0 {
+			return fmt.Errorf("hub: cache of %d bytes", n)
+		}
+		h.cache = newCache(n)
+		return nil
+	}
+}
+
+// New returns an empty Hub.
+func New(opts ...Option) (*Hub, error) {
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		return nil, err
+	}
+	h := &Hub{versions: map[uint64]*version{}, retention: DefaultRetention, chunk: DefaultChunkSize,
+		policy: defaultPolicy(), cache: newCache(DefaultCacheBytes), enc: enc}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("hub: nil option")
+		}
+		if err := o(h); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// Publish makes tensors model version v (greater than 0, not published
+// before). The Hub keeps the tensors as they are: do not change them
+// afterwards. Versions beyond the retention are dropped, oldest first.
+func (h *Hub) Publish(v uint64, tensors []*codec.Tensor) error {
+	if v == 0 {
+		return errors.New("hub: version 0 is reserved (it means the newest)")
+	}
+	ver := &version{id: v, byName: make(map[string]*codec.Tensor, len(tensors)), digests: make(map[string][32]byte, len(tensors))}
+	for _, t := range tensors {
+		if t == nil {
+			return errors.New("hub: Publish: a nil tensor")
+		}
+		if err := t.Validate(); err != nil {
+			return fmt.Errorf("hub: Publish version %d: %w", v, err)
+		}
+		if !t.IsWhole() {
+			return fmt.Errorf("hub: Publish version %d: tensor %q is a chunk", v, t.Name)
+		}
+		if _, dup := ver.byName[t.Name]; dup {
+			return fmt.Errorf("hub: Publish version %d: tensor %q twice", v, t.Name)
+		}
+		c := *t
+		c.Version, c.Base = v, 0
+		ver.byName[t.Name] = &c
+		ver.tensors = append(ver.tensors, &c)
+		ver.digests[t.Name] = sha256.Sum256(t.Data)
+		ver.bytes += uint64(len(t.Data))
+	}
+	sort.Slice(ver.tensors, func(i, j int) bool { return ver.tensors[i].Name < ver.tensors[j].Name })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.versions[v]; ok {
+		return fmt.Errorf("hub: version %d is published already", v)
+	}
+	h.versions[v] = ver
+	h.order = append(h.order, v)
+	slices.Sort(h.order)
+	for len(h.order) > h.retention {
+		old := h.order[0]
+		h.order = h.order[1:]
+		delete(h.versions, old)
+		h.cache.dropVersion(old)
+	}
+	return nil
+}
+
+// get returns version v (0: the newest).
+func (h *Hub) get(v uint64) (*version, error) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if v == 0 {
+		if len(h.order) == 0 {
+			return nil, fmt.Errorf("%w: no version published", ErrNotFound)
+		}
+		v = h.order[len(h.order)-1]
+	}
+	ver, ok := h.versions[v]
+	if !ok {
+		return nil, fmt.Errorf("%w: version %d (the hub keeps %v)", ErrNotFound, v, h.order)
+	}
+	return ver, nil
+}
+
+// Spec selects tensors: by name or glob (path.Match), by tags (each key
+// given must have one of the values), or all when both are empty.
+type Spec struct {
+	Names []string
+	Tags  map[string]string
+}
+
+func (s *Spec) matches(t *codec.Tensor) (bool, error) {
+	if len(s.Names) > 0 {
+		ok := false
+		for _, n := range s.Names {
+			m, err := path.Match(n, t.Name)
+			if err != nil {
+				return false, fmt.Errorf("hub: name pattern %q: %w", n, err)
+			}
+			ok = ok || m
+		}
+		if !ok {
+			return false, nil
+		}
+	}
+	for k, v := range s.Tags {
+		found := false
+		for _, tg := range t.Tags.Extra {
+			found = found || tg.Key == k && tg.Value == v
+		}
+		if !found {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// selectTensors returns the tensors of ver any spec selects (all when
+// there are none), in name order.
+func (ver *version) selectTensors(specs []Spec) ([]*codec.Tensor, error) {
+	if len(specs) == 0 {
+		return ver.tensors, nil
+	}
+	var out []*codec.Tensor
+	for _, t := range ver.tensors {
+		for i := range specs {
+			ok, err := specs[i].matches(t)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out = append(out, t)
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no tensor of version %d matches the request", ErrNotFound, ver.id)
+	}
+	return out, nil
+}
+
+// VersionInfo describes a published version.
+type VersionInfo struct {
+	Version uint64
+	Tensors int
+	Bytes   uint64
+}
+
+// Versions lists the published versions, newest first.
+func (h *Hub) Versions() []VersionInfo {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]VersionInfo, 0, len(h.order))
+	for i := len(h.order) - 1; i >= 0; i-- {
+		v := h.versions[h.order[i]]
+		out = append(out, VersionInfo{Version: v.id, Tensors: len(v.tensors), Bytes: v.bytes})
+	}
+	return out
+}

@@ -1,0 +1,223 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/testvectors"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// model returns n tensors: every fourth one 64-192 KiB of weights, the
+// rest small (biases, norms), named in order.
+func model(n int, seed uint64) []*codec.Tensor {
+	var ts []*codec.Tensor
+	for i := range n {
+		elems := 64 + i%7*100
+		if i%4 == 0 {
+			elems = (1 + i%3) << 14
+		}
+		t := testvectors.Normal(fmt.Sprintf("layer%03d.weight", i), elems, 0.02, seed+uint64(i))
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+// serve runs h on a bufconn and returns a client and the RPC count.
+func serve(t *testing.T, h *Hub) (hubpb.HubClient, *atomic.Int64) {
+	t.Helper()
+	ln := bufconn.Listen(1 << 20)
+	var rpcs atomic.Int64
+	s := grpc.NewServer(
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			rpcs.Add(1)
+			return handler(srv, ss)
+		}),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			rpcs.Add(1)
+			return handler(ctx, req)
+		}))
+	hubpb.RegisterHubServer(s, NewServer(h))
+	go s.Serve(ln)
+	conn, err := grpc.NewClient("passthrough:///hub",
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return ln.Dial() }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		s.Stop()
+	})
+	return hubpb.NewHubClient(conn), &rpcs
+}
+
+func TestPublishAndVersions(t *testing.T) {
+	h, err := New(WithRetention(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := uint64(1); v <= 3; v++ {
+		if err := h.Publish(v, model(5, v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vs := h.Versions()
+	if len(vs) != 2 || vs[0].Version != 3 || vs[1].Version != 2 || vs[0].Tensors != 5 {
+		t.Fatalf("versions %+v", vs)
+	}
+	for name, bad := range map[string]func() error{
+		"version 0":  func() error { return h.Publish(0, model(1, 0)) },
+		"again":      func() error { return h.Publish(3, model(1, 0)) },
+		"nil tensor": func() error { return h.Publish(9, []*codec.Tensor{nil}) },
+		"twice": func() error {
+			m := model(1, 0)
+			return h.Publish(9, append(m, m[0]))
+		},
+		"chunk": func() error {
+			c := model(1, 0)[0]
+			c.Offset, c.Data = 4, c.Data[16:]
+			return h.Publish(9, []*codec.Tensor{c})
+		},
+	} {
+		if err := bad(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := New(WithRetention(0)); err == nil {
+		t.Error("retention 0 accepted")
+	}
+}
+
+// TestBatchedFetch: 8 clients fetch a model of 160 tensors at once, one
+// RPC each; every tensor arrives bit for bit, and each chunk is encoded
+// once for all of them.
+func TestBatchedFetch(t *testing.T) {
+	h, err := New(WithChunkSize(32 << 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := model(160, 1)
+	if err := h.Publish(7, m); err != nil {
+		t.Fatal(err)
+	}
+	c, rpcs := serve(t, h)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			i := 0
+			v, err := Fetch(context.Background(), c, Request{}, func(t *codec.Tensor) error {
+				if t.Name != m[i].Name || !bytes.Equal(t.Data, m[i].Data) || t.Version != 7 {
+					return fmt.Errorf("tensor %d (%q) differs", i, m[i].Name)
+				}
+				i++
+				return nil
+			})
+			if err == nil && (v != 7 || i != len(m)) {
+				err = fmt.Errorf("version %d, %d tensors", v, i)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := h.Stats()
+	items := int64(len(h.plan(m)))
+	if rpcs.Load() != 8 || st.Fetches != 8 || st.Encodes != items || st.ChunksSent != 8*items {
+		t.Fatalf("%d RPCs, stats %+v, %d chunks in the plan", rpcs.Load(), st, items)
+	}
+}
+
+// TestFetchSelect fetches by glob and by tags, and refuses what is wrong
+// with the right status.
+func TestFetchSelect(t *testing.T) {
+	h, _ := New(WithChunkSize(64 << 10))
+	m := model(12, 2)
+	m[3].Tags.Extra = []codec.Tag{{Key: "role", Value: "head"}}
+	h.Publish(1, m)
+	c, _ := serve(t, h)
+	var names []string
+	collect := func(t *codec.Tensor) error { names = append(names, t.Name); return nil }
+	if _, err := Fetch(context.Background(), c, Request{Specs: []Spec{{Names: []string{"layer00[12].*"}}, {Tags: map[string]string{"role": "head"}}}}, collect); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(names) != "[layer001.weight layer002.weight layer003.weight]" {
+		t.Fatalf("selected %v", names)
+	}
+	for name, tc := range map[string]struct {
+		req  Request
+		code codes.Code
+	}{
+		"unknown version": {Request{Version: 99}, codes.NotFound},
+		"no match":        {Request{Specs: []Spec{{Names: []string{"nothing*"}}}}, codes.NotFound},
+		"bad pattern":     {Request{Specs: []Spec{{Names: []string{"[z-a"}}}}, codes.InvalidArgument},
+	} {
+		_, err := Fetch(context.Background(), c, tc.req, collect)
+		if status.Code(err) != tc.code {
+			t.Errorf("%s: %v, want %v", name, err, tc.code)
+		}
+	}
+	// A stream that opens with credit instead of a request.
+	st, err := c.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Credit{Credit: 3}})
+	if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("credit first: %v", err)
+	}
+}
+
+// TestFetchPullBased: a client that stops reading holds the hub at its
+// credit; the hub sends nothing more until it reads again.
+func TestFetchPullBased(t *testing.T) {
+	h, _ := New(WithChunkSize(4 << 10))
+	h.Publish(1, model(8, 3)) // 2 large tensors in 4 KiB chunks: many chunks
+	c, _ := serve(t, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := c.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Request{Request: &hubpb.FetchRequest{Credit: 2}}})
+	time.Sleep(200 * time.Millisecond) // the client reads nothing
+	if n := h.Stats().ChunksSent; n != 2 {
+		t.Fatalf("%d chunks sent on a credit of 2", n)
+	}
+	st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Credit{Credit: 3}})
+	for range 5 {
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := h.Stats().ChunksSent; n != 5 {
+		t.Fatalf("%d chunks sent on a credit of 5", n)
+	}
+	cancel()
+}
