@@ -170,7 +170,7 @@ func TestHugeClaimRefused(t *testing.T) {
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc >= 1<<20 {
 			t.Errorf("%s: %d bytes allocated refusing it", name, alloc)
 		}
-		t.Logf("%s: %v", name, err)
+		t.Logf("%s: %v (%d bytes allocated)", name, err, after.TotalAlloc-before.TotalAlloc)
 	}
 }
 
