@@ -24,36 +24,52 @@ type Request struct {
 	// Limits bound what the client decodes (zero fields: codec's
 	// defaults).
 	Limits codec.Limits
+	// Base is the version the client holds (0: none): the hub sends the
+	// tensors that version also has as deltas against it, and BaseTensor
+	// returns the client's copy of one (nil: it has none, an error).
+	Base       uint64
+	BaseTensor func(name string) *codec.Tensor
+}
+
+// Result tells how a fetch went.
+type Result struct {
+	Version uint64 // the version fetched
+	Deltas  int    // tensors that came as deltas against the base
+	Full    int    // tensors that came whole
+	// BaseNote is the hub's reason for sending full copies where deltas
+	// were asked for (the base is no longer kept), or "".
+	BaseNote string
 }
 
 // Fetch fetches what req selects from the hub behind c in one RPC and
-// calls got with each tensor as soon as it is whole, in name order. Each
-// tensor is checked against the digest the hub sends with its last chunk;
-// a mismatch, or a tensor missing or extra, is an error after the last
-// one. It returns the version fetched.
-func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.Tensor) error) (uint64, error) {
+// calls got with each tensor as soon as it is whole, in name order (a
+// delta already applied to the client's base copy). Each tensor is
+// checked against the digest the hub sends with its last chunk; a
+// mismatch, or a tensor missing or extra, is an error after the last one.
+func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.Tensor) error) (Result, error) {
+	var res Result
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st, err := c.Fetch(ctx)
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	credit := req.Credit
 	if credit <= 0 {
 		credit = DefaultCredit
 	}
 	credit = min(credit, maxCredit)
-	pr := &hubpb.FetchRequest{Version: req.Version, RequireLossless: req.RequireLossless, Credit: uint32(credit)}
+	pr := &hubpb.FetchRequest{Version: req.Version, RequireLossless: req.RequireLossless, Credit: uint32(credit), Base: req.Base}
 	for _, sp := range req.Specs {
 		pr.Specs = append(pr.Specs, &hubpb.TensorSpec{Names: sp.Names, Tags: sp.Tags})
 	}
 	if err := st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Request{Request: pr}}); err != nil {
-		return 0, err
+		return res, err
 	}
 	cr := &chunkReader{st: st, grantEvery: max(1, credit/2)}
 	r, err := codec.NewReader(cr, codec.WithLimits(req.Limits))
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	sums := map[string][32]byte{}
 	for {
@@ -61,37 +77,76 @@ func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.
 		if err == io.EOF {
 			break
 		}
+		res.Version = cr.version
 		if err != nil {
 			if cr.err != nil {
-				return cr.version, cr.err
+				return res, cr.err
 			}
-			return cr.version, fmt.Errorf("hub: fetch: %w", err)
+			return res, fmt.Errorf("hub: fetch: %w", err)
 		}
 		if _, dup := sums[t.Name]; dup {
-			return cr.version, fmt.Errorf("%w: hub: tensor %q arrived twice", codec.ErrCorrupt, t.Name)
+			return res, fmt.Errorf("%w: hub: tensor %q arrived twice", codec.ErrCorrupt, t.Name)
+		}
+		if t.Base != 0 {
+			if err := undoDelta(t, req); err != nil {
+				return res, err
+			}
+			res.Deltas++
+		} else {
+			res.Full++
 		}
 		sums[t.Name] = sha256.Sum256(t.Data)
 		if err := got(t); err != nil {
-			return cr.version, err
+			return res, err
 		}
 	}
+	res.Version = cr.version
 	if cr.err != nil && !errors.Is(cr.err, io.EOF) {
-		return cr.version, cr.err
+		return res, cr.err
 	}
 	if !cr.last {
-		return cr.version, fmt.Errorf("hub: fetch: %w before the last chunk", io.ErrUnexpectedEOF)
+		return res, fmt.Errorf("hub: fetch: %w before the last chunk", io.ErrUnexpectedEOF)
 	}
 	if len(cr.digests) != len(sums) {
-		return cr.version, fmt.Errorf("%w: hub: %d tensors arrived, the hub sent %d", codec.ErrCorrupt, len(sums), len(cr.digests))
+		return res, fmt.Errorf("%w: hub: %d tensors arrived, the hub sent %d", codec.ErrCorrupt, len(sums), len(cr.digests))
 	}
 	for _, d := range cr.digests {
 		s, ok := sums[d.Name]
 		if !ok || !bytes.Equal(s[:], d.Sha256) {
-			return cr.version, fmt.Errorf("%w: hub: tensor %q does not match its digest", codec.ErrChecksum, d.Name)
+			return res, fmt.Errorf("%w: hub: tensor %q does not match its digest", codec.ErrChecksum, d.Name)
 		}
 	}
 	st.CloseSend()
-	return cr.version, nil
+	// The hub's status and trailer follow its last chunk.
+	if _, err := st.Recv(); err != io.EOF {
+		if err == nil {
+			err = fmt.Errorf("%w: hub: a chunk after the last", codec.ErrCorrupt)
+		}
+		return res, err
+	}
+	if tr := st.Trailer()[BaseTrailer]; len(tr) > 0 {
+		res.BaseNote = tr[0]
+	}
+	return res, nil
+}
+
+// undoDelta turns t, a delta against req.Base, into the tensor itself.
+func undoDelta(t *codec.Tensor, req Request) error {
+	if t.Base != req.Base {
+		return fmt.Errorf("%w: hub: tensor %q is a delta against version %d, the client holds %d", codec.ErrCorrupt, t.Name, t.Base, req.Base)
+	}
+	var b *codec.Tensor
+	if req.BaseTensor != nil {
+		b = req.BaseTensor(t.Name)
+	}
+	if b == nil || len(b.Data) != len(t.Data) || b.DType != t.DType {
+		return fmt.Errorf("hub: tensor %q came as a delta against version %d, and the client has no copy of it there", t.Name, t.Base)
+	}
+	for i := range t.Data {
+		t.Data[i] ^= b.Data[i]
+	}
+	t.Base = 0
+	return nil
 }
 
 // chunkReader reads the frames of a fetch's chunks as one stream, granting

@@ -4,11 +4,17 @@
 // chunk encoded once for every client that asks for it (a bounded cache),
 // and checked by the client against the version's digests.
 //
+// A client that holds an earlier version (Request.Base) gets the tensors
+// that version also has as lossless deltas against it: the XOR of the
+// bits (docs/FORMAT.md, "Delta updates"), shuffled and zstd-coded, a few
+// bytes for a tensor that did not change; a base the hub no longer keeps
+// gives full copies, and the trailer BaseTrailer says why.
+//
 // Status (the work spans several changes): publishing from memory,
-// retention, batched and pull-based fetch with compress-once chunks and
-// digests are here; resuming a fetch (FetchRequest.resume_after counts
-// chunks, but the client does not resume yet), publishing from files
-// without holding the model, delta updates against a base version and
+// retention, batched and pull-based fetch with compress-once chunks,
+// digests and lossless deltas are here; resuming a fetch
+// (FetchRequest.resume_after counts chunks, but the client does not resume
+// yet), publishing from files without holding the model, lossy deltas and
 // uploads of updates are to come.
 //
 // Guarantees:

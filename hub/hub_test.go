@@ -125,15 +125,15 @@ func TestBatchedFetch(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			i := 0
-			v, err := Fetch(context.Background(), c, Request{}, func(t *codec.Tensor) error {
+			res, err := Fetch(context.Background(), c, Request{}, func(t *codec.Tensor) error {
 				if t.Name != m[i].Name || !bytes.Equal(t.Data, m[i].Data) || t.Version != 7 {
 					return fmt.Errorf("tensor %d (%q) differs", i, m[i].Name)
 				}
 				i++
 				return nil
 			})
-			if err == nil && (v != 7 || i != len(m)) {
-				err = fmt.Errorf("version %d, %d tensors", v, i)
+			if err == nil && (res.Version != 7 || i != len(m) || res.Full != len(m)) {
+				err = fmt.Errorf("%+v, %d tensors", res, i)
 			}
 			errs <- err
 		}()
@@ -220,4 +220,108 @@ func TestFetchPullBased(t *testing.T) {
 		t.Fatalf("%d chunks sent on a credit of 5", n)
 	}
 	cancel()
+}
+
+// evolve returns m after a training step: every element of the tensors
+// picked by change moved a little, the others untouched.
+func evolve(m []*codec.Tensor, seed uint64, change func(i int) bool) []*codec.Tensor {
+	out := make([]*codec.Tensor, len(m))
+	for i, t := range m {
+		c := *t
+		c.Data = append([]byte(nil), t.Data...)
+		if change(i) {
+			d := testvectors.Normal("d", len(t.Data)/4, 0.0005, seed+uint64(i))
+			v, _ := codec.View[float32](&c)
+			dv, _ := codec.View[float32](d)
+			for j := range v {
+				v[j] += dv[j]
+			}
+		}
+		out[i] = &c
+	}
+	return out
+}
+
+// TestDeltas fetches version 2 against version 1: the tensors come as
+// XOR deltas, decoded bit for bit; unchanged ones cost a few bytes; a base
+// the hub no longer keeps gives full copies and a reason.
+func TestDeltas(t *testing.T) {
+	h, _ := New(WithRetention(2))
+	v1 := model(40, 5)
+	v2 := evolve(v1, 100, func(i int) bool { return i%10 == 0 }) // 90% unchanged
+	h.Publish(1, v1)
+	h.Publish(2, v2)
+	c, _ := serve(t, h)
+	base := map[string]*codec.Tensor{}
+	for _, t := range v1 {
+		base[t.Name] = t
+	}
+	wire := func(req Request) (Result, int64) {
+		before := h.Stats()
+		var got []*codec.Tensor
+		res, err := Fetch(context.Background(), c, req, func(t *codec.Tensor) error { got = append(got, t); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range v2 {
+			if !bytes.Equal(got[i].Data, v2[i].Data) || got[i].Base != 0 {
+				t.Fatalf("%q differs", v2[i].Name)
+			}
+		}
+		_ = before
+		var n int64
+		for _, it := range h.plan(v2) {
+			b := uint64(0)
+			if req.Base != 0 {
+				b = req.Base
+			}
+			var bv *version
+			if b != 0 {
+				bv, _ = h.get(b)
+			}
+			f, _ := h.frames(2, &it, bv, false)
+			n += int64(len(f))
+		}
+		return res, n
+	}
+	full, fullBytes := wire(Request{Version: 2})
+	delta, deltaBytes := wire(Request{Version: 2, Base: 1, BaseTensor: func(n string) *codec.Tensor { return base[n] }})
+	if full.Full != 40 || delta.Deltas != 40 || delta.BaseNote != "" {
+		t.Fatalf("full %+v, delta %+v", full, delta)
+	}
+	// The changed tensors (every tenth) hold a quarter of the bytes here.
+	t.Logf("90%% of the tensors unchanged: deltas %d bytes, full %d bytes (%.1f%%)", deltaBytes, fullBytes, 100*float64(deltaBytes)/float64(fullBytes))
+	if deltaBytes >= fullBytes/2 {
+		t.Errorf("deltas %d bytes, full copies %d", deltaBytes, fullBytes)
+	}
+	// Nothing changed: a few bytes a tensor.
+	h2, _ := New()
+	h2.Publish(1, v1)
+	h2.Publish(2, evolve(v1, 0, func(int) bool { return false }))
+	b1, _ := h2.get(1)
+	var same int64
+	for _, it := range h2.plan(v1) {
+		f, err := h2.frames(2, &it, b1, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		same += int64(len(f))
+	}
+	t.Logf("nothing changed: %d bytes for %d tensors", same, len(v1))
+	if same > int64(len(v1))*64 {
+		t.Errorf("an unchanged model costs %d bytes as deltas", same)
+	}
+	// The client lacks its base copy of a tensor: an error, not a wrong tensor.
+	_, err := Fetch(context.Background(), c, Request{Version: 2, Base: 1, BaseTensor: func(string) *codec.Tensor { return nil }},
+		func(*codec.Tensor) error { return nil })
+	if err == nil {
+		t.Fatal("a delta applied without its base")
+	}
+	// A base no longer kept: full copies, and the trailer says why.
+	h.Publish(3, evolve(v2, 200, func(int) bool { return true }))
+	res, err := Fetch(context.Background(), c, Request{Version: 3, Base: 1, BaseTensor: func(n string) *codec.Tensor { return base[n] }},
+		func(*codec.Tensor) error { return nil })
+	if err != nil || res.Full != 40 || res.BaseNote == "" {
+		t.Fatalf("base gone: %+v, %v", res, err)
+	}
 }

@@ -5,16 +5,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
 	"github.com/tensorpress/tensorpress/rpc"
 )
+
+// BaseTrailer is the trailer key in which a fetch that asked for deltas
+// says why it sent full copies instead.
+const BaseTrailer = "tensorpress-base"
 
 // smallTensor is the size up to which whole tensors share chunks.
 const smallTensor = 64 << 10
@@ -38,9 +44,9 @@ type item struct {
 }
 
 // key names the item's encoded frames in the cache.
-func (it *item) key(v uint64, lossless bool) string {
+func (it *item) key(v, base uint64, lossless bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d|%t|%d|%d", v, lossless, it.offset, it.count)
+	fmt.Fprintf(&b, "%d|%d|%t|%d|%d", v, base, lossless, it.offset, it.count)
 	for _, t := range it.tensors {
 		b.WriteByte('|')
 		b.WriteString(t.Name)
@@ -83,10 +89,18 @@ func (h *Hub) plan(ts []*codec.Tensor) []item {
 	return out
 }
 
-// encode makes the frames of an item.
-func (h *Hub) encode(it *item, lossless bool) ([]byte, error) {
+// encode makes the frames of an item of version v; against base (when
+// not nil) the tensors it holds with the same dtype and shape go as
+// deltas.
+func (h *Hub) encode(v uint64, it *item, base *version, lossless bool) ([]byte, error) {
 	h.encodes.Add(1)
-	choose := func(t *codec.Tensor, first bool) *codec.Recipe {
+	choose := func(t *codec.Tensor, first bool, changed bool) *codec.Recipe {
+		if t.Base != 0 {
+			if !changed {
+				return deltaRecipes[1] // all zeros: one segment, a few bytes
+			}
+			return deltaRecipe(t.DType.Size())
+		}
 		r := h.policy.Choose(codec.FrameInfo{Type: codec.FrameTensor, Name: t.Name, DType: t.DType, Shape: t.Shape,
 			Tags: t.Tags, Offset: t.Offset, Len: len(t.Data), First: first, Data: t.Data})
 		if r.Lossy() && (lossless || t.Tags.Lossless) {
@@ -98,23 +112,69 @@ func (h *Hub) encode(it *item, lossless bool) ([]byte, error) {
 		return r
 	}
 	if it.count == 0 {
+		ts := make([]*codec.Tensor, len(it.tensors))
 		rs := make([]*codec.Recipe, len(it.tensors))
 		for i, t := range it.tensors {
-			rs[i] = choose(t, true)
+			var changed bool
+			ts[i], changed = deltaOf(t, base, 0, len(t.Data)/t.DType.Size())
+			rs[i] = choose(ts[i], true, changed)
 		}
-		return h.enc.AppendTensors(nil, it.tensors, rs)
+		return h.enc.AppendTensors(nil, ts, rs)
 	}
-	t := it.tensors[0]
+	ch, changed := deltaOf(it.tensors[0], base, it.offset, it.count)
+	return h.enc.AppendTensor(nil, ch, choose(ch, it.offset == 0, changed))
+}
+
+// deltaOf returns elements [off, off+count) of t: as they are, or, when
+// base holds a tensor of the same name, dtype and shape, XORed with it
+// (Base set to the base version): the bits that changed, lossless, and
+// all zeros where nothing did. changed reports whether any bit did.
+func deltaOf(t *codec.Tensor, base *version, off, count int) (ch *codec.Tensor, changed bool) {
 	esz := t.DType.Size()
-	ch := *t
-	ch.Offset, ch.Data = int64(it.offset), t.Data[it.offset*esz:(it.offset+it.count)*esz]
-	return h.enc.AppendTensor(nil, &ch, choose(&ch, it.offset == 0))
+	c := *t
+	c.Offset, c.Data = int64(off), t.Data[off*esz:(off+count)*esz]
+	if base == nil {
+		return &c, true
+	}
+	bt, ok := base.byName[t.Name]
+	if !ok || bt.DType != t.DType || !slices.Equal(bt.Shape, t.Shape) {
+		return &c, true
+	}
+	d := codec.AlignedBytes(len(c.Data))
+	bd := bt.Data[off*esz : (off+count)*esz]
+	var any byte
+	for i := range d {
+		d[i] = c.Data[i] ^ bd[i]
+		any |= d[i]
+	}
+	c.Data, c.Base = d, base.id
+	return &c, any != 0
+}
+
+// deltaRecipes code XOR deltas: the element's bytes shuffled into planes
+// (the high ones mostly zero between successive versions), then zstd.
+var deltaRecipes = map[int]*codec.Recipe{
+	1: codec.MustParseRecipe("*:zstd(1)"),
+	2: codec.MustParseRecipe("shuffle2 | *:zstd(1)"),
+	4: codec.MustParseRecipe("shuffle4 | *:zstd(1)"),
+	8: codec.MustParseRecipe("shuffle8 | *:zstd(1)"),
+}
+
+func deltaRecipe(esz int) *codec.Recipe {
+	if r, ok := deltaRecipes[esz]; ok {
+		return r
+	}
+	return deltaRecipes[1]
 }
 
 // frames returns the item's encoded frames: from the cache, or encoded
 // once for every request that asks for them meanwhile.
-func (h *Hub) frames(v uint64, it *item, lossless bool) ([]byte, error) {
-	return h.cache.get(v, it.key(v, lossless), func() ([]byte, error) { return h.encode(it, lossless) })
+func (h *Hub) frames(v uint64, it *item, base *version, lossless bool) ([]byte, error) {
+	var b uint64
+	if base != nil {
+		b = base.id
+	}
+	return h.cache.get(v, it.key(v, b, lossless), func() ([]byte, error) { return h.encode(v, it, base, lossless) })
 }
 
 // Server serves a Hub over gRPC (hubpb.HubServer).
@@ -163,6 +223,15 @@ func (s *Server) Fetch(st hubpb.Hub_FetchServer) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	plan := s.h.plan(ts)
+	// Deltas against the base the client holds, if the hub still keeps it;
+	// else full copies, and the trailer says why.
+	var base *version
+	if req.Base != 0 && req.Base != ver.id {
+		if base, err = s.h.get(req.Base); err != nil {
+			base = nil
+			st.SetTrailer(metadata.Pairs(BaseTrailer, fmt.Sprintf("full copies: base version %d is not kept", req.Base)))
+		}
+	}
 	if req.ResumeAfter > uint64(len(plan)) {
 		return status.Errorf(codes.InvalidArgument, "hub: resume after chunk %d of %d", req.ResumeAfter, len(plan))
 	}
@@ -207,7 +276,7 @@ func (s *Server) Fetch(st hubpb.Hub_FetchServer) error {
 		}
 		c := &hubpb.FetchChunk{Seq: seq, Version: ver.id, Last: seq == last}
 		if len(plan) > 0 {
-			if c.Frames, err = s.h.frames(ver.id, &plan[seq-1], req.RequireLossless); err != nil {
+			if c.Frames, err = s.h.frames(ver.id, &plan[seq-1], base, req.RequireLossless); err != nil {
 				return status.Errorf(codes.Internal, "hub: encoding chunk %d: %v", seq, err)
 			}
 		}
