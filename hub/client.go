@@ -142,9 +142,7 @@ func undoDelta(t *codec.Tensor, req Request) error {
 	if b == nil || len(b.Data) != len(t.Data) || b.DType != t.DType {
 		return fmt.Errorf("hub: tensor %q came as a delta against version %d, and the client has no copy of it there", t.Name, t.Base)
 	}
-	for i := range t.Data {
-		t.Data[i] ^= b.Data[i]
-	}
+	undiff(t.Data, b.Data, t.DType.Size())
 	t.Base = 0
 	return nil
 }

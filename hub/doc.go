@@ -5,9 +5,10 @@
 // and checked by the client against the version's digests.
 //
 // A client that holds an earlier version (Request.Base) gets the tensors
-// that version also has as lossless deltas against it: the XOR of the
-// bits (docs/FORMAT.md, "Delta updates"), shuffled and zstd-coded, a few
-// bytes for a tensor that did not change; a base the hub no longer keeps
+// that version also has as lossless deltas against it: the zigzag-coded
+// difference of the bits, element by element (docs/FORMAT.md, "Delta
+// updates"), shuffled and zstd-coded, a few bytes for a tensor that did
+// not change; a base the hub no longer keeps
 // gives full copies, and the trailer BaseTrailer says why.
 //
 // Status (the work spans several changes): publishing from memory,

@@ -276,3 +276,38 @@ func (h *Hub) Versions() []VersionInfo {
 	}
 	return out
 }
+
+// FrameBytes returns what a Hub made with opts sends for a fetch of all of
+// model, in frame bytes (before gRPC's framing): full copies when base is
+// nil, else deltas against base. It measures; it serves nothing.
+func FrameBytes(model, base []*codec.Tensor, opts ...Option) (int64, error) {
+	h, err := New(append(opts, WithCacheBytes(0))...)
+	if err != nil {
+		return 0, err
+	}
+	var bv *version
+	if base != nil {
+		if err := h.Publish(1, base); err != nil {
+			return 0, err
+		}
+		if bv, err = h.get(1); err != nil {
+			return 0, err
+		}
+	}
+	if err := h.Publish(2, model); err != nil {
+		return 0, err
+	}
+	v, err := h.get(2)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, it := range h.plan(v.tensors) {
+		f, err := h.frames(2, &it, bv, false)
+		if err != nil {
+			return 0, err
+		}
+		n += int64(len(f))
+	}
+	return n, nil
+}

@@ -243,7 +243,7 @@ func evolve(m []*codec.Tensor, seed uint64, change func(i int) bool) []*codec.Te
 }
 
 // TestDeltas fetches version 2 against version 1: the tensors come as
-// XOR deltas, decoded bit for bit; unchanged ones cost a few bytes; a base
+// deltas, decoded bit for bit; unchanged ones cost a few bytes; a base
 // the hub no longer keeps gives full copies and a reason.
 func TestDeltas(t *testing.T) {
 	h, _ := New(WithRetention(2))
@@ -323,5 +323,34 @@ func TestDeltas(t *testing.T) {
 		func(*codec.Tensor) error { return nil })
 	if err != nil || res.Full != 40 || res.BaseNote == "" {
 		t.Fatalf("base gone: %+v, %v", res, err)
+	}
+}
+
+// TestDiffRoundTrip: undiff(diff) gives every element back, bit for bit,
+// at every width, on random bits (sign flips, NaNs, infinities included).
+func TestDiffRoundTrip(t *testing.T) {
+	for _, esz := range []int{1, 2, 4, 8, 3} {
+		n := esz * 1000
+		cur, base := make([]byte, n), make([]byte, n)
+		for i := range cur {
+			cur[i], base[i] = byte(i*7919>>3), byte(i*104729>>5)
+		}
+		copy(cur[:esz*10], base[:esz*10]) // some elements unchanged
+		d := make([]byte, n)
+		if !diff(d, cur, base, esz) {
+			t.Fatalf("width %d: no change found", esz)
+		}
+		for i := 0; i < esz*10; i++ {
+			if d[i] != 0 {
+				t.Fatalf("width %d: unchanged element %d has delta bits", esz, i/esz)
+			}
+		}
+		undiff(d, base, esz)
+		if !bytes.Equal(d, cur) {
+			t.Fatalf("width %d: round trip differs", esz)
+		}
+		if diff(d, base, base, esz) {
+			t.Fatalf("width %d: a tensor against itself changed", esz)
+		}
 	}
 }

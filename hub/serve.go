@@ -3,6 +3,7 @@ package hub
 import (
 	"container/list"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -126,10 +127,10 @@ func (h *Hub) encode(v uint64, it *item, base *version, lossless bool) ([]byte, 
 }
 
 // deltaOf returns elements [off, off+count) of t: as they are, or, when
-// base holds a tensor of the same name, dtype and shape, XORed with it
-// (Base set to the base version): the bits that changed, lossless, and
-// all zeros where nothing did. changed reports whether any bit did.
-func deltaOf(t *codec.Tensor, base *version, off, count int) (ch *codec.Tensor, changed bool) {
+// base holds a tensor of the same name, dtype and shape, as a lossless
+// delta against it (diff; Base set to the base version), all zeros where
+// nothing changed. changed reports whether any element did.
+func deltaOf(t *codec.Tensor, base *version, off, count int) (*codec.Tensor, bool) {
 	esz := t.DType.Size()
 	c := *t
 	c.Offset, c.Data = int64(off), t.Data[off*esz:(off+count)*esz]
@@ -141,17 +142,79 @@ func deltaOf(t *codec.Tensor, base *version, off, count int) (ch *codec.Tensor, 
 		return &c, true
 	}
 	d := codec.AlignedBytes(len(c.Data))
-	bd := bt.Data[off*esz : (off+count)*esz]
-	var any byte
-	for i := range d {
-		d[i] = c.Data[i] ^ bd[i]
-		any |= d[i]
-	}
+	changed := diff(d, c.Data, bt.Data[off*esz:(off+count)*esz], esz)
 	c.Data, c.Base = d, base.id
-	return &c, any != 0
+	return &c, changed
 }
 
-// deltaRecipes code XOR deltas: the element's bytes shuffled into planes
+// diff sets d to the delta of the elements of esz bytes in cur against
+// base: the zigzag-coded wrapping difference of their bits as unsigned
+// little-endian integers (a float that moved a little gives a small
+// number, whose high bytes are zero), and reports whether any element
+// differs. Elements of other sizes are XORed byte by byte.
+func diff(d, cur, base []byte, esz int) bool {
+	var any uint64
+	switch esz {
+	case 2:
+		for i := 0; i+2 <= len(d); i += 2 {
+			x := binary.LittleEndian.Uint16(cur[i:]) - binary.LittleEndian.Uint16(base[i:])
+			z := x<<1 ^ uint16(int16(x)>>15)
+			binary.LittleEndian.PutUint16(d[i:], z)
+			any |= uint64(z)
+		}
+	case 4:
+		for i := 0; i+4 <= len(d); i += 4 {
+			x := binary.LittleEndian.Uint32(cur[i:]) - binary.LittleEndian.Uint32(base[i:])
+			z := x<<1 ^ uint32(int32(x)>>31)
+			binary.LittleEndian.PutUint32(d[i:], z)
+			any |= uint64(z)
+		}
+	case 8:
+		for i := 0; i+8 <= len(d); i += 8 {
+			x := binary.LittleEndian.Uint64(cur[i:]) - binary.LittleEndian.Uint64(base[i:])
+			z := x<<1 ^ uint64(int64(x)>>63)
+			binary.LittleEndian.PutUint64(d[i:], z)
+			any |= z
+		}
+	default:
+		for i := range d {
+			d[i] = cur[i] ^ base[i]
+			any |= uint64(d[i])
+		}
+	}
+	return any != 0
+}
+
+// undiff turns d, a delta made by diff against base, back into the
+// elements themselves, in place.
+func undiff(d, base []byte, esz int) {
+	switch esz {
+	case 2:
+		for i := 0; i+2 <= len(d); i += 2 {
+			z := binary.LittleEndian.Uint16(d[i:])
+			x := z>>1 ^ -(z & 1)
+			binary.LittleEndian.PutUint16(d[i:], binary.LittleEndian.Uint16(base[i:])+x)
+		}
+	case 4:
+		for i := 0; i+4 <= len(d); i += 4 {
+			z := binary.LittleEndian.Uint32(d[i:])
+			x := z>>1 ^ -(z & 1)
+			binary.LittleEndian.PutUint32(d[i:], binary.LittleEndian.Uint32(base[i:])+x)
+		}
+	case 8:
+		for i := 0; i+8 <= len(d); i += 8 {
+			z := binary.LittleEndian.Uint64(d[i:])
+			x := z>>1 ^ -(z & 1)
+			binary.LittleEndian.PutUint64(d[i:], binary.LittleEndian.Uint64(base[i:])+x)
+		}
+	default:
+		for i := range d {
+			d[i] ^= base[i]
+		}
+	}
+}
+
+// deltaRecipes code deltas: the element's bytes shuffled into planes
 // (the high ones mostly zero between successive versions), then zstd.
 var deltaRecipes = map[int]*codec.Recipe{
 	1: codec.MustParseRecipe("*:zstd(1)"),

@@ -155,6 +155,9 @@ type Progress struct {
 	Point
 	Rounds  int           // rounds or epochs in the run
 	Elapsed time.Duration // since Run started
+	// Model is the server's model after the round: read it during the
+	// call only (Params copies it).
+	Model *MLP
 }
 
 // Result is the outcome of a run.
@@ -516,7 +519,7 @@ func (r *runner) endRound(round, rounds int, loss float64) {
 	}
 	res.History = append(res.History, pt)
 	if r.cfg.Progress != nil {
-		r.cfg.Progress(Progress{Point: pt, Rounds: rounds, Elapsed: time.Since(r.start)})
+		r.cfg.Progress(Progress{Point: pt, Rounds: rounds, Elapsed: time.Since(r.start), Model: r.model})
 	}
 }
 
