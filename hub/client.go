@@ -7,6 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
@@ -29,6 +34,16 @@ type Request struct {
 	// returns the client's copy of one (nil: it has none, an error).
 	Base       uint64
 	BaseTensor func(name string) *codec.Tensor
+	// Retries is how many times a fetch whose stream breaks (the
+	// connection lost, the hub restarted) opens a new one and resumes
+	// after the last chunk it received, on the same version (default 0:
+	// none). Chunks are whole frames and the hub's plan is the same for
+	// the same request, so the tensors assemble across streams as if
+	// nothing happened; only the chunks in flight come twice.
+	Retries int
+	// RetryWait is the pause before each new stream (default 100 ms,
+	// doubling).
+	RetryWait time.Duration
 }
 
 // Result tells how a fetch went.
@@ -36,6 +51,7 @@ type Result struct {
 	Version uint64 // the version fetched
 	Deltas  int    // tensors that came as deltas against the base
 	Full    int    // tensors that came whole
+	Resumed int    // streams opened again after a break
 	// BaseNote is the hub's reason for sending full copies where deltas
 	// were asked for (the base is no longer kept), or "".
 	BaseNote string
@@ -46,14 +62,9 @@ type Result struct {
 // delta already applied to the client's base copy). Each tensor is
 // checked against the digest the hub sends with its last chunk; a
 // mismatch, or a tensor missing or extra, is an error after the last one.
-func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.Tensor) error) (Result, error) {
-	var res Result
+func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.Tensor) error) (res Result, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := c.Fetch(ctx)
-	if err != nil {
-		return res, err
-	}
 	credit := req.Credit
 	if credit <= 0 {
 		credit = DefaultCredit
@@ -63,10 +74,14 @@ func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.
 	for _, sp := range req.Specs {
 		pr.Specs = append(pr.Specs, &hubpb.TensorSpec{Names: sp.Names, Tags: sp.Tags})
 	}
-	if err := st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Request{Request: pr}}); err != nil {
+	cr := &chunkReader{ctx: ctx, c: c, req: pr, grantEvery: max(1, credit/2), retries: req.Retries, wait: req.RetryWait}
+	if cr.wait <= 0 {
+		cr.wait = 100 * time.Millisecond
+	}
+	if err := cr.open(); err != nil {
 		return res, err
 	}
-	cr := &chunkReader{st: st, grantEvery: max(1, credit/2)}
+	defer func() { res.Resumed = cr.resumed }()
 	r, err := codec.NewReader(cr, codec.WithLimits(req.Limits))
 	if err != nil {
 		return res, err
@@ -116,6 +131,7 @@ func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.
 			return res, fmt.Errorf("%w: hub: tensor %q does not match its digest", codec.ErrChecksum, d.Name)
 		}
 	}
+	st := cr.st
 	st.CloseSend()
 	// The hub's status and trailer follow its last chunk.
 	if _, err := st.Recv(); err != io.EOF {
@@ -148,8 +164,11 @@ func undoDelta(t *codec.Tensor, req Request) error {
 }
 
 // chunkReader reads the frames of a fetch's chunks as one stream, granting
-// credit as chunks are consumed.
+// credit as chunks are consumed, and opening a new stream after a break.
 type chunkReader struct {
+	ctx        context.Context
+	c          hubpb.HubClient
+	req        *hubpb.FetchRequest
 	st         hubpb.Hub_FetchClient
 	cur        []byte
 	consumed   int // chunks read to their end, not yet granted back
@@ -160,6 +179,38 @@ type chunkReader struct {
 	seq        uint64
 	digests    []*hubpb.TensorDigest
 	err        error
+	retries    int
+	resumed    int
+	wait       time.Duration
+}
+
+// open opens a stream for the request, resuming after chunk c.seq of
+// version c.version once a chunk has come.
+func (c *chunkReader) open() error {
+	st, err := c.c.Fetch(c.ctx)
+	if err != nil {
+		return err
+	}
+	req := c.req
+	if c.seq > 0 {
+		req = proto.Clone(c.req).(*hubpb.FetchRequest)
+		req.Version, req.ResumeAfter = c.version, c.seq
+	}
+	if err := st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Request{Request: req}}); err != nil && err != io.EOF {
+		return err
+	}
+	c.st, c.consumed, c.granted = st, 0, false
+	return nil
+}
+
+// retryable reports whether a broken stream may be opened again: the
+// connection or the hub went away, not a refusal.
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Aborted, codes.Internal, codes.Unknown, codes.DeadlineExceeded:
+		return true
+	}
+	return false
 }
 
 func (c *chunkReader) Read(p []byte) (int, error) {
@@ -175,11 +226,23 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 			if err == io.EOF {
 				err = fmt.Errorf("hub: fetch: the stream ended before the last chunk: %w", io.ErrUnexpectedEOF)
 			}
+			if c.ctx.Err() == nil && c.resumed < c.retries && (retryable(err) || errors.Is(err, io.ErrUnexpectedEOF)) {
+				c.resumed++
+				t := time.NewTimer(c.wait << min(c.resumed-1, 6))
+				select {
+				case <-t.C:
+				case <-c.ctx.Done():
+					t.Stop()
+				}
+				if oerr := c.open(); oerr == nil {
+					continue
+				}
+			}
 			c.err = err
 			return 0, err
 		}
-		if m.Seq != c.seq+1 {
-			c.err = fmt.Errorf("%w: hub: chunk %d after %d", codec.ErrCorrupt, m.Seq, c.seq)
+		if m.Seq != c.seq+1 || c.version != 0 && m.Version != c.version {
+			c.err = fmt.Errorf("%w: hub: chunk %d of version %d after chunk %d of version %d", codec.ErrCorrupt, m.Seq, m.Version, c.seq, c.version)
 			return 0, c.err
 		}
 		c.seq, c.version, c.cur = m.Seq, m.Version, m.Frames
@@ -192,8 +255,8 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 			err := c.st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Credit{Credit: uint32(c.consumed)}})
 			switch {
 			case err == io.EOF:
-				// The hub has sent everything and ended its side: the
-				// chunks are on their way, Recv gets them and the status.
+				// The hub has sent everything or the stream broke: Recv
+				// tells which.
 				c.granted = true
 			case err != nil:
 				c.err = err

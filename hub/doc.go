@@ -11,12 +11,16 @@
 // not change; a base the hub no longer keeps
 // gives full copies, and the trailer BaseTrailer says why.
 //
+// A fetch whose stream breaks (the connection cut, the hub restarted with
+// the same version) resumes after the last chunk it received, on the same
+// version (Request.Retries): chunks are whole frames and the plan is the
+// same for the same request, so the tensors assemble across streams.
+//
 // Status (the work spans several changes): publishing from memory,
 // retention, batched and pull-based fetch with compress-once chunks,
-// digests and lossless deltas are here; resuming a fetch
-// (FetchRequest.resume_after counts chunks, but the client does not resume
-// yet), publishing from files without holding the model, lossy deltas and
-// uploads of updates are to come.
+// digests, lossless deltas and resuming are here; publishing from files
+// without holding the model, lossy deltas and uploads of updates are to
+// come.
 //
 // Guarantees:
 //   - A client's memory is bounded by its credit (chunks in flight) and
