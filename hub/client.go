@@ -9,6 +9,7 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -187,7 +188,7 @@ type chunkReader struct {
 // open opens a stream for the request, resuming after chunk c.seq of
 // version c.version once a chunk has come.
 func (c *chunkReader) open() error {
-	st, err := c.c.Fetch(c.ctx)
+	st, err := c.c.Fetch(c.ctx, grpc.CallContentSubtype(WireCodecName))
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,7 +23,12 @@ import (
 	"github.com/tensorpress/tensorpress/testvectors"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(fanoutEnv); mode != "" {
+		runFanoutServer(mode) // a server process of BenchmarkFanOut
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // model returns n tensors: every fourth one 64-192 KiB of weights, the
 // rest small (biases, norms), named in order.
