@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"time"
 
@@ -63,7 +64,24 @@ type Result struct {
 // delta already applied to the client's base copy). Each tensor is
 // checked against the digest the hub sends with its last chunk; a
 // mismatch, or a tensor missing or extra, is an error after the last one.
-func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.Tensor) error) (res Result, err error) {
+func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.Tensor) error) (Result, error) {
+	return fetch(ctx, c, req, false, got)
+}
+
+// FetchChunks is Fetch for models larger than the client's memory: got
+// gets each tensor's chunks as they are decoded, in order (a chunk has
+// its Offset set and holds its elements only; a small tensor comes
+// whole), to write out and drop; the client holds about its credit's
+// worth of chunks. Each tensor's digest is checked as its last chunk
+// passes. It does not take deltas (req.Base must be 0).
+func FetchChunks(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.Tensor) error) (Result, error) {
+	if req.Base != 0 {
+		return Result{}, errors.New("hub: FetchChunks does not apply deltas: fetch with Base 0, or with Fetch")
+	}
+	return fetch(ctx, c, req, true, got)
+}
+
+func fetch(ctx context.Context, c hubpb.HubClient, req Request, chunks bool, got func(*codec.Tensor) error) (res Result, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	credit := req.Credit
@@ -88,8 +106,49 @@ func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.
 		return res, err
 	}
 	sums := map[string][32]byte{}
+	var part *partial // the tensor whose chunks are arriving (chunks)
+	take := func(t *codec.Tensor) error {
+		if _, dup := sums[t.Name]; dup {
+			return fmt.Errorf("%w: hub: tensor %q arrived twice", codec.ErrCorrupt, t.Name)
+		}
+		if t.IsWhole() {
+			if t.Base != 0 {
+				if err := undoDelta(t, req); err != nil {
+					return err
+				}
+				res.Deltas++
+			} else {
+				res.Full++
+			}
+			sums[t.Name] = sha256.Sum256(t.Data)
+			return got(t)
+		}
+		// A chunk (FetchChunks): the codec checked that chunks come in
+		// order and complete their tensor.
+		if t.Offset == 0 {
+			part = &partial{name: t.Name, h: sha256.New(), left: t.NumBytes()}
+		}
+		part.h.Write(t.Data)
+		if part.left -= int64(len(t.Data)); part.left == 0 {
+			sums[t.Name] = [32]byte(part.h.Sum(nil))
+			res.Full++
+		}
+		return got(t)
+	}
 	for {
-		t, err := r.ReadTensor()
+		var ts []*codec.Tensor
+		var err error
+		if chunks {
+			var f *codec.Frame
+			if f, err = r.Next(); err == nil {
+				ts = f.Tensors
+			}
+		} else {
+			var t *codec.Tensor
+			if t, err = r.ReadTensor(); err == nil {
+				ts = []*codec.Tensor{t}
+			}
+		}
 		if err == io.EOF {
 			break
 		}
@@ -100,20 +159,10 @@ func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.
 			}
 			return res, fmt.Errorf("hub: fetch: %w", err)
 		}
-		if _, dup := sums[t.Name]; dup {
-			return res, fmt.Errorf("%w: hub: tensor %q arrived twice", codec.ErrCorrupt, t.Name)
-		}
-		if t.Base != 0 {
-			if err := undoDelta(t, req); err != nil {
+		for _, t := range ts {
+			if err := take(t); err != nil {
 				return res, err
 			}
-			res.Deltas++
-		} else {
-			res.Full++
-		}
-		sums[t.Name] = sha256.Sum256(t.Data)
-		if err := got(t); err != nil {
-			return res, err
 		}
 	}
 	res.Version = cr.version
@@ -145,6 +194,13 @@ func Fetch(ctx context.Context, c hubpb.HubClient, req Request, got func(*codec.
 		res.BaseNote = tr[0]
 	}
 	return res, nil
+}
+
+// partial is the running digest of a tensor arriving in chunks.
+type partial struct {
+	name string
+	h    hash.Hash
+	left int64 // bytes still to come
 }
 
 // undoDelta turns t, a delta against req.Base, into the tensor itself.

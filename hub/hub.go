@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"slices"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
 // Defaults of a Hub.
@@ -60,11 +62,30 @@ func (h *Hub) Stats() Stats {
 
 // version is a published model version.
 type version struct {
-	id      uint64
-	tensors []*codec.Tensor // sorted by name
-	byName  map[string]*codec.Tensor
-	digests map[string][32]byte
-	bytes   uint64
+	id       uint64
+	tensors  []*codec.Tensor // sorted by name; Data nil for those read from a file
+	byName   map[string]*codec.Tensor
+	sections map[string]*io.SectionReader // where the file-backed tensors' bytes are
+	digests  map[string][32]byte
+	bytes    uint64
+}
+
+// read returns elements [off, off+count) of t, one of v's tensors: a slice
+// of its data, or read from its file.
+func (v *version) read(t *codec.Tensor, off, count int) ([]byte, error) {
+	esz := t.DType.Size()
+	if t.Data != nil {
+		return t.Data[off*esz : (off+count)*esz], nil
+	}
+	sec, ok := v.sections[t.Name]
+	if !ok {
+		return nil, fmt.Errorf("hub: tensor %q of version %d has no data", t.Name, v.id)
+	}
+	b := codec.AlignedBytes(count * esz)
+	if _, err := sec.ReadAt(b, int64(off*esz)); err != nil {
+		return nil, fmt.Errorf("hub: reading tensor %q of version %d: %w", t.Name, v.id, err)
+	}
+	return b, nil
 }
 
 // Option configures a Hub.
@@ -165,6 +186,42 @@ func (h *Hub) Publish(v uint64, tensors []*codec.Tensor) error {
 		ver.digests[t.Name] = sha256.Sum256(t.Data)
 		ver.bytes += uint64(len(t.Data))
 	}
+	return h.publish(ver)
+}
+
+// PublishSafetensors makes the tensors of the safetensors file s version
+// v without holding them: the Hub keeps their metadata and reads each
+// chunk from s when it encodes it (a chunk encoded once serves every
+// client; the cache bounds what stays in memory). s must stay open while
+// the version is kept. The digests are computed now, reading s once.
+func (h *Hub) PublishSafetensors(v uint64, s *tensorfile.Safetensors) error {
+	if v == 0 {
+		return errors.New("hub: version 0 is reserved (it means the newest)")
+	}
+	ver := &version{id: v, byName: map[string]*codec.Tensor{}, sections: map[string]*io.SectionReader{}, digests: map[string][32]byte{}}
+	buf := make([]byte, 1<<20)
+	for i, ti := range s.Tensors() {
+		sec, err := s.Section(i)
+		if err != nil {
+			return err
+		}
+		d := sha256.New()
+		if _, err := io.CopyBuffer(d, io.NewSectionReader(sec, 0, sec.Size()), buf); err != nil {
+			return fmt.Errorf("hub: PublishSafetensors version %d: tensor %q: %w", v, ti.Name, err)
+		}
+		t := &codec.Tensor{Name: ti.Name, DType: ti.DType, Shape: slices.Clone(ti.Shape), Version: v}
+		ver.tensors = append(ver.tensors, t)
+		ver.byName[t.Name] = t
+		ver.sections[t.Name] = sec
+		ver.digests[t.Name] = [32]byte(d.Sum(nil))
+		ver.bytes += uint64(ti.Size())
+	}
+	return h.publish(ver)
+}
+
+// publish adds ver and drops versions beyond the retention.
+func (h *Hub) publish(ver *version) error {
+	v := ver.id
 	sort.Slice(ver.tensors, func(i, j int) bool { return ver.tensors[i].Name < ver.tensors[j].Name })
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -303,7 +360,7 @@ func FrameBytes(model, base []*codec.Tensor, opts ...Option) (int64, error) {
 	}
 	var n int64
 	for _, it := range h.plan(v.tensors) {
-		f, err := h.frames(2, &it, bv, false)
+		f, err := h.frames(v, &it, bv, false)
 		if err != nil {
 			return 0, err
 		}

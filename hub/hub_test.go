@@ -21,6 +21,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/tensorfile"
 	"github.com/tensorpress/tensorpress/testvectors"
 )
 
@@ -286,7 +287,8 @@ func TestDeltas(t *testing.T) {
 			if b != 0 {
 				bv, _ = h.get(b)
 			}
-			f, _ := h.frames(2, &it, bv, false)
+			cur, _ := h.get(2)
+			f, _ := h.frames(cur, &it, bv, false)
 			n += int64(len(f))
 		}
 		return res, n
@@ -308,7 +310,8 @@ func TestDeltas(t *testing.T) {
 	b1, _ := h2.get(1)
 	var same int64
 	for _, it := range h2.plan(v1) {
-		f, err := h2.frames(2, &it, b1, false)
+		cur2, _ := h2.get(2)
+		f, err := h2.frames(cur2, &it, b1, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,5 +389,53 @@ func TestWireCodec(t *testing.T) {
 	}
 	if err := (wireCodec{}).Unmarshal(out, &back); err != nil || !proto.Equal(small, &back) {
 		t.Fatalf("small chunk: %v", err)
+	}
+}
+
+// TestPublishSafetensorsFetchChunks publishes a model from a safetensors
+// file without holding it, and fetches it chunk by chunk: every chunk in
+// order, the tensors bit for bit, digests checked as they complete.
+func TestPublishSafetensorsFetchChunks(t *testing.T) {
+	m := model(20, 11)
+	var file bytes.Buffer
+	if err := tensorfile.WriteSafetensors(&file, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, err := tensorfile.OpenSafetensors(bytes.NewReader(file.Bytes()), int64(file.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := New(WithChunkSize(16<<10), WithCacheBytes(64<<10))
+	if err := h.PublishSafetensors(5, st); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := serve(t, h)
+	want := map[string][]byte{}
+	for _, x := range m {
+		want[x.Name] = x.Data
+	}
+	got := map[string][]byte{}
+	chunks := 0
+	res, err := FetchChunks(context.Background(), c, Request{Credit: 2}, func(x *codec.Tensor) error {
+		if int64(len(got[x.Name])) != x.Offset*int64(x.DType.Size()) {
+			return fmt.Errorf("%q: chunk at element %d after %d bytes", x.Name, x.Offset, len(got[x.Name]))
+		}
+		got[x.Name] = append(got[x.Name], x.Data...)
+		chunks++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, w := range want {
+		if !bytes.Equal(got[name], w) {
+			t.Fatalf("%q differs", name)
+		}
+	}
+	if res.Version != 5 || res.Full != len(m) || chunks <= len(m) {
+		t.Fatalf("%+v, %d chunks", res, chunks)
+	}
+	if _, err := FetchChunks(context.Background(), c, Request{Base: 1}, func(*codec.Tensor) error { return nil }); err == nil {
+		t.Fatal("FetchChunks took a base")
 	}
 }

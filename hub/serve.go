@@ -70,17 +70,18 @@ func (h *Hub) plan(ts []*codec.Tensor) []item {
 	}
 	maxBatch := codec.DefaultLimits().MaxTensors
 	for _, t := range ts {
-		if len(t.Data) <= smallTensor {
-			if size+len(t.Data) > h.chunk || len(batch) == maxBatch {
+		n := int(t.NumBytes())
+		if n <= smallTensor {
+			if size+n > h.chunk || len(batch) == maxBatch {
 				flush()
 			}
 			batch = append(batch, t)
-			size += len(t.Data)
+			size += n
 			continue
 		}
 		flush()
 		esz := t.DType.Size()
-		nel := len(t.Data) / esz
+		nel := n / esz
 		step := max(1, h.chunk/esz)
 		for off := 0; off < nel; off += step {
 			out = append(out, item{tensors: []*codec.Tensor{t}, offset: off, count: min(step, nel-off)})
@@ -93,7 +94,7 @@ func (h *Hub) plan(ts []*codec.Tensor) []item {
 // encode makes the frames of an item of version v; against base (when
 // not nil) the tensors it holds with the same dtype and shape go as
 // deltas.
-func (h *Hub) encode(v uint64, it *item, base *version, lossless bool) ([]byte, error) {
+func (h *Hub) encode(cur *version, it *item, base *version, lossless bool) ([]byte, error) {
 	h.encodes.Add(1)
 	choose := func(t *codec.Tensor, first bool, changed bool) *codec.Recipe {
 		if t.Base != 0 {
@@ -117,12 +118,18 @@ func (h *Hub) encode(v uint64, it *item, base *version, lossless bool) ([]byte, 
 		rs := make([]*codec.Recipe, len(it.tensors))
 		for i, t := range it.tensors {
 			var changed bool
-			ts[i], changed = deltaOf(t, base, 0, len(t.Data)/t.DType.Size())
+			var err error
+			if ts[i], changed, err = deltaOf(cur, t, base, 0, int(t.NumElements())); err != nil {
+				return nil, err
+			}
 			rs[i] = choose(ts[i], true, changed)
 		}
 		return h.enc.AppendTensors(nil, ts, rs)
 	}
-	ch, changed := deltaOf(it.tensors[0], base, it.offset, it.count)
+	ch, changed, err := deltaOf(cur, it.tensors[0], base, it.offset, it.count)
+	if err != nil {
+		return nil, err
+	}
 	return h.enc.AppendTensor(nil, ch, choose(ch, it.offset == 0, changed))
 }
 
@@ -130,21 +137,28 @@ func (h *Hub) encode(v uint64, it *item, base *version, lossless bool) ([]byte, 
 // base holds a tensor of the same name, dtype and shape, as a lossless
 // delta against it (diff; Base set to the base version), all zeros where
 // nothing changed. changed reports whether any element did.
-func deltaOf(t *codec.Tensor, base *version, off, count int) (*codec.Tensor, bool) {
-	esz := t.DType.Size()
+func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int) (*codec.Tensor, bool, error) {
 	c := *t
-	c.Offset, c.Data = int64(off), t.Data[off*esz:(off+count)*esz]
+	data, err := cur.read(t, off, count)
+	if err != nil {
+		return nil, false, err
+	}
+	c.Offset, c.Data = int64(off), data
 	if base == nil {
-		return &c, true
+		return &c, true, nil
 	}
 	bt, ok := base.byName[t.Name]
 	if !ok || bt.DType != t.DType || !slices.Equal(bt.Shape, t.Shape) {
-		return &c, true
+		return &c, true, nil
+	}
+	bd, err := base.read(bt, off, count)
+	if err != nil {
+		return nil, false, err
 	}
 	d := codec.AlignedBytes(len(c.Data))
-	changed := diff(d, c.Data, bt.Data[off*esz:(off+count)*esz], esz)
+	changed := diff(d, c.Data, bd, t.DType.Size())
 	c.Data, c.Base = d, base.id
-	return &c, changed
+	return &c, changed, nil
 }
 
 // diff sets d to the delta of the elements of esz bytes in cur against
@@ -232,12 +246,12 @@ func deltaRecipe(esz int) *codec.Recipe {
 
 // frames returns the item's encoded frames: from the cache, or encoded
 // once for every request that asks for them meanwhile.
-func (h *Hub) frames(v uint64, it *item, base *version, lossless bool) ([]byte, error) {
+func (h *Hub) frames(cur *version, it *item, base *version, lossless bool) ([]byte, error) {
 	var b uint64
 	if base != nil {
 		b = base.id
 	}
-	return h.cache.get(v, it.key(v, b, lossless), func() ([]byte, error) { return h.encode(v, it, base, lossless) })
+	return h.cache.get(cur.id, it.key(cur.id, b, lossless), func() ([]byte, error) { return h.encode(cur, it, base, lossless) })
 }
 
 // Server serves a Hub over gRPC (hubpb.HubServer).
@@ -339,7 +353,7 @@ func (s *Server) Fetch(st hubpb.Hub_FetchServer) error {
 		}
 		c := &hubpb.FetchChunk{Seq: seq, Version: ver.id, Last: seq == last}
 		if len(plan) > 0 {
-			if c.Frames, err = s.h.frames(ver.id, &plan[seq-1], base, req.RequireLossless); err != nil {
+			if c.Frames, err = s.h.frames(ver, &plan[seq-1], base, req.RequireLossless); err != nil {
 				return status.Errorf(codes.Internal, "hub: encoding chunk %d: %v", seq, err)
 			}
 		}
