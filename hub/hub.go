@@ -71,8 +71,8 @@ type version struct {
 }
 
 // read returns elements [off, off+count) of t, one of v's tensors: a slice
-// of its data, or read from its file.
-func (v *version) read(t *codec.Tensor, off, count int) ([]byte, error) {
+// of its data, or read from its file into a buffer from s.
+func (v *version) read(t *codec.Tensor, off, count int, s *scratch) ([]byte, error) {
 	esz := t.DType.Size()
 	if t.Data != nil {
 		return t.Data[off*esz : (off+count)*esz], nil
@@ -81,11 +81,36 @@ func (v *version) read(t *codec.Tensor, off, count int) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("hub: tensor %q of version %d has no data", t.Name, v.id)
 	}
-	b := codec.AlignedBytes(count * esz)
+	b := s.get(count * esz)
 	if _, err := sec.ReadAt(b, int64(off*esz)); err != nil {
 		return nil, fmt.Errorf("hub: reading tensor %q of version %d: %w", t.Name, v.id, err)
 	}
 	return b, nil
+}
+
+// scratch hands out buffers for one encoding and takes them all back
+// after it: chunks read from files and deltas, which the encoded frames
+// no longer need.
+type scratch struct{ held []*[]byte }
+
+var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// get returns an 8-byte aligned buffer of n bytes.
+func (s *scratch) get(n int) []byte {
+	p := scratchPool.Get().(*[]byte)
+	if cap(*p) < n {
+		*p = codec.AlignedBytes(n)
+	}
+	s.held = append(s.held, p)
+	return (*p)[:n]
+}
+
+// release returns the buffers.
+func (s *scratch) release() {
+	for _, p := range s.held {
+		scratchPool.Put(p)
+	}
+	s.held = s.held[:0]
 }
 
 // Option configures a Hub.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +29,9 @@ import (
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(fanoutEnv); mode != "" {
 		runFanoutServer(mode) // a server process of BenchmarkFanOut
+	}
+	if args := os.Getenv(memoryEnv); args != "" {
+		runMemoryProcess(strings.Split(args, "\x1f")) // a process of BenchmarkMemory2GiB
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -96,6 +96,8 @@ func (h *Hub) plan(ts []*codec.Tensor) []item {
 // deltas.
 func (h *Hub) encode(cur *version, it *item, base *version, lossless bool) ([]byte, error) {
 	h.encodes.Add(1)
+	var s scratch
+	defer s.release()
 	choose := func(t *codec.Tensor, first bool, changed bool) *codec.Recipe {
 		if t.Base != 0 {
 			if !changed {
@@ -119,14 +121,14 @@ func (h *Hub) encode(cur *version, it *item, base *version, lossless bool) ([]by
 		for i, t := range it.tensors {
 			var changed bool
 			var err error
-			if ts[i], changed, err = deltaOf(cur, t, base, 0, int(t.NumElements())); err != nil {
+			if ts[i], changed, err = deltaOf(cur, t, base, 0, int(t.NumElements()), &s); err != nil {
 				return nil, err
 			}
 			rs[i] = choose(ts[i], true, changed)
 		}
 		return h.enc.AppendTensors(nil, ts, rs)
 	}
-	ch, changed, err := deltaOf(cur, it.tensors[0], base, it.offset, it.count)
+	ch, changed, err := deltaOf(cur, it.tensors[0], base, it.offset, it.count, &s)
 	if err != nil {
 		return nil, err
 	}
@@ -137,9 +139,9 @@ func (h *Hub) encode(cur *version, it *item, base *version, lossless bool) ([]by
 // base holds a tensor of the same name, dtype and shape, as a lossless
 // delta against it (diff; Base set to the base version), all zeros where
 // nothing changed. changed reports whether any element did.
-func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int) (*codec.Tensor, bool, error) {
+func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int, s *scratch) (*codec.Tensor, bool, error) {
 	c := *t
-	data, err := cur.read(t, off, count)
+	data, err := cur.read(t, off, count, s)
 	if err != nil {
 		return nil, false, err
 	}
@@ -151,11 +153,11 @@ func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int) (*cod
 	if !ok || bt.DType != t.DType || !slices.Equal(bt.Shape, t.Shape) {
 		return &c, true, nil
 	}
-	bd, err := base.read(bt, off, count)
+	bd, err := base.read(bt, off, count, s)
 	if err != nil {
 		return nil, false, err
 	}
-	d := codec.AlignedBytes(len(c.Data))
+	d := s.get(len(c.Data))
 	changed := diff(d, c.Data, bd, t.DType.Size())
 	c.Data, c.Base = d, base.id
 	return &c, changed, nil

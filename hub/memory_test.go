@@ -1,0 +1,203 @@
+package hub
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/tensorfile"
+)
+
+// Memory: a 2 GiB model (a safetensors file of N(0, 0.02) float32 weights,
+// 64 tensors of 32 MiB, written here) published from disk by a hub in a
+// process of its own, fetched by a client process that writes it to disk;
+// the peak RSS of each (the kernel's maxrss). Then 8 clients at once.
+//
+//	go test -run '^$' -bench Memory2GiB -benchtime 1x -timeout 30m ./hub
+//
+// The hub runs with an 8 MiB chunk cache; clients with a credit of 4.
+
+const memoryEnv = "TENSORPRESS_HUB_MEMORY"
+
+// writeModelFile writes the model file, tensor by tensor, in 1 MiB pieces.
+func writeModelFile(path string, tensors, elems int) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	infos := make([]tensorfile.TensorInfo, tensors)
+	for i := range infos {
+		infos[i] = tensorfile.TensorInfo{Name: fmt.Sprintf("layers.%02d.weight", i), DType: codec.F32, Shape: []int64{int64(elems)}}
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	w, err := tensorfile.NewSafetensorsWriter(bw, infos, nil)
+	if err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 1<<20)
+	for range tensors {
+		for left := elems * 4; left > 0; left -= len(buf) {
+			b := buf[:min(len(buf), left)]
+			for j := 0; j+4 <= len(b); j += 4 {
+				v := math.Float32bits(float32(rng.NormFloat64() * 0.02))
+				b[j], b[j+1], b[j+2], b[j+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+			}
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// runMemoryProcess is a server ("serve FILE") or a client ("fetch ADDR
+// OUT") process of BenchmarkMemory2GiB.
+func runMemoryProcess(args []string) {
+	err := func() error {
+		switch args[0] {
+		case "serve":
+			st, err := tensorfile.OpenSafetensorsFile(args[1])
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			h, err := New(WithCacheBytes(8 << 20))
+			if err != nil {
+				return err
+			}
+			if err := h.PublishSafetensors(1, st.Safetensors); err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			s := grpc.NewServer()
+			hubpb.RegisterHubServer(s, NewServer(h))
+			go s.Serve(ln)
+			fmt.Printf("ADDR %s\n", ln.Addr())
+			io.Copy(io.Discard, os.Stdin)
+			s.Stop()
+			return nil
+		case "fetch":
+			conn, err := grpc.NewClient(args[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			out, err := os.Create(args[2])
+			if err != nil {
+				return err
+			}
+			defer out.Close()
+			bw := bufio.NewWriterSize(out, 1<<20)
+			_, err = FetchChunks(context.Background(), hubpb.NewHubClient(conn), Request{Credit: 4}, func(t *codec.Tensor) error {
+				_, err := bw.Write(t.Data)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return bw.Flush()
+		}
+		return fmt.Errorf("unknown mode %q", args[0])
+	}()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "memory process:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func memoryProcess(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), memoryEnv+"="+strings.Join(args, "\x1f"))
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+func maxRSS(cmd *exec.Cmd) int64 {
+	return cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10 // KiB on Linux
+}
+
+func BenchmarkMemory2GiB(b *testing.B) {
+	dir := b.TempDir()
+	model := filepath.Join(dir, "model.safetensors")
+	t0 := time.Now()
+	if err := writeModelFile(model, 64, 8<<20); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("model written in %v", time.Since(t0))
+	for b.Loop() {
+		for _, clients := range []int{1, 8} {
+			srv := memoryProcess("serve", model)
+			stdin, _ := srv.StdinPipe()
+			stdout, _ := srv.StdoutPipe()
+			if err := srv.Start(); err != nil {
+				b.Fatal(err)
+			}
+			line, err := bufio.NewReader(stdout).ReadString('\n')
+			addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
+			if err != nil || !ok {
+				b.Fatalf("server: %q, %v", line, err)
+			}
+			t1 := time.Now()
+			var wg sync.WaitGroup
+			rss := make([]int64, clients)
+			errs := make([]error, clients)
+			for i := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cl := memoryProcess("fetch", addr, filepath.Join(dir, fmt.Sprintf("out%d", i)))
+					errs[i] = cl.Run()
+					if errs[i] == nil {
+						rss[i] = maxRSS(cl)
+					}
+				}()
+			}
+			wg.Wait()
+			wall := time.Since(t1)
+			stdin.Close()
+			if err := srv.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			for _, err := range errs {
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			var worst int64
+			for _, r := range rss {
+				worst = max(worst, r)
+			}
+			b.Logf("%d client(s): %v; peak RSS: hub %.1f MiB, client (largest) %.1f MiB",
+				clients, wall, float64(maxRSS(srv))/(1<<20), float64(worst)/(1<<20))
+			for i := range clients {
+				os.Remove(filepath.Join(dir, fmt.Sprintf("out%d", i)))
+			}
+		}
+	}
+}
