@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"runtime"
+	"runtime/metrics"
 	"sync"
 	"testing"
 	"time"
@@ -133,5 +135,62 @@ func TestFetchSurvivesHubRestart(t *testing.T) {
 	defer r.stop()
 	if res.Resumed < 1 || h2.Stats().Fetches < 1 {
 		t.Fatalf("%+v; the second hub served %d fetches", res, h2.Stats().Fetches)
+	}
+}
+
+// TestStalledClientHoldsMemoryFlat: a client that stops reading for 10 s
+// after its first chunks holds the hub at its credit; the hub's heap
+// stays flat meanwhile (measured with runtime/metrics), and the fetch
+// then completes.
+func TestStalledClientHoldsMemoryFlat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 10 s")
+	}
+	h, _ := New(WithChunkSize(64<<10), WithCacheBytes(1<<20))
+	m := model(120, 12) // about 3.5 MiB
+	h.Publish(1, m)
+	c, _ := serve(t, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := c.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Request{Request: &hubpb.FetchRequest{Credit: 2}}})
+	heap := func() uint64 {
+		runtime.GC()
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	time.Sleep(200 * time.Millisecond)
+	h0, sent0 := heap(), h.Stats().ChunksSent
+	peak := h0
+	for range 10 {
+		time.Sleep(time.Second)
+		peak = max(peak, heap())
+	}
+	if sent := h.Stats().ChunksSent; sent != sent0 || sent > 2 {
+		t.Fatalf("%d chunks sent while the client read nothing (credit 2)", sent)
+	}
+	t.Logf("heap %d KiB after the first chunks, at most %d KiB over 10 s", h0>>10, peak>>10)
+	if peak > h0+(1<<20) {
+		t.Errorf("the heap grew from %d to %d bytes while the client stalled", h0, peak)
+	}
+	// The client reads again: the rest comes.
+	n := 0
+	for {
+		ch, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if ch.Last {
+			break
+		}
+		st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Credit{Credit: 1}})
+	}
+	if plan := len(h.plan(m)); n != plan {
+		t.Fatalf("%d chunks, want %d", n, plan)
 	}
 }
