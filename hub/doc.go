@@ -16,11 +16,17 @@
 // version (Request.Retries): chunks are whole frames and the plan is the
 // same for the same request, so the tensors assemble across streams.
 //
-// Status (the work spans several changes): publishing from memory,
-// retention, batched and pull-based fetch with compress-once chunks,
-// digests, lossless deltas and resuming are here; publishing from files
-// without holding the model, lossy deltas and uploads of updates are to
-// come.
+// Clients upload updates for a round (Upload): each tensor's update goes
+// through the client's gradient.Outbox (error feedback per peer), is added
+// by the hub into the round's sum as it is decoded (a sparse or quantized
+// frame is not densified), and is committed on the client only when the
+// hub acknowledges it; an upload that breaks leaves every update either
+// counted or in the client's residual.
+//
+// Status (the work spans several changes): publishing from memory and
+// from safetensors files, retention, batched and pull-based fetch with
+// compress-once chunks, digests, lossless deltas, resuming and uploads are
+// here; lossy deltas, publishing from .npy and a CLI view are to come.
 //
 // Guarantees:
 //   - A client's memory is bounded by its credit (chunks in flight) and

@@ -35,7 +35,8 @@ var ErrNotFound = errors.New("hub: not found")
 type Hub struct {
 	mu       sync.RWMutex
 	versions map[uint64]*version
-	order    []uint64 // published versions, oldest first
+	order    []uint64          // published versions, oldest first
+	rounds   map[uint64]*round // upload accumulators
 
 	retention int
 	chunk     int

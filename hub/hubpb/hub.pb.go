@@ -522,6 +522,118 @@ func (x *TensorDigest) GetSha256() []byte {
 	return nil
 }
 
+type UploadMessage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint64                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`    // the accumulator the update goes into
+	Weight        float32                `protobuf:"fixed32,2,opt,name=weight,proto3" json:"weight,omitempty"` // the update's weight in the sum (0: 1)
+	Peer          string                 `protobuf:"bytes,3,opt,name=peer,proto3" json:"peer,omitempty"`       // who sends it (for the hub's bookkeeping)
+	Frame         []byte                 `protobuf:"bytes,4,opt,name=frame,proto3" json:"frame,omitempty"`     // one format-v1 frame of one whole tensor's update
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadMessage) Reset() {
+	*x = UploadMessage{}
+	mi := &file_hub_hubpb_hub_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadMessage) ProtoMessage() {}
+
+func (x *UploadMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_hub_hubpb_hub_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadMessage.ProtoReflect.Descriptor instead.
+func (*UploadMessage) Descriptor() ([]byte, []int) {
+	return file_hub_hubpb_hub_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *UploadMessage) GetRound() uint64 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *UploadMessage) GetWeight() float32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *UploadMessage) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *UploadMessage) GetFrame() []byte {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+type UploadAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"` // updates of this stream counted so far, in order
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadAck) Reset() {
+	*x = UploadAck{}
+	mi := &file_hub_hubpb_hub_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadAck) ProtoMessage() {}
+
+func (x *UploadAck) ProtoReflect() protoreflect.Message {
+	mi := &file_hub_hubpb_hub_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadAck.ProtoReflect.Descriptor instead.
+func (*UploadAck) Descriptor() ([]byte, []int) {
+	return file_hub_hubpb_hub_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *UploadAck) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 var File_hub_hubpb_hub_proto protoreflect.FileDescriptor
 
 const file_hub_hubpb_hub_proto_rawDesc = "" +
@@ -561,10 +673,18 @@ const file_hub_hubpb_hub_proto_rawDesc = "" +
 	"\adigests\x18\x05 \x03(\v2 .tensorpress.hub.v1.TensorDigestR\adigests\":\n" +
 	"\fTensorDigest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06sha256\x18\x02 \x01(\fR\x06sha2562\xa8\x01\n" +
+	"\x06sha256\x18\x02 \x01(\fR\x06sha256\"g\n" +
+	"\rUploadMessage\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\x04R\x05round\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x02R\x06weight\x12\x12\n" +
+	"\x04peer\x18\x03 \x01(\tR\x04peer\x12\x14\n" +
+	"\x05frame\x18\x04 \x01(\fR\x05frame\"\x1d\n" +
+	"\tUploadAck\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq2\xf8\x01\n" +
 	"\x03Hub\x12R\n" +
 	"\bVersions\x12#.tensorpress.hub.v1.VersionsRequest\x1a!.tensorpress.hub.v1.VersionsReply\x12M\n" +
-	"\x05Fetch\x12 .tensorpress.hub.v1.FetchMessage\x1a\x1e.tensorpress.hub.v1.FetchChunk(\x010\x01B.Z,github.com/tensorpress/tensorpress/hub/hubpbb\x06proto3"
+	"\x05Fetch\x12 .tensorpress.hub.v1.FetchMessage\x1a\x1e.tensorpress.hub.v1.FetchChunk(\x010\x01\x12N\n" +
+	"\x06Upload\x12!.tensorpress.hub.v1.UploadMessage\x1a\x1d.tensorpress.hub.v1.UploadAck(\x010\x01B.Z,github.com/tensorpress/tensorpress/hub/hubpbb\x06proto3"
 
 var (
 	file_hub_hubpb_hub_proto_rawDescOnce sync.Once
@@ -578,7 +698,7 @@ func file_hub_hubpb_hub_proto_rawDescGZIP() []byte {
 	return file_hub_hubpb_hub_proto_rawDescData
 }
 
-var file_hub_hubpb_hub_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_hub_hubpb_hub_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_hub_hubpb_hub_proto_goTypes = []any{
 	(*VersionsRequest)(nil), // 0: tensorpress.hub.v1.VersionsRequest
 	(*VersionsReply)(nil),   // 1: tensorpress.hub.v1.VersionsReply
@@ -588,23 +708,27 @@ var file_hub_hubpb_hub_proto_goTypes = []any{
 	(*FetchMessage)(nil),    // 5: tensorpress.hub.v1.FetchMessage
 	(*FetchChunk)(nil),      // 6: tensorpress.hub.v1.FetchChunk
 	(*TensorDigest)(nil),    // 7: tensorpress.hub.v1.TensorDigest
-	nil,                     // 8: tensorpress.hub.v1.TensorSpec.TagsEntry
+	(*UploadMessage)(nil),   // 8: tensorpress.hub.v1.UploadMessage
+	(*UploadAck)(nil),       // 9: tensorpress.hub.v1.UploadAck
+	nil,                     // 10: tensorpress.hub.v1.TensorSpec.TagsEntry
 }
 var file_hub_hubpb_hub_proto_depIdxs = []int32{
-	2, // 0: tensorpress.hub.v1.VersionsReply.versions:type_name -> tensorpress.hub.v1.VersionInfo
-	8, // 1: tensorpress.hub.v1.TensorSpec.tags:type_name -> tensorpress.hub.v1.TensorSpec.TagsEntry
-	3, // 2: tensorpress.hub.v1.FetchRequest.specs:type_name -> tensorpress.hub.v1.TensorSpec
-	4, // 3: tensorpress.hub.v1.FetchMessage.request:type_name -> tensorpress.hub.v1.FetchRequest
-	7, // 4: tensorpress.hub.v1.FetchChunk.digests:type_name -> tensorpress.hub.v1.TensorDigest
-	0, // 5: tensorpress.hub.v1.Hub.Versions:input_type -> tensorpress.hub.v1.VersionsRequest
-	5, // 6: tensorpress.hub.v1.Hub.Fetch:input_type -> tensorpress.hub.v1.FetchMessage
-	1, // 7: tensorpress.hub.v1.Hub.Versions:output_type -> tensorpress.hub.v1.VersionsReply
-	6, // 8: tensorpress.hub.v1.Hub.Fetch:output_type -> tensorpress.hub.v1.FetchChunk
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	2,  // 0: tensorpress.hub.v1.VersionsReply.versions:type_name -> tensorpress.hub.v1.VersionInfo
+	10, // 1: tensorpress.hub.v1.TensorSpec.tags:type_name -> tensorpress.hub.v1.TensorSpec.TagsEntry
+	3,  // 2: tensorpress.hub.v1.FetchRequest.specs:type_name -> tensorpress.hub.v1.TensorSpec
+	4,  // 3: tensorpress.hub.v1.FetchMessage.request:type_name -> tensorpress.hub.v1.FetchRequest
+	7,  // 4: tensorpress.hub.v1.FetchChunk.digests:type_name -> tensorpress.hub.v1.TensorDigest
+	0,  // 5: tensorpress.hub.v1.Hub.Versions:input_type -> tensorpress.hub.v1.VersionsRequest
+	5,  // 6: tensorpress.hub.v1.Hub.Fetch:input_type -> tensorpress.hub.v1.FetchMessage
+	8,  // 7: tensorpress.hub.v1.Hub.Upload:input_type -> tensorpress.hub.v1.UploadMessage
+	1,  // 8: tensorpress.hub.v1.Hub.Versions:output_type -> tensorpress.hub.v1.VersionsReply
+	6,  // 9: tensorpress.hub.v1.Hub.Fetch:output_type -> tensorpress.hub.v1.FetchChunk
+	9,  // 10: tensorpress.hub.v1.Hub.Upload:output_type -> tensorpress.hub.v1.UploadAck
+	8,  // [8:11] is the sub-list for method output_type
+	5,  // [5:8] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_hub_hubpb_hub_proto_init() }
@@ -622,7 +746,7 @@ func file_hub_hubpb_hub_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hub_hubpb_hub_proto_rawDesc), len(file_hub_hubpb_hub_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

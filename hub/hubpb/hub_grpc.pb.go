@@ -29,6 +29,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Hub_Versions_FullMethodName = "/tensorpress.hub.v1.Hub/Versions"
 	Hub_Fetch_FullMethodName    = "/tensorpress.hub.v1.Hub/Fetch"
+	Hub_Upload_FullMethodName   = "/tensorpress.hub.v1.Hub/Upload"
 )
 
 // HubClient is the client API for Hub service.
@@ -42,6 +43,11 @@ type HubClient interface {
 	// chunks (the hub sends no chunk it has no credit for, so the client's
 	// reading sets the pace and neither side buffers the model).
 	Fetch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[FetchMessage, FetchChunk], error)
+	// Upload streams a client's updates (gradients or weight deltas) for a
+	// round, one tensor's frame a message; the hub adds each into the
+	// round's accumulator (sparse and quantized frames without densifying
+	// them) and acknowledges it. An update not acknowledged was not counted.
+	Upload(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UploadMessage, UploadAck], error)
 }
 
 type hubClient struct {
@@ -75,6 +81,19 @@ func (c *hubClient) Fetch(ctx context.Context, opts ...grpc.CallOption) (grpc.Bi
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Hub_FetchClient = grpc.BidiStreamingClient[FetchMessage, FetchChunk]
 
+func (c *hubClient) Upload(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UploadMessage, UploadAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Hub_ServiceDesc.Streams[1], Hub_Upload_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UploadMessage, UploadAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Hub_UploadClient = grpc.BidiStreamingClient[UploadMessage, UploadAck]
+
 // HubServer is the server API for Hub service.
 // All implementations must embed UnimplementedHubServer
 // for forward compatibility.
@@ -86,6 +105,11 @@ type HubServer interface {
 	// chunks (the hub sends no chunk it has no credit for, so the client's
 	// reading sets the pace and neither side buffers the model).
 	Fetch(grpc.BidiStreamingServer[FetchMessage, FetchChunk]) error
+	// Upload streams a client's updates (gradients or weight deltas) for a
+	// round, one tensor's frame a message; the hub adds each into the
+	// round's accumulator (sparse and quantized frames without densifying
+	// them) and acknowledges it. An update not acknowledged was not counted.
+	Upload(grpc.BidiStreamingServer[UploadMessage, UploadAck]) error
 	mustEmbedUnimplementedHubServer()
 }
 
@@ -101,6 +125,9 @@ func (UnimplementedHubServer) Versions(context.Context, *VersionsRequest) (*Vers
 }
 func (UnimplementedHubServer) Fetch(grpc.BidiStreamingServer[FetchMessage, FetchChunk]) error {
 	return status.Error(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedHubServer) Upload(grpc.BidiStreamingServer[UploadMessage, UploadAck]) error {
+	return status.Error(codes.Unimplemented, "method Upload not implemented")
 }
 func (UnimplementedHubServer) mustEmbedUnimplementedHubServer() {}
 func (UnimplementedHubServer) testEmbeddedByValue()             {}
@@ -148,6 +175,13 @@ func _Hub_Fetch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Hub_FetchServer = grpc.BidiStreamingServer[FetchMessage, FetchChunk]
 
+func _Hub_Upload_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(HubServer).Upload(&grpc.GenericServerStream[UploadMessage, UploadAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Hub_UploadServer = grpc.BidiStreamingServer[UploadMessage, UploadAck]
+
 // Hub_ServiceDesc is the grpc.ServiceDesc for Hub service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -164,6 +198,12 @@ var Hub_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Fetch",
 			Handler:       _Hub_Fetch_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Upload",
+			Handler:       _Hub_Upload_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

@@ -1,0 +1,238 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gradient"
+	"github.com/tensorpress/tensorpress/hub/hubpb"
+)
+
+// round is the accumulator of one round's uploads: per tensor name, the
+// weighted sum of the updates counted so far.
+type round struct {
+	mu     sync.Mutex
+	sums   map[string]*codec.Tensor // float32 sums
+	counts map[string]int
+	weight map[string]float64
+}
+
+func (h *Hub) round(id uint64) *round {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rounds == nil {
+		h.rounds = map[uint64]*round{}
+	}
+	r := h.rounds[id]
+	if r == nil {
+		r = &round{sums: map[string]*codec.Tensor{}, counts: map[string]int{}, weight: map[string]float64{}}
+		h.rounds[id] = r
+	}
+	return r
+}
+
+// add decodes frame, one tensor's update, and adds weight times it into
+// the round's sum of that tensor: a sparse or quantized frame is added as
+// it is decoded, without a dense copy. It returns the tensor's name.
+func (r *round) add(recv *gradient.Receiver, frame []byte, weight float32) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var name string
+	n, err := recv.Add(frame, weight, func(nm string, shape []int64) ([]float32, error) {
+		name = nm
+		s := r.sums[nm]
+		if s == nil {
+			var elems int64 = 1
+			for _, d := range shape {
+				elems *= d
+			}
+			if elems <= 0 || elems > codec.DefaultLimits().MaxTensorSize/4 {
+				return nil, fmt.Errorf("%w: hub: tensor %q of shape %v", codec.ErrLimit, nm, shape)
+			}
+			s = codec.FromFloat32(nm, make([]float32, elems), shape...)
+			r.sums[nm] = s
+		} else if !slices.Equal(s.Shape, shape) {
+			return nil, fmt.Errorf("%w: hub: tensor %q: update of shape %v for a sum of shape %v", codec.ErrCorrupt, nm, shape, s.Shape)
+		}
+		v, _ := codec.View[float32](s)
+		return v, nil
+	})
+	if err != nil {
+		return name, err
+	}
+	if n != len(frame) {
+		return name, fmt.Errorf("%w: hub: an upload message holds %d bytes after its frame", codec.ErrCorrupt, len(frame)-n)
+	}
+	r.counts[name]++
+	r.weight[name] += float64(weight)
+	return name, nil
+}
+
+// RoundSum is what a round's uploads add up to.
+type RoundSum struct {
+	Tensors []*codec.Tensor    // the weighted sums, float32, by name
+	Counts  map[string]int     // updates counted per tensor
+	Weights map[string]float64 // their total weight per tensor
+}
+
+// Sum returns a copy of round id's sums so far (ok false when nothing was
+// uploaded for it).
+func (h *Hub) Sum(id uint64) (RoundSum, bool) {
+	h.mu.Lock()
+	r := h.rounds[id]
+	h.mu.Unlock()
+	if r == nil {
+		return RoundSum{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := RoundSum{Counts: map[string]int{}, Weights: map[string]float64{}}
+	for name, s := range r.sums {
+		c := *s
+		c.Data = slices.Clone(s.Data)
+		out.Tensors = append(out.Tensors, &c)
+		out.Counts[name] = r.counts[name]
+		out.Weights[name] = r.weight[name]
+	}
+	slices.SortFunc(out.Tensors, func(a, b *codec.Tensor) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out, true
+}
+
+// DropRound forgets round id's sums.
+func (h *Hub) DropRound(id uint64) {
+	h.mu.Lock()
+	delete(h.rounds, id)
+	h.mu.Unlock()
+}
+
+// Upload implements hubpb.HubServer: each message's frame is added into
+// its round's sum and acknowledged, in order.
+func (s *Server) Upload(st hubpb.Hub_UploadServer) error {
+	recv, err := gradient.NewReceiver()
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	for seq := uint64(1); ; seq++ {
+		m, err := st.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if len(m.Frame) == 0 {
+			return status.Errorf(codes.InvalidArgument, "hub: upload message %d holds no frame", seq)
+		}
+		w := m.Weight
+		if w == 0 {
+			w = 1
+		}
+		if _, err := s.h.round(m.Round).add(recv, m.Frame, w); err != nil {
+			if errors.Is(err, codec.ErrLimit) {
+				return status.Errorf(codes.ResourceExhausted, "hub: upload message %d: %v", seq, err)
+			}
+			return status.Errorf(codes.InvalidArgument, "hub: upload message %d: %v", seq, err)
+		}
+		if err := st.Send(&hubpb.UploadAck{Seq: seq}); err != nil {
+			return err
+		}
+	}
+}
+
+// uploadWindow bounds the updates in flight, unacknowledged.
+const uploadWindow = 8
+
+// Upload sends updates (whole float32 tensors: gradients or weight
+// deltas) for round to the hub behind c, each through ob, the error
+// feedback of this client toward the hub (gradient.Peers keeps it across
+// connections), compressed per spec at its own density, weighted by
+// weight. All updates are compressed (staged in ob) before the first is
+// sent; each is committed in ob when the hub acknowledges it, and when the
+// stream breaks the others are aborted: their residual keeps them whole,
+// and the next upload of those tensors carries them.
+func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, spec *gradient.Spec, round uint64, weight float32, peer string, updates []*codec.Tensor) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := c.Upload(ctx)
+	if err != nil {
+		return err
+	}
+	defer ob.Abort() // whatever was not acknowledged
+	acked, sent := 0, 0
+	recvAck := func() error {
+		a, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		if a.Seq != uint64(acked+1) {
+			return fmt.Errorf("%w: hub: acknowledgement %d after %d", codec.ErrCorrupt, a.Seq, acked)
+		}
+		ob.Accept(1)
+		acked++
+		return nil
+	}
+	// Every update is compressed (and staged in ob) before the first is
+	// sent, so that when the stream breaks each one is either counted or
+	// back in the residual, whatever the point of the break.
+	frames := make([][]byte, len(updates))
+	for i, u := range updates {
+		if frames[i], err = ob.Append(nil, u, spec, 0); err != nil {
+			return err
+		}
+	}
+	for _, frame := range frames {
+		for sent-acked >= uploadWindow {
+			if err := recvAck(); err != nil {
+				return err
+			}
+		}
+		msg := &hubpb.UploadMessage{Round: round, Weight: weight, Peer: peer, Frame: frame}
+		if err := st.Send(msg); err != nil {
+			if err == io.EOF {
+				// The hub ended the stream: take the acknowledgements it
+				// sent, then its status.
+				for err = recvAck(); err == nil; err = recvAck() {
+				}
+				if err == io.EOF {
+					err = fmt.Errorf("hub: upload: the hub ended the stream after %d of %d updates", acked, len(updates))
+				}
+			}
+			return err
+		}
+		sent++
+	}
+	if err := st.CloseSend(); err != nil {
+		return err
+	}
+	for acked < sent {
+		if err := recvAck(); err != nil {
+			if err == io.EOF {
+				err = fmt.Errorf("hub: upload: %d of %d updates acknowledged", acked, sent)
+			}
+			return err
+		}
+	}
+	if _, err := st.Recv(); err != io.EOF {
+		if err == nil {
+			err = fmt.Errorf("%w: hub: an acknowledgement beyond the updates", codec.ErrCorrupt)
+		}
+		return err
+	}
+	return nil
+}
