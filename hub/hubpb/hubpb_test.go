@@ -19,7 +19,7 @@ func TestMessages(t *testing.T) {
 	if err := proto.Unmarshal(b, &out); err != nil || !proto.Equal(in, &out) {
 		t.Fatalf("round trip: %v", err)
 	}
-	if Hub_ServiceDesc.ServiceName != "tensorpress.hub.v1.Hub" || len(Hub_ServiceDesc.Streams) != 1 || len(Hub_ServiceDesc.Methods) != 1 {
+	if Hub_ServiceDesc.ServiceName != "tensorpress.hub.v1.Hub" || len(Hub_ServiceDesc.Streams) != 2 || len(Hub_ServiceDesc.Methods) != 1 {
 		t.Fatalf("service %+v", Hub_ServiceDesc)
 	}
 }
