@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -15,13 +14,12 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/internal/grpctest"
 	"github.com/tensorpress/tensorpress/tensorfile"
 	"github.com/tensorpress/tensorpress/testvectors"
 )
@@ -54,7 +52,6 @@ func model(n int, seed uint64) []*codec.Tensor {
 // serve runs h on a bufconn and returns a client and the RPC count.
 func serve(t *testing.T, h *Hub) (hubpb.HubClient, *atomic.Int64) {
 	t.Helper()
-	ln := bufconn.Listen(1 << 20)
 	var rpcs atomic.Int64
 	s := grpc.NewServer(
 		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -66,18 +63,7 @@ func serve(t *testing.T, h *Hub) (hubpb.HubClient, *atomic.Int64) {
 			return handler(ctx, req)
 		}))
 	hubpb.RegisterHubServer(s, NewServer(h))
-	go s.Serve(ln)
-	conn, err := grpc.NewClient("passthrough:///hub",
-		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return ln.Dial() }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		s.Stop()
-	})
-	return hubpb.NewHubClient(conn), &rpcs
+	return hubpb.NewHubClient(grpctest.Serve(t, s)), &rpcs
 }
 
 func TestPublishAndVersions(t *testing.T) {

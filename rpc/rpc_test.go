@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/grpctest"
@@ -34,20 +33,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // client connection to it.
 func echoServer(t *testing.T) *grpc.ClientConn {
 	t.Helper()
-	ln := bufconn.Listen(1 << 20)
-	s := grpc.NewServer(grpctest.ServerOptions()...)
-	go s.Serve(ln)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return ln.Dial() }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		s.Stop()
-	})
-	return conn
+	return grpctest.Serve(t, grpc.NewServer(grpctest.ServerOptions()...))
 }
 
 func echo(conn *grpc.ClientConn, compressor string, msg []byte) ([]byte, error) {

@@ -3,15 +3,12 @@ package rpc
 import (
 	"bytes"
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/grpctest"
@@ -20,28 +17,15 @@ import (
 // tensorEcho serves an echo of tensor batches with the TensorCodec.
 func tensorEcho(t *testing.T) *grpc.ClientConn {
 	t.Helper()
-	ln := bufconn.Listen(1 << 20)
 	tc := encoding.GetCodecV2(TensorCodecName)
-	s := grpc.NewServer(grpc.ForceServerCodecV2(tc), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
+	return grpctest.Serve(t, grpc.NewServer(grpc.ForceServerCodecV2(tc), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
 		grpc.UnknownServiceHandler(func(_ any, st grpc.ServerStream) error {
 			var ts []*codec.Tensor
 			if err := st.RecvMsg(&ts); err != nil {
 				return err
 			}
 			return st.SendMsg(&ts)
-		}))
-	go s.Serve(ln)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return ln.Dial() }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		s.Stop()
-	})
-	return conn
+		})))
 }
 
 func tensorBatch() []*codec.Tensor {

@@ -5,9 +5,14 @@
 package grpctest
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
 )
 
 // EchoMethod is the full method name the echo handler serves.
@@ -77,4 +82,25 @@ func Message(n int) []byte {
 		b[i] = byte(i)
 	}
 	return b
+}
+
+// Serve serves s on an in-memory listener (bufconn) and returns a client
+// connection to it; both are closed, and s stopped, when the test ends.
+func Serve(t testing.TB, s *grpc.Server, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	ln := bufconn.Listen(1 << 20)
+	go s.Serve(ln)
+	opts = append([]grpc.DialOption{
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return ln.Dial() }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	}, opts...)
+	conn, err := grpc.NewClient("passthrough:///bufconn", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		s.Stop()
+	})
+	return conn
 }
