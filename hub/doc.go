@@ -28,6 +28,18 @@
 // compress-once chunks, digests, lossless deltas, resuming and uploads are
 // here; lossy deltas, publishing from .npy and a CLI view are to come.
 //
+// Serving: the hub is an ordinary gRPC service (hubpb.RegisterHubServer on
+// the caller's grpc.Server), so TLS (grpc.Creds on the server, transport
+// credentials on the client), authentication interceptors and keepalive
+// settings are the caller's and pass through untouched. Fetches are long
+// streams: give clients a deadline per request (the context), and give the
+// server keepalive.EnforcementPolicy and keepalive.ServerParameters
+// (MaxConnectionIdle, Time, Timeout) so that a peer that vanished without
+// closing is found and its stream ended; a client that stops reading costs
+// the hub only its credit's worth of chunks meanwhile. A fetch's messages
+// stay within gRPC's default 4 MiB receive limit at the default chunk
+// size; uploads of large tensors need grpc.MaxRecvMsgSize on the server.
+//
 // Guarantees:
 //   - A client's memory is bounded by its credit (chunks in flight) and
 //     the tensors it keeps; the hub's by the cache bound plus, per fetch,
