@@ -29,7 +29,17 @@ import (
 	_ "github.com/tensorpress/tensorpress/lossy"    // registers the lossy stages
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	if spec := os.Getenv(hubServeEnv); spec != "" {
+		// A server process of 'codec-bench hub'.
+		if err := hubServe(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "codec-bench hub server:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 // command is one subcommand. do receives the arguments after its name.
 type command struct {
@@ -46,6 +56,7 @@ var commands = []command{
 	{"stages", "list the registered stages", cmdStages},
 	{"profile", "validate, show and list profiles (YAML)", cmdProfile},
 	{"link", "send a workload through simulated and tc-shaped links: plain TCP, static recipes, autotune, zstd", cmdLink},
+	{"hub", "N clients fetch a model from the hub against one RPC per tensor: time, bytes, RPCs, server CPU and memory", cmdHub},
 }
 
 // run is main without the process: it returns the exit status.
