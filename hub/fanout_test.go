@@ -70,14 +70,18 @@ func runFanoutServer(mode string) {
 	os.Exit(0)
 }
 
-// serverCPU runs a server process in mode, lets 64 clients fetch from it,
-// and returns its CPU time and the clients' wall time.
-func serverCPU(b *testing.B, mode string, fetch func(conn *grpc.ClientConn) error) (cpu, wall time.Duration) {
-	cmd := exec.Command(os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), fanoutEnv+"="+mode)
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
+// startServer starts cmd, a server process that prints "ADDR host:port"
+// and serves until its stdin closes, and returns its stdin and address.
+func startServer(b *testing.B, cmd *exec.Cmd) (io.WriteCloser, string) {
+	b.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -86,6 +90,16 @@ func serverCPU(b *testing.B, mode string, fetch func(conn *grpc.ClientConn) erro
 	if err != nil || !ok {
 		b.Fatalf("server: %q, %v", line, err)
 	}
+	return stdin, addr
+}
+
+// serverCPU runs a server process in mode, lets 64 clients fetch from it,
+// and returns its CPU time and the clients' wall time.
+func serverCPU(b *testing.B, mode string, fetch func(conn *grpc.ClientConn) error) (cpu, wall time.Duration) {
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), fanoutEnv+"="+mode)
+	cmd.Stderr = os.Stderr
+	stdin, addr := startServer(b, cmd)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)

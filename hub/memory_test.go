@@ -153,16 +153,7 @@ func BenchmarkMemory2GiB(b *testing.B) {
 	for b.Loop() {
 		for _, clients := range []int{1, 8} {
 			srv := memoryProcess("serve", model)
-			stdin, _ := srv.StdinPipe()
-			stdout, _ := srv.StdoutPipe()
-			if err := srv.Start(); err != nil {
-				b.Fatal(err)
-			}
-			line, err := bufio.NewReader(stdout).ReadString('\n')
-			addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
-			if err != nil || !ok {
-				b.Fatalf("server: %q, %v", line, err)
-			}
+			stdin, addr := startServer(b, srv)
 			t1 := time.Now()
 			var wg sync.WaitGroup
 			rss := make([]int64, clients)
