@@ -44,34 +44,29 @@ func DefaultLimits() Limits {
 }
 
 // withDefaults fills zero fields from DefaultLimits.
-func (l Limits) withDefaults() Limits {
-	d := DefaultLimits()
-	if l.MaxHeaderSize <= 0 {
-		l.MaxHeaderSize = d.MaxHeaderSize
+func (l Limits) withDefaults() Limits { return l.Fill(DefaultLimits()) }
+
+// Fill returns l with its zero (or negative) fields taken from base: how
+// a caller's partial limits are laid over a set of defaults.
+func (l Limits) Fill(base Limits) Limits {
+	fill := func(v *int, b int) {
+		if *v <= 0 {
+			*v = b
+		}
 	}
-	if l.MaxFrameSize <= 0 {
-		l.MaxFrameSize = d.MaxFrameSize
+	fill64 := func(v *int64, b int64) {
+		if *v <= 0 {
+			*v = b
+		}
 	}
-	if l.MaxDecodedSize <= 0 {
-		l.MaxDecodedSize = d.MaxDecodedSize
-	}
-	if l.MaxTensorSize <= 0 {
-		l.MaxTensorSize = d.MaxTensorSize
-	}
-	if l.MaxDims <= 0 {
-		l.MaxDims = d.MaxDims
-	}
-	if l.MaxSegments <= 0 {
-		l.MaxSegments = d.MaxSegments
-	}
-	if l.MaxTensors <= 0 {
-		l.MaxTensors = d.MaxTensors
-	}
-	if l.MaxNameLen <= 0 {
-		l.MaxNameLen = d.MaxNameLen
-	}
-	if l.MaxTags <= 0 {
-		l.MaxTags = d.MaxTags
-	}
+	fill(&l.MaxHeaderSize, base.MaxHeaderSize)
+	fill64(&l.MaxFrameSize, base.MaxFrameSize)
+	fill64(&l.MaxDecodedSize, base.MaxDecodedSize)
+	fill64(&l.MaxTensorSize, base.MaxTensorSize)
+	fill(&l.MaxDims, base.MaxDims)
+	fill(&l.MaxSegments, base.MaxSegments)
+	fill(&l.MaxTensors, base.MaxTensors)
+	fill(&l.MaxNameLen, base.MaxNameLen)
+	fill(&l.MaxTags, base.MaxTags)
 	return l
 }

@@ -167,3 +167,16 @@ func TestAppendRawTensorHead(t *testing.T) {
 		t.Fatal("a tensor whose data does not fit its shape was accepted")
 	}
 }
+
+func TestLimitsFill(t *testing.T) {
+	d := DefaultLimits()
+	got := Limits{MaxDims: 3, MaxFrameSize: -1}.Fill(d)
+	want := d
+	want.MaxDims = 3
+	if got != want {
+		t.Fatalf("Fill: %+v, want %+v", got, want)
+	}
+	if (Limits{}).Fill(d) != d {
+		t.Fatal("the zero Limits filled is not the base")
+	}
+}

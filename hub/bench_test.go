@@ -52,15 +52,7 @@ func benchServer(b *testing.B, opts []grpc.ServerOption, register func(*grpc.Ser
 		b.Fatal(err)
 	}
 	var rpcs atomic.Int64
-	opts = append(opts,
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			rpcs.Add(1)
-			return h(srv, ss)
-		}),
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			rpcs.Add(1)
-			return h(ctx, req)
-		}))
+	opts = append(opts, countRPCs(&rpcs)...)
 	s := grpc.NewServer(opts...)
 	register(s)
 	go s.Serve(shapedListener{ln})

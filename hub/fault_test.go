@@ -150,13 +150,7 @@ func TestStalledClientHoldsMemoryFlat(t *testing.T) {
 	m := model(120, 12) // about 3.5 MiB
 	h.Publish(1, m)
 	c, _ := serve(t, h)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	st, err := c.Fetch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Request{Request: &hubpb.FetchRequest{Credit: 2}}})
+	st := openFetch(t, c, 2)
 	heap := func() uint64 {
 		runtime.GC()
 		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}

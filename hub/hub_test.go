@@ -53,17 +53,39 @@ func model(n int, seed uint64) []*codec.Tensor {
 func serve(t *testing.T, h *Hub) (hubpb.HubClient, *atomic.Int64) {
 	t.Helper()
 	var rpcs atomic.Int64
-	s := grpc.NewServer(
-		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-			rpcs.Add(1)
-			return handler(srv, ss)
-		}),
-		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-			rpcs.Add(1)
-			return handler(ctx, req)
-		}))
+	s := grpc.NewServer(countRPCs(&rpcs)...)
 	hubpb.RegisterHubServer(s, NewServer(h))
 	return hubpb.NewHubClient(grpctest.Serve(t, s)), &rpcs
+}
+
+// countRPCs are server options that count the RPCs served in n.
+func countRPCs(n *atomic.Int64) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			n.Add(1)
+			return h(srv, ss)
+		}),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			n.Add(1)
+			return h(ctx, req)
+		}),
+	}
+}
+
+// openFetch opens a fetch of the newest version by hand, granting credit
+// chunks, for tests that pace the reading themselves.
+func openFetch(t *testing.T, c hubpb.HubClient, credit uint32) hubpb.Hub_FetchClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := c.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Request{Request: &hubpb.FetchRequest{Credit: credit}}}); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 func TestPublishAndVersions(t *testing.T) {
@@ -196,13 +218,7 @@ func TestFetchPullBased(t *testing.T) {
 	h, _ := New(WithChunkSize(4 << 10))
 	h.Publish(1, model(8, 3)) // 2 large tensors in 4 KiB chunks: many chunks
 	c, _ := serve(t, h)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	st, err := c.Fetch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Send(&hubpb.FetchMessage{Msg: &hubpb.FetchMessage_Request{Request: &hubpb.FetchRequest{Credit: 2}}})
+	st := openFetch(t, c, 2)
 	time.Sleep(200 * time.Millisecond) // the client reads nothing
 	if n := h.Stats().ChunksSent; n != 2 {
 		t.Fatalf("%d chunks sent on a credit of 2", n)
@@ -217,7 +233,6 @@ func TestFetchPullBased(t *testing.T) {
 	if n := h.Stats().ChunksSent; n != 5 {
 		t.Fatalf("%d chunks sent on a credit of 5", n)
 	}
-	cancel()
 }
 
 // evolve returns m after a training step: every element of the tensors

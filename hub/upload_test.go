@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 
@@ -135,7 +136,7 @@ func TestUploadInterrupted(t *testing.T) {
 	}
 	for i, g := range g1 {
 		st := ob.Memory().Get(g.Name)
-		if i < 2 && st.Step() != 1 || i >= 2 && (st.Step() != 0 || !equalBits(st.Residual(), f32(t, g))) {
+		if i < 2 && st.Step() != 1 || i >= 2 && (st.Step() != 0 || !slices.EqualFunc(st.Residual(), f32(t, g), func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })) {
 			t.Fatalf("%q: step %d after the break", g.Name, st.Step())
 		}
 	}
@@ -157,18 +158,6 @@ func TestUploadInterrupted(t *testing.T) {
 			}
 		}
 	}
-}
-
-func equalBits(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // breakingStream fails its RecvMsg after left messages: the connection

@@ -114,35 +114,10 @@ func WithPolicy(p codec.Policy) Option {
 // TensorCodec).
 func WithLimits(l codec.Limits) Option {
 	return func(c *config) error {
-		if l.MaxHeaderSize > 0 {
-			c.lim.MaxHeaderSize = l.MaxHeaderSize
+		if c.name == Name && l.MaxTensorSize <= 0 && l.MaxDecodedSize > 0 {
+			l.MaxTensorSize = l.MaxDecodedSize // a message's frames hold byte data: no larger tensors
 		}
-		if l.MaxFrameSize > 0 {
-			c.lim.MaxFrameSize = l.MaxFrameSize
-		}
-		if l.MaxDecodedSize > 0 {
-			c.lim.MaxDecodedSize = l.MaxDecodedSize
-		}
-		if l.MaxTensorSize > 0 {
-			c.lim.MaxTensorSize = l.MaxTensorSize
-		} else if c.name == Name && l.MaxDecodedSize > 0 {
-			c.lim.MaxTensorSize = l.MaxDecodedSize
-		}
-		if l.MaxDims > 0 {
-			c.lim.MaxDims = l.MaxDims
-		}
-		if l.MaxSegments > 0 {
-			c.lim.MaxSegments = l.MaxSegments
-		}
-		if l.MaxTensors > 0 {
-			c.lim.MaxTensors = l.MaxTensors
-		}
-		if l.MaxNameLen > 0 {
-			c.lim.MaxNameLen = l.MaxNameLen
-		}
-		if l.MaxTags > 0 {
-			c.lim.MaxTags = l.MaxTags
-		}
+		c.lim = l.Fill(c.lim)
 		return nil
 	}
 }
