@@ -221,26 +221,84 @@ func (h *Hub) Publish(v uint64, tensors []*codec.Tensor) error {
 // client; the cache bounds what stays in memory). s must stay open while
 // the version is kept. The digests are computed now, reading s once.
 func (h *Hub) PublishSafetensors(v uint64, s *tensorfile.Safetensors) error {
-	if v == 0 {
-		return errors.New("hub: version 0 is reserved (it means the newest)")
-	}
-	ver := &version{id: v, byName: map[string]*codec.Tensor{}, sections: map[string]*io.SectionReader{}, digests: map[string][32]byte{}}
-	buf := make([]byte, 1<<20)
+	fts := make([]fileTensor, 0, s.Len())
 	for i, ti := range s.Tensors() {
 		sec, err := s.Section(i)
 		if err != nil {
 			return err
 		}
-		d := sha256.New()
-		if _, err := io.CopyBuffer(d, io.NewSectionReader(sec, 0, sec.Size()), buf); err != nil {
-			return fmt.Errorf("hub: PublishSafetensors version %d: tensor %q: %w", v, ti.Name, err)
+		fts = append(fts, fileTensor{t: codec.Tensor{Name: ti.Name, DType: ti.DType, Shape: slices.Clone(ti.Shape)}, sec: sec})
+	}
+	return h.publishFiles("PublishSafetensors", v, fts)
+}
+
+// NpyFile is one tensor of a model published from .npy files: the array
+// in R (an *os.File, say), Size bytes long, served under Name.
+type NpyFile struct {
+	Name string
+	R    io.ReaderAt
+	Size int64
+}
+
+// PublishNpy makes the arrays of the .npy files version v, as
+// PublishSafetensors does for a safetensors file: only their headers and
+// digests are kept, and each chunk is read from its file when it is
+// encoded. The files must stay open while the version is kept. A file
+// whose header np.load would not read as a little-endian C-order array of
+// a supported dtype, or whose length is not the header's plus the data's,
+// is refused (errors wrap codec.ErrUnsupported or codec.ErrCorrupt).
+func (h *Hub) PublishNpy(v uint64, files []NpyFile) error {
+	fts := make([]fileTensor, 0, len(files))
+	for _, f := range files {
+		hd, err := tensorfile.ReadNpyHeader(io.NewSectionReader(f.R, 0, f.Size))
+		if err == io.EOF {
+			err = fmt.Errorf("empty file: %w", codec.ErrCorrupt)
 		}
-		t := &codec.Tensor{Name: ti.Name, DType: ti.DType, Shape: slices.Clone(ti.Shape), Version: v}
+		if err != nil {
+			return fmt.Errorf("hub: PublishNpy version %d: tensor %q: %w", v, f.Name, err)
+		}
+		if end := hd.DataOffset() + hd.DataSize(); end != f.Size {
+			return fmt.Errorf("hub: PublishNpy version %d: tensor %q: the header says %d bytes, the file has %d: %w",
+				v, f.Name, end, f.Size, codec.ErrCorrupt)
+		}
+		fts = append(fts, fileTensor{t: codec.Tensor{Name: f.Name, DType: hd.DType, Shape: hd.Shape},
+			sec: io.NewSectionReader(f.R, hd.DataOffset(), hd.DataSize())})
+	}
+	return h.publishFiles("PublishNpy", v, fts)
+}
+
+// fileTensor is a tensor's metadata and where its bytes are.
+type fileTensor struct {
+	t   codec.Tensor
+	sec *io.SectionReader
+}
+
+// publishFiles publishes file-backed tensors as version v, reading each
+// once for its digest.
+func (h *Hub) publishFiles(op string, v uint64, fts []fileTensor) error {
+	if v == 0 {
+		return errors.New("hub: version 0 is reserved (it means the newest)")
+	}
+	ver := &version{id: v, byName: map[string]*codec.Tensor{}, sections: map[string]*io.SectionReader{}, digests: map[string][32]byte{}}
+	buf := make([]byte, 1<<20)
+	for _, ft := range fts {
+		t := &ft.t
+		if _, dup := ver.byName[t.Name]; dup {
+			return fmt.Errorf("hub: %s version %d: tensor %q twice", op, v, t.Name)
+		}
+		if t.Name == "" {
+			return fmt.Errorf("hub: %s version %d: a tensor without a name", op, v)
+		}
+		d := sha256.New()
+		if _, err := io.CopyBuffer(d, io.NewSectionReader(ft.sec, 0, ft.sec.Size()), buf); err != nil {
+			return fmt.Errorf("hub: %s version %d: tensor %q: %w", op, v, t.Name, err)
+		}
+		t.Version = v
 		ver.tensors = append(ver.tensors, t)
 		ver.byName[t.Name] = t
-		ver.sections[t.Name] = sec
+		ver.sections[t.Name] = ft.sec
 		ver.digests[t.Name] = [32]byte(d.Sum(nil))
-		ver.bytes += uint64(ti.Size())
+		ver.bytes += uint64(ft.sec.Size())
 	}
 	return h.publish(ver)
 }

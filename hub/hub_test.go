@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -442,5 +443,81 @@ func TestPublishSafetensorsFetchChunks(t *testing.T) {
 	}
 	if _, err := FetchChunks(context.Background(), c, Request{Base: 1}, func(*codec.Tensor) error { return nil }); err == nil {
 		t.Fatal("FetchChunks took a base")
+	}
+}
+
+// TestPublishNpy publishes two versions from .npy files without holding
+// them and fetches the second in full and as deltas against the first:
+// bit for bit both ways. Files np.load would refuse, or whose length
+// disagrees with the header, are refused.
+func TestPublishNpy(t *testing.T) {
+	h, _ := New(WithChunkSize(16<<10), WithCacheBytes(64<<10))
+	m1 := model(12, 3)
+	m2 := model(12, 4)
+	npy := func(m []*codec.Tensor) []NpyFile {
+		var fs []NpyFile
+		for _, x := range m {
+			var b bytes.Buffer
+			if err := tensorfile.WriteNpy(&b, x); err != nil {
+				t.Fatal(err)
+			}
+			fs = append(fs, NpyFile{Name: x.Name, R: bytes.NewReader(b.Bytes()), Size: int64(b.Len())})
+		}
+		return fs
+	}
+	if err := h.PublishNpy(1, npy(m1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.PublishNpy(2, npy(m2)); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := serve(t, h)
+	for _, base := range []uint64{0, 1} {
+		held := func(name string) *codec.Tensor {
+			for _, x := range m1 {
+				if x.Name == name {
+					return x
+				}
+			}
+			return nil
+		}
+		got := map[string][]byte{}
+		res, err := Fetch(context.Background(), c, Request{Version: 2, Base: base, BaseTensor: held}, func(x *codec.Tensor) error {
+			got[x.Name] = x.Data
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range m2 {
+			if !bytes.Equal(got[x.Name], x.Data) {
+				t.Fatalf("base %d: %q differs", base, x.Name)
+			}
+		}
+		if base == 1 && res.Deltas == 0 {
+			t.Fatalf("base 1: %+v: no deltas", res)
+		}
+	}
+
+	good := npy(m1[:1])[0]
+	buf := make([]byte, good.Size)
+	good.R.ReadAt(buf, 0)
+	fortran := bytes.Replace(buf, []byte("'fortran_order': False"), []byte("'fortran_order': True "), 1)
+	for _, tc := range []struct {
+		name string
+		f    NpyFile
+		want error
+	}{
+		{"truncated", NpyFile{Name: "x", R: bytes.NewReader(buf[:len(buf)-1]), Size: good.Size - 1}, codec.ErrCorrupt},
+		{"longer", NpyFile{Name: "x", R: bytes.NewReader(append(buf, 0)), Size: good.Size + 1}, codec.ErrCorrupt},
+		{"empty", NpyFile{Name: "x", R: bytes.NewReader(nil)}, codec.ErrCorrupt},
+		{"fortran", NpyFile{Name: "x", R: bytes.NewReader(fortran), Size: good.Size}, codec.ErrUnsupported},
+	} {
+		if err := h.PublishNpy(9, []NpyFile{tc.f}); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if err := h.PublishNpy(9, []NpyFile{good, good}); err == nil {
+		t.Error("a name twice was published")
 	}
 }
