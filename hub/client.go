@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -57,6 +58,11 @@ type Result struct {
 	// BaseNote is the hub's reason for sending full copies where deltas
 	// were asked for (the base is no longer kept), or "".
 	BaseNote string
+	// Lossy names the tensors that came through a lossy recipe (the
+	// request did not require lossless and the hub's policy chose one):
+	// within that recipe's error of the version, so not checked against
+	// its digest; every other tensor is checked bit for bit.
+	Lossy []string
 }
 
 // Fetch fetches what req selects from the hub behind c in one RPC and
@@ -177,6 +183,10 @@ func fetch(ctx context.Context, c hubpb.HubClient, req Request, chunks bool, got
 	}
 	for _, d := range cr.digests {
 		s, ok := sums[d.Name]
+		if ok && d.Lossy && !req.RequireLossless {
+			res.Lossy = append(res.Lossy, d.Name)
+			continue
+		}
 		if !ok || !bytes.Equal(s[:], d.Sha256) {
 			return res, fmt.Errorf("%w: hub: tensor %q does not match its digest", codec.ErrChecksum, d.Name)
 		}
@@ -215,7 +225,15 @@ func undoDelta(t *codec.Tensor, req Request) error {
 	if b == nil || len(b.Data) != len(t.Data) || b.DType != t.DType {
 		return fmt.Errorf("hub: tensor %q came as a delta against version %d, and the client has no copy of it there", t.Name, t.Base)
 	}
-	undiff(t.Data, b.Data, t.DType.Size())
+	if i := slices.Index(t.Tags.Extra, DeltaTag); i >= 0 {
+		add(t.Data, b.Data, t.DType)
+		t.Tags.Extra = slices.Delete(t.Tags.Extra, i, i+1)
+		if len(t.Tags.Extra) == 0 {
+			t.Tags.Extra = nil
+		}
+	} else {
+		undiff(t.Data, b.Data, t.DType.Size())
+	}
 	t.Base = 0
 	return nil
 }

@@ -11,6 +11,17 @@
 // not change; a base the hub no longer keeps
 // gives full copies, and the trailer BaseTrailer says why.
 //
+// Lossy coding is the hub's policy's to choose (WithPolicy: an
+// autotune.Tuner on a profile, say), once per version and tensor, and
+// only where the request does not require lossless and the tensor is not
+// tagged lossless. Such a tensor goes through the chosen recipe whole, or,
+// against a base, as the arithmetic difference from it (tagged DeltaTag),
+// whose error is that of the recipe on the difference, far smaller than
+// on the weights. Result.Lossy names those tensors; every other tensor is
+// checked against its digest bit for bit. A lossy delta is made against
+// the hub's exact base: a client whose base copy was itself lossy adds
+// the two errors.
+//
 // A fetch whose stream breaks (the connection cut, the hub restarted with
 // the same version) resumes after the last chunk it received, on the same
 // version (Request.Retries): chunks are whole frames and the plan is the
@@ -23,10 +34,8 @@
 // hub acknowledges it; an upload that breaks leaves every update either
 // counted or in the client's residual.
 //
-// Status (the work spans several changes): publishing from memory and
-// from safetensors files, retention, batched and pull-based fetch with
-// compress-once chunks, digests, lossless deltas, resuming and uploads are
-// here; lossy deltas, publishing from .npy and a CLI view are to come.
+// Models are published from memory (Publish) or served from files without
+// being held (PublishSafetensors, PublishNpy).
 //
 // Serving: the hub is an ordinary gRPC service (hubpb.RegisterHubServer on
 // the caller's grpc.Server), so TLS (grpc.Creds on the server, transport

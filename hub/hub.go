@@ -69,6 +69,9 @@ type version struct {
 	sections map[string]*io.SectionReader // where the file-backed tensors' bytes are
 	digests  map[string][32]byte
 	bytes    uint64
+
+	mu    sync.Mutex
+	lossy map[string]*codec.Recipe // the policy's lossy recipe per tensor, or nil: asked once
 }
 
 // read returns elements [off, off+count) of t, one of v's tensors: a slice
@@ -204,6 +207,11 @@ func (h *Hub) Publish(v uint64, tensors []*codec.Tensor) error {
 		}
 		if _, dup := ver.byName[t.Name]; dup {
 			return fmt.Errorf("hub: Publish version %d: tensor %q twice", v, t.Name)
+		}
+		for _, tg := range t.Tags.Extra {
+			if tg.Key == DeltaTag.Key {
+				return fmt.Errorf("hub: Publish version %d: tensor %q: tag %q is the hub's own", v, t.Name, tg.Key)
+			}
 		}
 		c := *t
 		c.Version, c.Base = v, 0

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/internal/float16"
 	"github.com/tensorpress/tensorpress/rpc"
 )
 
@@ -93,74 +95,197 @@ func (h *Hub) plan(ts []*codec.Tensor) []item {
 
 // encode makes the frames of an item of version v; against base (when
 // not nil) the tensors it holds with the same dtype and shape go as
-// deltas.
+// deltas. Unless lossless, a tensor for which the policy chose a lossy
+// recipe (lossyRecipe) goes through it: whole, or as the arithmetic
+// difference from its base.
 func (h *Hub) encode(cur *version, it *item, base *version, lossless bool) ([]byte, error) {
 	h.encodes.Add(1)
 	var s scratch
 	defer s.release()
-	choose := func(t *codec.Tensor, first bool, changed bool) *codec.Recipe {
-		if t.Base != 0 {
-			if !changed {
-				return deltaRecipes[1] // all zeros: one segment, a few bytes
+	one := func(t *codec.Tensor, off, count int) (*codec.Tensor, *codec.Recipe, error) {
+		var lr *codec.Recipe
+		if !lossless {
+			var err error
+			if lr, err = h.lossyRecipe(cur, t, &s); err != nil {
+				return nil, nil, err
 			}
-			return deltaRecipe(t.DType.Size())
 		}
-		r := h.policy.Choose(codec.FrameInfo{Type: codec.FrameTensor, Name: t.Name, DType: t.DType, Shape: t.Shape,
-			Tags: t.Tags, Offset: t.Offset, Len: len(t.Data), First: first, Data: t.Data})
-		if r.Lossy() && (lossless || t.Tags.Lossless) {
-			return nil
+		d, kind, err := deltaOf(cur, t, base, off, count, lr != nil, &s)
+		if err != nil {
+			return nil, nil, err
 		}
-		if g, _ := r.Granularity(); g != codec.Elementwise {
-			return nil // chunks are cut by elements: block and whole-tensor recipes do not fit them
+		switch {
+		case lr != nil && kind != bitDelta:
+			return d, lr, nil
+		case kind == unchanged:
+			return d, deltaRecipes[1], nil // all zeros: one segment, a few bytes
+		case kind == bitDelta:
+			return d, deltaRecipe(t.DType.Size()), nil
 		}
-		return r
+		r := h.policy.Choose(codec.FrameInfo{Type: codec.FrameTensor, Name: d.Name, DType: d.DType, Shape: d.Shape,
+			Tags: d.Tags, Offset: d.Offset, Len: len(d.Data), First: off == 0, Data: d.Data})
+		if r.Lossy() || !elementwise(r) {
+			r = nil // lossy recipes only as lossyRecipe chose them; chunks are cut by elements
+		}
+		return d, r, nil
 	}
 	if it.count == 0 {
 		ts := make([]*codec.Tensor, len(it.tensors))
 		rs := make([]*codec.Recipe, len(it.tensors))
 		for i, t := range it.tensors {
-			var changed bool
 			var err error
-			if ts[i], changed, err = deltaOf(cur, t, base, 0, int(t.NumElements()), &s); err != nil {
+			if ts[i], rs[i], err = one(t, 0, int(t.NumElements())); err != nil {
 				return nil, err
 			}
-			rs[i] = choose(ts[i], true, changed)
 		}
 		return h.enc.AppendTensors(nil, ts, rs)
 	}
-	ch, changed, err := deltaOf(cur, it.tensors[0], base, it.offset, it.count, &s)
+	ch, r, err := one(it.tensors[0], it.offset, it.count)
 	if err != nil {
 		return nil, err
 	}
-	return h.enc.AppendTensor(nil, ch, choose(ch, it.offset == 0, changed))
+	return h.enc.AppendTensor(nil, ch, r)
 }
 
+func elementwise(r *codec.Recipe) bool {
+	g, _ := r.Granularity()
+	return g == codec.Elementwise
+}
+
+// lossyRecipe returns the lossy recipe the policy chooses for tensor t of
+// version cur, given the tensor's first chunk, or nil (a lossless recipe,
+// a tensor tagged lossless, or a recipe that does not work element by
+// element, which chunks need). The policy is asked once per version and
+// tensor, so that every chunk and every client get the same answer.
+func (h *Hub) lossyRecipe(cur *version, t *codec.Tensor, s *scratch) (*codec.Recipe, error) {
+	if t.Tags.Lossless {
+		return nil, nil
+	}
+	cur.mu.Lock()
+	defer cur.mu.Unlock()
+	if r, ok := cur.lossy[t.Name]; ok {
+		return r, nil
+	}
+	n := int(t.NumElements())
+	if t.DType.Size() > 0 {
+		n = min(n, max(1, h.chunk/t.DType.Size()))
+	}
+	first, err := cur.read(t, 0, n, s)
+	if err != nil {
+		return nil, err
+	}
+	r := h.policy.Choose(codec.FrameInfo{Type: codec.FrameTensor, Name: t.Name, DType: t.DType, Shape: t.Shape,
+		Tags: t.Tags, Len: len(first), First: true, Data: first})
+	if r == nil || !r.Lossy() || !elementwise(r) {
+		r = nil
+	}
+	if cur.lossy == nil {
+		cur.lossy = map[string]*codec.Recipe{}
+	}
+	cur.lossy[t.Name] = r
+	return r, nil
+}
+
+// A delta's kind.
+const (
+	noDelta   = iota // the elements as they are
+	unchanged        // a bit delta of zeros
+	bitDelta         // diff: lossless
+	subDelta         // the arithmetic difference (DeltaTag)
+)
+
+// DeltaTag marks a tensor whose delta is the arithmetic difference of its
+// elements from the base's (in the element's float type), sent through a
+// lossy recipe; deltas without it are the lossless diff of the bits.
+var DeltaTag = codec.Tag{Key: "tensorpress.delta", Value: "sub"}
+
 // deltaOf returns elements [off, off+count) of t: as they are, or, when
-// base holds a tensor of the same name, dtype and shape, as a lossless
-// delta against it (diff; Base set to the base version), all zeros where
-// nothing changed. changed reports whether any element did.
-func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int, s *scratch) (*codec.Tensor, bool, error) {
+// base holds a tensor of the same name, dtype and shape, as a delta
+// against it (Base set to the base version): the arithmetic difference
+// when sub and the dtype is a float (tagged DeltaTag), else the lossless
+// diff of the bits.
+func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int, sub bool, s *scratch) (*codec.Tensor, int, error) {
 	c := *t
 	data, err := cur.read(t, off, count, s)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, err
 	}
 	c.Offset, c.Data = int64(off), data
 	if base == nil {
-		return &c, true, nil
+		return &c, noDelta, nil
 	}
 	bt, ok := base.byName[t.Name]
 	if !ok || bt.DType != t.DType || !slices.Equal(bt.Shape, t.Shape) {
-		return &c, true, nil
+		return &c, noDelta, nil
 	}
 	bd, err := base.read(bt, off, count, s)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, err
 	}
 	d := s.get(len(c.Data))
-	changed := diff(d, c.Data, bd, t.DType.Size())
 	c.Data, c.Base = d, base.id
-	return &c, changed, nil
+	if sub && subtract(d, data, bd, t.DType) {
+		c.Tags.Extra = append(slices.Clip(c.Tags.Extra), DeltaTag)
+		return &c, subDelta, nil
+	}
+	if !diff(d, data, bd, t.DType.Size()) {
+		return &c, unchanged, nil
+	}
+	return &c, bitDelta, nil
+}
+
+// subtract sets d to cur − base element by element, rounded to dt, and
+// reports whether dt is a float type it handles.
+func subtract(d, cur, base []byte, dt codec.DType) bool {
+	le := binary.LittleEndian
+	switch dt {
+	case codec.F32:
+		for i := 0; i+4 <= len(d); i += 4 {
+			x := math.Float32frombits(le.Uint32(cur[i:])) - math.Float32frombits(le.Uint32(base[i:]))
+			le.PutUint32(d[i:], math.Float32bits(x))
+		}
+	case codec.F64:
+		for i := 0; i+8 <= len(d); i += 8 {
+			x := math.Float64frombits(le.Uint64(cur[i:])) - math.Float64frombits(le.Uint64(base[i:]))
+			le.PutUint64(d[i:], math.Float64bits(x))
+		}
+	case codec.F16, codec.BF16:
+		to, from := float16.F16ToF32, float16.F16FromF32
+		if dt == codec.BF16 {
+			to, from = float16.BF16ToF32, float16.BF16FromF32
+		}
+		for i := 0; i+2 <= len(d); i += 2 {
+			le.PutUint16(d[i:], from(to(le.Uint16(cur[i:]))-to(le.Uint16(base[i:]))))
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// add turns d, a difference made by subtract, into base + d, in place.
+func add(d, base []byte, dt codec.DType) {
+	le := binary.LittleEndian
+	switch dt {
+	case codec.F32:
+		for i := 0; i+4 <= len(d); i += 4 {
+			x := math.Float32frombits(le.Uint32(base[i:])) + math.Float32frombits(le.Uint32(d[i:]))
+			le.PutUint32(d[i:], math.Float32bits(x))
+		}
+	case codec.F64:
+		for i := 0; i+8 <= len(d); i += 8 {
+			x := math.Float64frombits(le.Uint64(base[i:])) + math.Float64frombits(le.Uint64(d[i:]))
+			le.PutUint64(d[i:], math.Float64bits(x))
+		}
+	case codec.F16, codec.BF16:
+		to, from := float16.F16ToF32, float16.F16FromF32
+		if dt == codec.BF16 {
+			to, from = float16.BF16ToF32, float16.BF16FromF32
+		}
+		for i := 0; i+2 <= len(d); i += 2 {
+			le.PutUint16(d[i:], from(to(le.Uint16(base[i:]))+to(le.Uint16(d[i:]))))
+		}
+	}
 }
 
 // diff sets d to the delta of the elements of esz bytes in cur against
@@ -360,9 +485,8 @@ func (s *Server) Fetch(st hubpb.Hub_FetchServer) error {
 			}
 		}
 		if c.Last {
-			for _, t := range ts {
-				d := ver.digests[t.Name]
-				c.Digests = append(c.Digests, &hubpb.TensorDigest{Name: t.Name, Sha256: d[:]})
+			if c.Digests, err = s.h.digests(ver, ts, req.RequireLossless); err != nil {
+				return status.Errorf(codes.Internal, "hub: %v", err)
 			}
 		}
 		if err := st.Send(c); err != nil {
@@ -372,6 +496,26 @@ func (s *Server) Fetch(st hubpb.Hub_FetchServer) error {
 		credit--
 	}
 	return nil
+}
+
+// digests lists the digests of tensors ts of ver, saying which go
+// through a lossy recipe.
+func (h *Hub) digests(ver *version, ts []*codec.Tensor, lossless bool) ([]*hubpb.TensorDigest, error) {
+	var s scratch
+	defer s.release()
+	out := make([]*hubpb.TensorDigest, 0, len(ts))
+	for _, t := range ts {
+		d := ver.digests[t.Name]
+		var lr *codec.Recipe
+		if !lossless {
+			var err error
+			if lr, err = h.lossyRecipe(ver, t, &s); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, &hubpb.TensorDigest{Name: t.Name, Sha256: d[:], Lossy: lr != nil})
+	}
+	return out, nil
 }
 
 // cache keeps encoded chunks, at most max bytes, the least recently used

@@ -471,9 +471,13 @@ func (x *FetchChunk) GetDigests() []*TensorDigest {
 }
 
 type TensorDigest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Sha256        []byte                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"` // of the tensor's decoded little-endian bytes
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Sha256 []byte                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"` // of the tensor's decoded little-endian bytes
+	// The tensor went through a lossy recipe (the request allowed it and the
+	// hub's policy chose one): the client's copy is within the recipe's
+	// error of the version, and sha256 is of the version's exact bytes.
+	Lossy         bool `protobuf:"varint,3,opt,name=lossy,proto3" json:"lossy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -520,6 +524,13 @@ func (x *TensorDigest) GetSha256() []byte {
 		return x.Sha256
 	}
 	return nil
+}
+
+func (x *TensorDigest) GetLossy() bool {
+	if x != nil {
+		return x.Lossy
+	}
+	return false
 }
 
 type UploadMessage struct {
@@ -670,10 +681,11 @@ const file_hub_hubpb_hub_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
 	"\x06frames\x18\x03 \x01(\fR\x06frames\x12\x12\n" +
 	"\x04last\x18\x04 \x01(\bR\x04last\x12:\n" +
-	"\adigests\x18\x05 \x03(\v2 .tensorpress.hub.v1.TensorDigestR\adigests\":\n" +
+	"\adigests\x18\x05 \x03(\v2 .tensorpress.hub.v1.TensorDigestR\adigests\"P\n" +
 	"\fTensorDigest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06sha256\x18\x02 \x01(\fR\x06sha256\"g\n" +
+	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12\x14\n" +
+	"\x05lossy\x18\x03 \x01(\bR\x05lossy\"g\n" +
 	"\rUploadMessage\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\x04R\x05round\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\x02R\x06weight\x12\x12\n" +

@@ -1,0 +1,176 @@
+package hub
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/tensorpress/tensorpress/autotune"
+	"github.com/tensorpress/tensorpress/codec"
+	_ "github.com/tensorpress/tensorpress/lossy"
+	"github.com/tensorpress/tensorpress/profile"
+)
+
+// TestLossyDeltas serves a model through a lossy policy (fp16): tensors
+// tagged lossless and fetches that require lossless stay bit for bit; the
+// rest come within fp16's error, and as arithmetic deltas against a base
+// the client holds, within fp16's error of the difference only.
+func TestLossyDeltas(t *testing.T) {
+	m1 := model(12, 21)
+	m1[1].Tags.Lossless = true
+	m2 := make([]*codec.Tensor, len(m1))
+	for i, x := range m1 {
+		y := *x
+		w := f32s(x)
+		for j := range w {
+			w[j] += 1e-3 * w[j] * float32(j%7-3) // a small step, as between rounds
+		}
+		y.Data = codec.FromFloat32(x.Name, w, x.Shape...).Data
+		m2[i] = &y
+	}
+	m2[2] = m1[2] // unchanged
+	h, _ := New(WithChunkSize(16<<10), WithPolicy(codec.FixedPolicy{Recipe: codec.MustParseRecipe("fp16 | *:zstd(1)")}))
+	if err := h.Publish(1, m1); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Publish(2, m2); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := serve(t, h)
+	held := func(name string) *codec.Tensor {
+		for _, x := range m1 {
+			if x.Name == name {
+				return x
+			}
+		}
+		return nil
+	}
+	fetch := func(req Request) (map[string]*codec.Tensor, Result) {
+		t.Helper()
+		got := map[string]*codec.Tensor{}
+		res, err := Fetch(context.Background(), c, req, func(x *codec.Tensor) error {
+			got[x.Name] = x
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%+v: %v", req, err)
+		}
+		return got, res
+	}
+	// errs returns the largest error of got against m2 over fp16's bound
+	// for the element's scale (the element, or its step from m1, when
+	// step), and the mean absolute error.
+	errs := func(got map[string]*codec.Tensor, step bool) (worst, mean float64) {
+		n := 0
+		for i, x := range m2 {
+			g, e, b := f32s(got[x.Name]), f32s(x), f32s(m1[i])
+			for j := range e {
+				scale := math.Abs(float64(e[j]))
+				if step {
+					scale = math.Abs(float64(e[j] - b[j]))
+				}
+				err := math.Abs(float64(g[j] - e[j]))
+				worst = max(worst, err/(scale/2048+0x1p-25))
+				mean += err
+				n++
+			}
+		}
+		return worst, mean / float64(n)
+	}
+
+	exact, res := fetch(Request{Version: 2, RequireLossless: true})
+	if w, _ := errs(exact, false); len(res.Lossy) != 0 || w != 0 {
+		t.Fatalf("require lossless: %v lossy, error %g", res.Lossy, w)
+	}
+	full, res := fetch(Request{Version: 2})
+	if len(res.Lossy) != len(m2)-1 || slices.Contains(res.Lossy, m1[1].Name) {
+		t.Fatalf("lossy: %v", res.Lossy)
+	}
+	wf, mf := errs(full, false)
+	if wf == 0 || wf > 1 {
+		t.Fatalf("full fp16 copies: error %g of fp16's bound", wf)
+	}
+	if g := full[m1[1].Name]; !slices.Equal(g.Data, m2[1].Data) {
+		t.Fatal("a tensor tagged lossless changed")
+	}
+	delta, res := fetch(Request{Version: 2, Base: 1, BaseTensor: held})
+	if res.Deltas != len(m2) || len(res.Lossy) != len(m2)-1 {
+		t.Fatalf("deltas: %+v", res)
+	}
+	// The step is up to 3e-3 of the weight: fp16 of the step errs far
+	// less than fp16 of the weight.
+	wd, md := errs(delta, true)
+	if wd > 1 {
+		t.Fatalf("deltas: error %g of fp16's bound for the step", wd)
+	}
+	if md > mf/100 {
+		t.Fatalf("deltas: mean error %g, full copies %g", md, mf)
+	}
+	t.Logf("mean absolute error: full fp16 copies %.3g, fp16 deltas %.3g", mf, md)
+	if !slices.Equal(delta[m1[2].Name].Data, m1[2].Data) || !slices.Equal(delta[m1[1].Name].Data, m2[1].Data) {
+		t.Fatal("an unchanged or lossless tensor differs")
+	}
+	for _, x := range delta {
+		if len(x.Tags.Extra) != 0 {
+			t.Fatalf("%q kept tags %v", x.Name, x.Tags.Extra)
+		}
+	}
+}
+
+// f32s copies t's elements out.
+func f32s(t *codec.Tensor) []float32 {
+	out := make([]float32, len(t.Data)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
+	}
+	return out
+}
+
+// TestLossyThroughProfile serves a model with an autotune.Tuner on a
+// profile as the hub's policy: the rule that allows fp16 sends its
+// tensors as fp16 deltas, every other tensor comes bit for bit.
+func TestLossyThroughProfile(t *testing.T) {
+	p, err := profile.Load([]byte(`version: 1
+autotune: {enabled: false}
+rules:
+  - match: {name: ["layer00[0-5].*"], dtype: f32}
+    error_budget: 0.01
+    recipes: ["fp16 | *:zstd(1)"]
+  - match: {}
+    require_lossless: true
+    recipes: ["shuffle4 | *:zstd(1)"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tu, err := autotune.New(autotune.WithProfile(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1, m2 := model(10, 31), model(10, 32)
+	h, _ := New(WithChunkSize(16<<10), WithPolicy(tu))
+	h.Publish(1, m1)
+	h.Publish(2, m2)
+	c, _ := serve(t, h)
+	got := map[string][]byte{}
+	res, err := Fetch(context.Background(), c, Request{Base: 1, BaseTensor: func(name string) *codec.Tensor {
+		return m1[slices.IndexFunc(m1, func(x *codec.Tensor) bool { return x.Name == name })]
+	}}, func(x *codec.Tensor) error {
+		got[x.Name] = x.Data
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"layer000.weight", "layer001.weight", "layer002.weight", "layer003.weight", "layer004.weight", "layer005.weight"}
+	if !slices.Equal(res.Lossy, want) || res.Deltas != len(m2) {
+		t.Fatalf("%+v", res)
+	}
+	for _, x := range m2 {
+		if exact := slices.Equal(got[x.Name], x.Data); exact == slices.Contains(want, x.Name) {
+			t.Errorf("%q: bit for bit %t", x.Name, exact)
+		}
+	}
+}
