@@ -42,12 +42,20 @@
 // credentials on the client), authentication interceptors and keepalive
 // settings are the caller's and pass through untouched. Fetches are long
 // streams: give clients a deadline per request (the context), and give the
-// server keepalive.EnforcementPolicy and keepalive.ServerParameters
-// (MaxConnectionIdle, Time, Timeout) so that a peer that vanished without
-// closing is found and its stream ended; a client that stops reading costs
-// the hub only its credit's worth of chunks meanwhile. A fetch's messages
-// stay within gRPC's default 4 MiB receive limit at the default chunk
-// size; uploads of large tensors need grpc.MaxRecvMsgSize on the server.
+// server keepalive.ServerParameters Time and Timeout, so that a peer that
+// vanished without closing is found (no answer to a ping sent after Time
+// without a read, within Timeout; grpc-go raises a Time under 1 s to 1 s)
+// and its connection closed, its fetch ended; a peer that is there but
+// stopped reading answers the pings (its gRPC transport does) and keeps its
+// stream, costing the hub only its credit's worth of chunks meanwhile.
+// MaxConnectionIdle closes only connections with no stream open. A
+// keepalive.EnforcementPolicy must allow the clients' own pings (MinTime no
+// longer than their ClientParameters.Time, which grpc-go keeps at 10 s at
+// the least; PermitWithoutStream if they ping with no stream open), or the
+// server ends their connections; a client finds a vanished hub by its
+// deadline, or by its own keepalive. A fetch's messages stay within gRPC's
+// default 4 MiB receive limit at the default chunk size; uploads of large
+// tensors need grpc.MaxRecvMsgSize on the server.
 //
 // Guarantees:
 //   - A client's memory is bounded by its credit (chunks in flight) and
