@@ -14,6 +14,7 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/profile"
 )
 
 // round is the accumulator of one round's uploads: per tensor name, the
@@ -158,15 +159,51 @@ func (s *Server) Upload(st hubpb.Hub_UploadServer) error {
 // uploadWindow bounds the updates in flight, unacknowledged.
 const uploadWindow = 8
 
+// UploadRequest says how a client's updates go to the hub.
+type UploadRequest struct {
+	Round  uint64  // the round whose sum the updates go into
+	Weight float32 // their weight in the sum (0: 1)
+	Peer   string  // who sends them (the hub's bookkeeping)
+	// Spec compresses every update. When it is nil, Profile picks each
+	// update's compressor: the first gradient compressor of the rule its
+	// tensor matches, dense float32 where that rule lists none (or there
+	// is no profile either).
+	Spec    *gradient.Spec
+	Profile *profile.Profile
+}
+
+// dense sends an update whole: float32, with no error feedback to keep.
+var dense = must(gradient.Parse("none"))
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// spec returns the compressor of update t.
+func (r *UploadRequest) spec(t *codec.Tensor) *gradient.Spec {
+	if r.Spec != nil {
+		return r.Spec
+	}
+	if r.Profile != nil {
+		if rule := r.Profile.Match(t.Name, t.DType, int64(len(t.Data)), t.Tags); len(rule.Gradients) > 0 {
+			return rule.Gradients[0]
+		}
+	}
+	return dense
+}
+
 // Upload sends updates (whole float32 tensors: gradients or weight
-// deltas) for round to the hub behind c, each through ob, the error
+// deltas) for req.Round to the hub behind c, each through ob, the error
 // feedback of this client toward the hub (gradient.Peers keeps it across
-// connections), compressed per spec at its own density, weighted by
-// weight. All updates are compressed (staged in ob) before the first is
-// sent; each is committed in ob when the hub acknowledges it, and when the
-// stream breaks the others are aborted: their residual keeps them whole,
-// and the next upload of those tensors carries them.
-func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, spec *gradient.Spec, round uint64, weight float32, peer string, updates []*codec.Tensor) error {
+// connections), compressed as req says at its own density. All updates
+// are compressed (staged in ob) before the first is sent; each is
+// committed in ob when the hub acknowledges it, and when the stream
+// breaks the others are aborted: their residual keeps them whole, and the
+// next upload of those tensors carries them.
+func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req UploadRequest, updates []*codec.Tensor) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st, err := c.Upload(ctx)
@@ -192,7 +229,7 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, spec *g
 	// back in the residual, whatever the point of the break.
 	frames := make([][]byte, len(updates))
 	for i, u := range updates {
-		if frames[i], err = ob.Append(nil, u, spec, 0); err != nil {
+		if frames[i], err = ob.Append(nil, u, req.spec(u), 0); err != nil {
 			return err
 		}
 	}
@@ -202,7 +239,7 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, spec *g
 				return err
 			}
 		}
-		msg := &hubpb.UploadMessage{Round: round, Weight: weight, Peer: peer, Frame: frame}
+		msg := &hubpb.UploadMessage{Round: req.Round, Weight: req.Weight, Peer: req.Peer, Frame: frame}
 		if err := st.Send(msg); err != nil {
 			if err == io.EOF {
 				// The hub ended the stream: take the acknowledgements it

@@ -17,6 +17,7 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/profile"
 	"github.com/tensorpress/tensorpress/testvectors"
 )
 
@@ -61,7 +62,7 @@ func TestUploadSums(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- Upload(context.Background(), c, cs[i].ob, spec, 4, float32(i+1), fmt.Sprint("client", i), cs[i].g)
+			errs <- Upload(context.Background(), c, cs[i].ob, UploadRequest{Spec: spec, Round: 4, Weight: float32(i + 1), Peer: fmt.Sprint("client", i)}, cs[i].g)
 		}()
 	}
 	wg.Wait()
@@ -127,7 +128,7 @@ func TestUploadInterrupted(t *testing.T) {
 	spec, _ := gradient.Parse("topk(0.1)")
 	ob := gradient.NewOutbox(nil)
 	g1 := grads(1)
-	if err := Upload(context.Background(), c, ob, spec, 1, 1, "c", g1); err == nil {
+	if err := Upload(context.Background(), c, ob, UploadRequest{Spec: spec, Round: 1, Weight: 1, Peer: "c"}, g1); err == nil {
 		t.Fatal("a broken upload returned no error")
 	}
 	sum, _ := h.Sum(1)
@@ -145,7 +146,7 @@ func TestUploadInterrupted(t *testing.T) {
 	breakAfter = 0
 	mu.Unlock()
 	g2 := grads(2)
-	if err := Upload(context.Background(), c, ob, spec, 2, 1, "c", g2); err != nil {
+	if err := Upload(context.Background(), c, ob, UploadRequest{Spec: spec, Round: 2, Weight: 1, Peer: "c"}, g2); err != nil {
 		t.Fatal(err)
 	}
 	sum, _ = h.Sum(2)
@@ -173,4 +174,53 @@ func (b *breakingStream) RecvMsg(m any) error {
 	}
 	b.left--
 	return b.ServerStream.RecvMsg(m)
+}
+
+// TestUploadThroughProfile: a profile picks each update's compressor: the
+// tensors its TopK rule matches go sparse with error feedback, the rest
+// dense; the hub's sum is exactly what was sent.
+func TestUploadThroughProfile(t *testing.T) {
+	p, err := profile.Load([]byte(`version: 1
+rules:
+  - match: {name: ["layer[0-2].grad"], dtype: f32}
+    recipes: ["*:zstd(1)"]
+    gradient: ["topk(0.05)"]
+  - match: {}
+    recipes: ["*:zstd(1)"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := New()
+	c, _ := serve(t, h)
+	ob := gradient.NewOutbox(nil)
+	g := grads(7)
+	if err := Upload(context.Background(), c, ob, UploadRequest{Profile: p, Round: 1, Peer: "c"}, g); err != nil {
+		t.Fatal(err)
+	}
+	sum, ok := h.Sum(1)
+	if !ok || len(sum.Tensors) != len(g) {
+		t.Fatalf("%v, %d tensors", ok, len(sum.Tensors))
+	}
+	for k, s := range sum.Tensors {
+		got, sent := f32(t, s), f32(t, g[k])
+		st := ob.Memory().Get(s.Name)
+		sparse := k < 3
+		nonzero := 0
+		for j := range got {
+			want := sent[j]
+			if sparse {
+				want -= st.Residual()[j]
+			}
+			if got[j] != want {
+				t.Fatalf("%q[%d]: sum %g, want %g", s.Name, j, got[j], want)
+			}
+			if got[j] != 0 {
+				nonzero++
+			}
+		}
+		if sparse != (nonzero < len(got)/10) {
+			t.Fatalf("%q: %d of %d elements sent", s.Name, nonzero, len(got))
+		}
+	}
 }
