@@ -3,6 +3,7 @@ package hub
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
 	"github.com/tensorpress/tensorpress/tensorfile"
 )
@@ -121,6 +123,67 @@ func runMemoryProcess(args []string) {
 				return err
 			}
 			return bw.Flush()
+		case "collect":
+			h, err := New()
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			s := grpc.NewServer()
+			hubpb.RegisterHubServer(s, NewServer(h))
+			go s.Serve(ln)
+			fmt.Printf("ADDR %s\n", ln.Addr())
+			io.Copy(io.Discard, os.Stdin)
+			s.Stop()
+			// The peak so far: the uploads. Sum copies the sums after it.
+			st, err := os.ReadFile("/proc/self/status")
+			if err != nil {
+				return err
+			}
+			for _, l := range strings.Split(string(st), "\n") {
+				if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+					fmt.Printf("HWM %s\n", strings.TrimSpace(v))
+				}
+			}
+			sum, ok := h.Sum(1)
+			if !ok {
+				return errors.New("no round 1")
+			}
+			var n int64
+			for _, t := range sum.Tensors {
+				n += int64(len(t.Data))
+				if c := sum.Counts[t.Name]; c != uploadClients {
+					return fmt.Errorf("%q: %d updates", t.Name, c)
+				}
+			}
+			fmt.Printf("SUM %d\n", n)
+			return nil
+		case "upload":
+			spec, err := gradient.Parse(args[2])
+			if err != nil {
+				return err
+			}
+			conn, err := grpc.NewClient(args[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			var seed uint64
+			fmt.Sscan(args[3], &seed)
+			rng := rand.New(rand.NewPCG(seed, 9))
+			g := make([]*codec.Tensor, uploadTensors)
+			for i := range g {
+				w := make([]float32, uploadElems)
+				for j := range w {
+					w[j] = float32(rng.NormFloat64() * 0.01)
+				}
+				g[i] = codec.FromFloat32(fmt.Sprintf("layers.%02d.grad", i), w, uploadElems)
+			}
+			return Upload(context.Background(), hubpb.NewHubClient(conn), gradient.NewOutbox(nil),
+				UploadRequest{Spec: spec, Round: 1, Peer: args[3]}, g)
 		}
 		return fmt.Errorf("unknown mode %q", args[0])
 	}()
@@ -191,4 +254,80 @@ func BenchmarkMemory2GiB(b *testing.B) {
 			}
 		}
 	}
+}
+
+// Aggregation memory: 16 client processes upload an update of a 64 MiB
+// model (32 float32 tensors of 2 MiB) each for one round at once, to a hub
+// in a process of its own; the hub's peak RSS against one model per
+// client (1 GiB). TopK at 1% and dense float32.
+//
+//	go test -run '^$' -bench UploadMemory -benchtime 1x ./hub
+const (
+	uploadClients = 16
+	uploadTensors = 32
+	uploadElems   = 512 << 10
+)
+
+func BenchmarkUploadMemory(b *testing.B) {
+	for b.Loop() {
+		for _, spec := range []string{"topk(0.01)", "none"} {
+			srv := memoryProcess("collect")
+			stdin, out := startServerOut(b, srv)
+			addr := strings.TrimPrefix(out.line(b), "ADDR ")
+			t0 := time.Now()
+			var wg sync.WaitGroup
+			errs := make([]error, uploadClients)
+			for i := range uploadClients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[i] = memoryProcess("upload", addr, spec, fmt.Sprint(i+1)).Run()
+				}()
+			}
+			wg.Wait()
+			wall := time.Since(t0)
+			for _, err := range errs {
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			stdin.Close()
+			hwm := strings.TrimPrefix(out.line(b), "HWM ")
+			sum := out.line(b)
+			if err := srv.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			model := float64(uploadTensors*uploadElems*4) / (1 << 20)
+			b.Logf("%s: %d clients in %v; hub peak RSS while they upload %s (%s bytes summed; one model %.0f MiB, one per client %.0f MiB)",
+				spec, uploadClients, wall.Round(time.Millisecond), hwm, strings.TrimPrefix(sum, "SUM "), model, model*uploadClients)
+		}
+	}
+}
+
+// lines reads a server process's stdout line by line.
+type lines struct{ r *bufio.Reader }
+
+func (l lines) line(b *testing.B) string {
+	b.Helper()
+	s, err := l.r.ReadString('\n')
+	if err != nil {
+		b.Fatalf("server: %q, %v", s, err)
+	}
+	return strings.TrimSpace(s)
+}
+
+func startServerOut(b *testing.B, cmd *exec.Cmd) (io.WriteCloser, lines) {
+	b.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	return stdin, lines{bufio.NewReader(stdout)}
 }

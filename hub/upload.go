@@ -156,8 +156,13 @@ func (s *Server) Upload(st hubpb.Hub_UploadServer) error {
 	}
 }
 
-// uploadWindow bounds the updates in flight, unacknowledged.
-const uploadWindow = 8
+// The updates in flight, unacknowledged, are at most uploadWindow, and
+// more than one only while they hold at most uploadWindowBytes: what the
+// hub may have to buffer per client.
+const (
+	uploadWindow      = 8
+	uploadWindowBytes = 4 << 20
+)
 
 // UploadRequest says how a client's updates go to the hub.
 type UploadRequest struct {
@@ -212,6 +217,14 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req Upl
 	}
 	defer ob.Abort() // whatever was not acknowledged
 	acked, sent := 0, 0
+	var frames [][]byte
+	inflight := func(sent, acked int) int {
+		n := 0
+		for _, f := range frames[acked:sent] {
+			n += len(f)
+		}
+		return n
+	}
 	recvAck := func() error {
 		a, err := st.Recv()
 		if err != nil {
@@ -227,14 +240,14 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req Upl
 	// Every update is compressed (and staged in ob) before the first is
 	// sent, so that when the stream breaks each one is either counted or
 	// back in the residual, whatever the point of the break.
-	frames := make([][]byte, len(updates))
+	frames = make([][]byte, len(updates))
 	for i, u := range updates {
 		if frames[i], err = ob.Append(nil, u, req.spec(u), 0); err != nil {
 			return err
 		}
 	}
 	for _, frame := range frames {
-		for sent-acked >= uploadWindow {
+		for sent > acked && (sent-acked >= uploadWindow || inflight(sent, acked)+len(frame) > uploadWindowBytes) {
 			if err := recvAck(); err != nil {
 				return err
 			}
