@@ -47,6 +47,15 @@ type Request struct {
 	// RetryWait is the pause before each new stream (default 100 ms,
 	// doubling).
 	RetryWait time.Duration
+	// Progress, if not nil, is called with each chunk's sequence number
+	// once got has had all of its tensors (FetchChunks). A client that
+	// records it with what it wrote can resume after it when it starts
+	// again, killed in between: ResumeAfter, with the same request and
+	// Version set to the version fetched.
+	Progress func(seq uint64)
+	// ResumeAfter skips the chunks up to this sequence number, received
+	// by an earlier FetchChunks of the same request (Version must be set).
+	ResumeAfter uint64
 }
 
 // Result tells how a fetch went.
@@ -58,6 +67,13 @@ type Result struct {
 	// BaseNote is the hub's reason for sending full copies where deltas
 	// were asked for (the base is no longer kept), or "".
 	BaseNote string
+	// Digests are the version's digests of the tensors fetched (SHA-256
+	// of their little-endian bytes).
+	Digests map[string][32]byte
+	// Unchecked names the tensors a resumed fetch (ResumeAfter) did not
+	// check, having received none or only the end of them: check the
+	// copy written before against Digests.
+	Unchecked []string
 	// Lossy names the tensors that came through a lossy recipe (the
 	// request did not require lossless and the hub's policy chose one):
 	// within that recipe's error of the version, so not checked against
@@ -103,19 +119,25 @@ func fetch(ctx context.Context, c hubpb.HubClient, req Request, chunks bool, got
 	if cr.wait <= 0 {
 		cr.wait = 100 * time.Millisecond
 	}
+	if req.ResumeAfter > 0 {
+		if !chunks || req.Version == 0 {
+			return res, errors.New("hub: ResumeAfter needs FetchChunks and the Version of the fetch it resumes")
+		}
+		cr.seq, cr.version = req.ResumeAfter, req.Version
+	}
 	if err := cr.open(); err != nil {
 		return res, err
 	}
 	defer func() { res.Resumed = cr.resumed }()
-	r, err := codec.NewReader(cr, codec.WithLimits(req.Limits))
-	if err != nil {
-		return res, err
-	}
 	sums := map[string][32]byte{}
+	unchecked := map[string]bool{}
 	var part *partial // the tensor whose chunks are arriving (chunks)
 	take := func(t *codec.Tensor) error {
-		if _, dup := sums[t.Name]; dup {
+		if _, dup := sums[t.Name]; dup || unchecked[t.Name] {
 			return fmt.Errorf("%w: hub: tensor %q arrived twice", codec.ErrCorrupt, t.Name)
+		}
+		if part != nil && (t.Name != part.name || t.IsWhole()) {
+			return fmt.Errorf("%w: hub: tensor %q before the rest of %q", codec.ErrCorrupt, t.Name, part.name)
 		}
 		if t.IsWhole() {
 			if t.Base != 0 {
@@ -129,43 +151,91 @@ func fetch(ctx context.Context, c hubpb.HubClient, req Request, chunks bool, got
 			sums[t.Name] = sha256.Sum256(t.Data)
 			return got(t)
 		}
-		// A chunk (FetchChunks): the codec checked that chunks come in
-		// order and complete their tensor.
-		if t.Offset == 0 {
-			part = &partial{name: t.Name, h: sha256.New(), left: t.NumBytes()}
+		// A chunk (FetchChunks): in order, completing its tensor. The
+		// first chunk of a resumed fetch may continue a tensor whose
+		// start came before: that tensor is not checked here.
+		esz := int64(t.DType.Size())
+		switch {
+		case t.Base != 0:
+			return fmt.Errorf("%w: hub: chunk of %q is a delta", codec.ErrCorrupt, t.Name)
+		case part != nil:
+			if t.Offset != part.next || t.DType != part.dtype || !slices.Equal(t.Shape, part.shape) {
+				return fmt.Errorf("%w: hub: chunk of %q at element %d, want %d", codec.ErrCorrupt, t.Name, t.Offset, part.next)
+			}
+		case t.Offset == 0:
+			part = &partial{name: t.Name, dtype: t.DType, shape: t.Shape, h: sha256.New()}
+		case req.ResumeAfter > 0 && len(sums) == 0 && len(unchecked) == 0:
+			part = &partial{name: t.Name, dtype: t.DType, shape: t.Shape, next: t.Offset}
+		default:
+			return fmt.Errorf("%w: hub: chunk of %q starts at element %d", codec.ErrCorrupt, t.Name, t.Offset)
 		}
-		part.h.Write(t.Data)
-		if part.left -= int64(len(t.Data)); part.left == 0 {
-			sums[t.Name] = [32]byte(part.h.Sum(nil))
+		if part.h != nil {
+			part.h.Write(t.Data)
+		}
+		part.next += int64(len(t.Data)) / esz
+		if part.next*esz == t.NumBytes() {
+			if part.h != nil {
+				sums[t.Name] = [32]byte(part.h.Sum(nil))
+			} else {
+				unchecked[t.Name] = true
+			}
 			res.Full++
+			part = nil
 		}
 		return got(t)
 	}
-	for {
-		var ts []*codec.Tensor
-		var err error
-		if chunks {
-			var f *codec.Frame
-			if f, err = r.Next(); err == nil {
-				ts = f.Tensors
-			}
-		} else {
-			var t *codec.Tensor
-			if t, err = r.ReadTensor(); err == nil {
-				ts = []*codec.Tensor{t}
-			}
-		}
-		if err == io.EOF {
-			break
-		}
-		res.Version = cr.version
+	if chunks {
+		// Chunk by chunk: each holds whole frames, decoded on their own.
+		dec, err := codec.NewDecoder(codec.WithLimits(req.Limits))
 		if err != nil {
-			if cr.err != nil {
-				return res, cr.err
-			}
-			return res, fmt.Errorf("hub: fetch: %w", err)
+			return res, err
 		}
-		for _, t := range ts {
+		for !cr.last {
+			if err := cr.next(); err != nil {
+				res.Version = cr.version
+				return res, err
+			}
+			res.Version = cr.version
+			for b := cr.cur; len(b) > 0; {
+				f, n, err := dec.DecodeFrame(b)
+				if err != nil {
+					return res, fmt.Errorf("hub: fetch: chunk %d: %w", cr.seq, err)
+				}
+				if f.Header.Type != codec.FrameTensor && f.Header.Type != codec.FrameTensors {
+					return res, fmt.Errorf("%w: hub: chunk %d holds a frame of type %d", codec.ErrCorrupt, cr.seq, f.Header.Type)
+				}
+				b = b[n:]
+				for _, t := range f.Tensors {
+					if err := take(t); err != nil {
+						return res, err
+					}
+				}
+			}
+			cr.cur = nil
+			if req.Progress != nil {
+				req.Progress(cr.seq)
+			}
+		}
+		if part != nil {
+			return res, fmt.Errorf("%w: hub: tensor %q incomplete after the last chunk", codec.ErrCorrupt, part.name)
+		}
+	} else {
+		r, err := codec.NewReader(cr, codec.WithLimits(req.Limits))
+		if err != nil {
+			return res, err
+		}
+		for {
+			t, err := r.ReadTensor()
+			if err == io.EOF {
+				break
+			}
+			res.Version = cr.version
+			if err != nil {
+				if cr.err != nil {
+					return res, cr.err
+				}
+				return res, fmt.Errorf("hub: fetch: %w", err)
+			}
 			if err := take(t); err != nil {
 				return res, err
 			}
@@ -178,11 +248,21 @@ func fetch(ctx context.Context, c hubpb.HubClient, req Request, chunks bool, got
 	if !cr.last {
 		return res, fmt.Errorf("hub: fetch: %w before the last chunk", io.ErrUnexpectedEOF)
 	}
-	if len(cr.digests) != len(sums) {
+	if req.ResumeAfter == 0 && len(cr.digests) != len(sums) {
 		return res, fmt.Errorf("%w: hub: %d tensors arrived, the hub sent %d", codec.ErrCorrupt, len(sums), len(cr.digests))
 	}
+	res.Digests = make(map[string][32]byte, len(cr.digests))
 	for _, d := range cr.digests {
+		if len(d.Sha256) != sha256.Size {
+			return res, fmt.Errorf("%w: hub: digest of %q is %d bytes", codec.ErrCorrupt, d.Name, len(d.Sha256))
+		}
+		res.Digests[d.Name] = [32]byte(d.Sha256)
 		s, ok := sums[d.Name]
+		if !ok && req.ResumeAfter > 0 {
+			res.Unchecked = append(res.Unchecked, d.Name) // it came before the resume, or began there
+			delete(unchecked, d.Name)
+			continue
+		}
 		if ok && d.Lossy && !req.RequireLossless {
 			res.Lossy = append(res.Lossy, d.Name)
 			continue
@@ -190,6 +270,9 @@ func fetch(ctx context.Context, c hubpb.HubClient, req Request, chunks bool, got
 		if !ok || !bytes.Equal(s[:], d.Sha256) {
 			return res, fmt.Errorf("%w: hub: tensor %q does not match its digest", codec.ErrChecksum, d.Name)
 		}
+	}
+	if len(unchecked) > 0 || len(sums) > len(cr.digests) {
+		return res, fmt.Errorf("%w: hub: tensors arrived that the hub sent no digest for", codec.ErrCorrupt)
 	}
 	st := cr.st
 	st.CloseSend()
@@ -208,9 +291,11 @@ func fetch(ctx context.Context, c hubpb.HubClient, req Request, chunks bool, got
 
 // partial is the running digest of a tensor arriving in chunks.
 type partial struct {
-	name string
-	h    hash.Hash
-	left int64 // bytes still to come
+	name  string
+	dtype codec.DType
+	shape []int64
+	h     hash.Hash // nil: its start came before a resume
+	next  int64     // the element the next chunk starts at
 }
 
 // undoDelta turns t, a delta against req.Base, into the tensor itself.
@@ -293,9 +378,22 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 		if c.last {
 			return 0, io.EOF
 		}
-		if c.err != nil {
-			return 0, c.err
+		if err := c.next(); err != nil {
+			return 0, err
 		}
+	}
+	n := copy(p, c.cur)
+	c.cur = c.cur[n:]
+	return n, nil
+}
+
+// next receives the next chunk into c.cur (a new stream after a break,
+// up to the retries) and grants the hub credit for it.
+func (c *chunkReader) next() error {
+	if c.err != nil {
+		return c.err
+	}
+	for {
 		m, err := c.st.Recv()
 		if err != nil {
 			if err == io.EOF {
@@ -314,16 +412,16 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 				}
 			}
 			c.err = err
-			return 0, err
+			return err
 		}
 		if m.Seq != c.seq+1 || c.version != 0 && m.Version != c.version {
 			c.err = fmt.Errorf("%w: hub: chunk %d of version %d after chunk %d of version %d", codec.ErrCorrupt, m.Seq, m.Version, c.seq, c.version)
-			return 0, c.err
+			return c.err
 		}
 		c.seq, c.version, c.cur = m.Seq, m.Version, m.Frames
 		if m.Last {
 			c.last, c.digests = true, m.Digests
-			continue
+			return nil
 		}
 		// This chunk is ours now: the hub may send another.
 		if c.consumed++; c.consumed >= c.grantEvery && !c.granted {
@@ -335,12 +433,10 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 				c.granted = true
 			case err != nil:
 				c.err = err
-				return 0, err
+				return err
 			}
 			c.consumed = 0
 		}
+		return nil
 	}
-	n := copy(p, c.cur)
-	c.cur = c.cur[n:]
-	return n, nil
 }

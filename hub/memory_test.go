@@ -123,6 +123,8 @@ func runMemoryProcess(args []string) {
 				return err
 			}
 			return bw.Flush()
+		case "resume":
+			return runResume(args[1], args[2], args[3], args[4])
 		case "collect":
 			h, err := New()
 			if err != nil {
