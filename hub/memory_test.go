@@ -12,9 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -102,7 +102,7 @@ func runMemoryProcess(args []string) {
 			fmt.Printf("ADDR %s\n", ln.Addr())
 			io.Copy(io.Discard, os.Stdin)
 			s.Stop()
-			return nil
+			return printHWM()
 		case "fetch":
 			conn, err := grpc.NewClient(args[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
@@ -122,7 +122,10 @@ func runMemoryProcess(args []string) {
 			if err != nil {
 				return err
 			}
-			return bw.Flush()
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+			return printHWM()
 		case "resume":
 			return runResume(args[1], args[2], args[3], args[4])
 		case "collect":
@@ -141,14 +144,8 @@ func runMemoryProcess(args []string) {
 			io.Copy(io.Discard, os.Stdin)
 			s.Stop()
 			// The peak so far: the uploads. Sum copies the sums after it.
-			st, err := os.ReadFile("/proc/self/status")
-			if err != nil {
+			if err := printHWM(); err != nil {
 				return err
-			}
-			for _, l := range strings.Split(string(st), "\n") {
-				if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-					fmt.Printf("HWM %s\n", strings.TrimSpace(v))
-				}
 			}
 			sum, ok := h.Sum(1)
 			if !ok {
@@ -203,8 +200,30 @@ func memoryProcess(args ...string) *exec.Cmd {
 	return cmd
 }
 
-func maxRSS(cmd *exec.Cmd) int64 {
-	return cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10 // KiB on Linux
+// printHWM prints the process's peak RSS so far ("HWM n kB", the
+// kernel's VmHWM). Not the rusage of wait: on Linux that counts the
+// parent's peak too, carried across the exec.
+func printHWM() error {
+	st, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			fmt.Printf("HWM %s\n", strings.TrimSpace(v))
+			return nil
+		}
+	}
+	return errors.New("no VmHWM in /proc/self/status")
+}
+
+// hwmMiB reads what printHWM printed, in MiB.
+func hwmMiB(line string) (float64, error) {
+	var kb float64
+	if _, err := fmt.Sscanf(line, "HWM %f kB", &kb); err != nil {
+		return 0, fmt.Errorf("%q: %v", line, err)
+	}
+	return kb / 1024, nil
 }
 
 func BenchmarkMemory2GiB(b *testing.B) {
@@ -218,25 +237,30 @@ func BenchmarkMemory2GiB(b *testing.B) {
 	for b.Loop() {
 		for _, clients := range []int{1, 8} {
 			srv := memoryProcess("serve", model)
-			stdin, addr := startServer(b, srv)
+			stdin, out := startServerOut(b, srv)
+			addr := strings.TrimPrefix(out.line(b), "ADDR ")
 			t1 := time.Now()
 			var wg sync.WaitGroup
-			rss := make([]int64, clients)
+			rss := make([]float64, clients)
 			errs := make([]error, clients)
 			for i := range clients {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					cl := memoryProcess("fetch", addr, filepath.Join(dir, fmt.Sprintf("out%d", i)))
-					errs[i] = cl.Run()
-					if errs[i] == nil {
-						rss[i] = maxRSS(cl)
+					o, err := memoryProcess("fetch", addr, filepath.Join(dir, fmt.Sprintf("out%d", i))).Output()
+					if err == nil {
+						rss[i], err = hwmMiB(strings.TrimSpace(string(o)))
 					}
+					errs[i] = err
 				}()
 			}
 			wg.Wait()
 			wall := time.Since(t1)
 			stdin.Close()
+			hub, err := hwmMiB(out.line(b))
+			if err != nil {
+				b.Fatal(err)
+			}
 			if err := srv.Wait(); err != nil {
 				b.Fatal(err)
 			}
@@ -245,12 +269,8 @@ func BenchmarkMemory2GiB(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			var worst int64
-			for _, r := range rss {
-				worst = max(worst, r)
-			}
 			b.Logf("%d client(s): %v; peak RSS: hub %.1f MiB, client (largest) %.1f MiB",
-				clients, wall, float64(maxRSS(srv))/(1<<20), float64(worst)/(1<<20))
+				clients, wall, hub, slices.Max(rss))
 			for i := range clients {
 				os.Remove(filepath.Join(dir, fmt.Sprintf("out%d", i)))
 			}
