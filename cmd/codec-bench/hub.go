@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -145,8 +144,29 @@ func hubServe(spec string) error {
 	fmt.Printf("ADDR %s\n", ln.Addr())
 	io.Copy(io.Discard, os.Stdin)
 	s.Stop()
-	fmt.Printf("STATS %d %d\n", written.Load(), rpcs.Load())
+	fmt.Printf("STATS %d %d %d\n", written.Load(), rpcs.Load(), peakRSS())
 	return nil
+}
+
+// peakRSS returns this process's peak resident set in bytes (VmHWM in
+// /proc/self/status; 0 where there is none). A child's rusage is no use
+// for it: Go starts children with vfork, and Linux keeps the high-water
+// mark of the memory an exec replaces, so a child's ru_maxrss is at least
+// the parent's peak at the time of the exec.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kib int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kib); err == nil {
+				return kib << 10
+			}
+		}
+	}
+	return 0
 }
 
 // hubRow is one measured configuration.
@@ -314,15 +334,14 @@ func hubRun(mode string, m []*codec.Tensor, clients int, rtt time.Duration) (*hu
 	}
 	stdin.Close()
 	r := &hubRow{Mode: mode, Clients: clients, RTTms: float64(rtt) / 1e6, Seconds: secs}
+	var rss int64
 	if line, err = out.ReadString('\n'); err == nil {
-		fmt.Sscanf(strings.TrimSpace(line), "STATS %d %d", &r.ServerBytes, &r.RPCs)
+		fmt.Sscanf(strings.TrimSpace(line), "STATS %d %d %d", &r.ServerBytes, &r.RPCs, &rss)
 	}
 	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	r.ServerCPU = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.ServerRSSMiB = float64(ru.Maxrss) / 1024
-	}
+	r.ServerRSSMiB = float64(rss) / (1 << 20)
 	return r, nil
 }
