@@ -8,11 +8,11 @@ import (
 	"testing"
 )
 
-// TestMain lets this test binary serve as the server process that 'hub'
-// starts (os.Executable is the test binary here).
+// TestMain lets this test binary serve as the server and the clients'
+// processes that 'hub' starts (os.Executable is the test binary here).
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(hubServeEnv); spec != "" {
-		if err := hubServe(spec); err != nil {
+	if ok, err := hubChild(); ok {
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
