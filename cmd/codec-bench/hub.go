@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -15,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -30,45 +30,93 @@ import (
 	"github.com/tensorpress/tensorpress/internal/netsim"
 )
 
-const hubText = `N clients fetch a published model at once, from a server in a process of
-its own, over loopback TCP with a simulated round trip and rate: the hub
-(one batched, pull-based fetch per client, chunks encoded once), against
-what FL frameworks do without one: one RPC per tensor with the tensor's
-bytes as they are, and the same with grpc-go's gzip. Each row: the time
-until every client has every tensor, the bytes the server wrote, RPCs,
-and the server's CPU seconds (user + system) and peak RSS.
+const hubText = `N clients fetch a published model at once: the hub (one batched,
+pull-based fetch per client, chunks encoded once) against what FL
+frameworks do without one: one RPC per tensor with the tensor's bytes as
+they are, and the same with grpc-go's gzip. The server and the clients run
+in two processes of their own (this program again), each client with a TCP
+connection of its own to the server over loopback.
+
+Every mode runs over plain loopback and over a simulated link
+(--loopback=false: over the link alone; --rtt 0 --rate 0: over loopback
+alone). On the link, what the server sends on each connection is paced
+to --rate and delayed by half of --rtt; what the clients send (requests,
+credit grants: small) is delayed by the other half, not paced. The rate
+is each connection's: the clients do not share it. Loopback's own latency
+and both sides' CPU come on top.
+
+Each row: the time until every client has every tensor (taken in the
+clients' process, from before their first dial), the bytes the server and
+the clients wrote, the RPCs the server served, and the CPU seconds (user +
+system, start-up and, for the server, building the model included) and
+peak RSS of the server's process and of the clients' (all N clients in it;
+each drops a tensor once it has checked its size).
 
 The model: --tensors N-tensor synthetic model (every fourth tensor
 64-192 KiB of N(0, 0.02) float32 weights, the rest small), the same on both
 sides.
 `
 
-// hubServeEnv tells a re-executed codec-bench (or its test binary) to be a
-// hub-bench server: "MODE TENSORS".
-const hubServeEnv = "CODEC_BENCH_HUB_SERVE"
+// A re-executed codec-bench (or its test binary) is the server of 'hub'
+// when hubServeEnv is set ("MODE TENSORS RATE LATENCY": mode hub or
+// per-tensor, the rate in bytes per second and the one-way latency in
+// nanoseconds of what it sends), or its clients when hubFetchEnv is
+// ("MODE TENSORS CLIENTS ADDR LATENCY").
+const (
+	hubServeEnv = "CODEC_BENCH_HUB_SERVE"
+	hubFetchEnv = "CODEC_BENCH_HUB_FETCH"
+)
+
+// hubChild runs this process as the server or the clients of 'hub' if the
+// environment asks for one of them; ok is false if it asks for neither.
+func hubChild() (ok bool, err error) {
+	if spec := os.Getenv(hubServeEnv); spec != "" {
+		if err := hubServe(spec); err != nil {
+			return true, fmt.Errorf("codec-bench hub server: %w", err)
+		}
+		return true, nil
+	}
+	if spec := os.Getenv(hubFetchEnv); spec != "" {
+		if err := hubFetch(spec); err != nil {
+			return true, fmt.Errorf("codec-bench hub clients: %w", err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// hubTensorName and hubTensorElems are tensor i's name and number of
+// elements in the hub command's model.
+func hubTensorName(i int) string { return fmt.Sprintf("layer%03d.weight", i) }
+
+func hubTensorElems(i int) int {
+	if i%4 == 0 {
+		return (1 + i%3) << 14
+	}
+	return 64 + i%7*100
+}
 
 // hubModel is the synthetic model of the hub command.
 func hubModel(n int) []*codec.Tensor {
 	rng := rand.New(rand.NewPCG(7, 7))
 	var ts []*codec.Tensor
 	for i := range n {
-		elems := 64 + i%7*100
-		if i%4 == 0 {
-			elems = (1 + i%3) << 14
-		}
+		elems := hubTensorElems(i)
 		data := make([]byte, elems*4)
 		for j := 0; j < len(data); j += 4 {
 			binary.LittleEndian.PutUint32(data[j:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
 		}
-		ts = append(ts, &codec.Tensor{Name: fmt.Sprintf("layer%03d.weight", i), DType: codec.F32, Shape: []int64{int64(elems)}, Data: data})
+		ts = append(ts, &codec.Tensor{Name: hubTensorName(i), DType: codec.F32, Shape: []int64{int64(elems)}, Data: data})
 	}
 	return ts
 }
 
-// countingListener counts the bytes the server writes.
+// countingListener counts the bytes the server writes, and shapes its
+// connections' writes with link when link is not zero.
 type countingListener struct {
 	net.Listener
-	n *atomic.Int64
+	n    *atomic.Int64
+	link netsim.Link
 }
 
 type countingConn struct {
@@ -87,17 +135,22 @@ func (l countingListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l.link != (netsim.Link{}) {
+		c = netsim.Shape(c, l.link)
+	}
 	return countingConn{c, l.n}, nil
 }
 
-// hubServe is the server process: MODE is hub or per-tensor; it prints
-// its address, serves until stdin closes, then prints the bytes it wrote
-// and the RPCs it served.
+// hubServe is the server process (hubServeEnv): it prints its address,
+// serves until stdin closes, then prints the bytes it wrote, the RPCs it
+// served and its peak RSS.
 func hubServe(spec string) error {
 	var mode string
 	var n int
-	if _, err := fmt.Sscan(spec, &mode, &n); err != nil {
-		return fmt.Errorf("hub server: %q: %w", spec, err)
+	var rate float64
+	var latency time.Duration
+	if _, err := fmt.Sscan(spec, &mode, &n, &rate, &latency); err != nil {
+		return fmt.Errorf("%q: %w", spec, err)
 	}
 	m := hubModel(n)
 	var written, rpcs atomic.Int64
@@ -135,43 +188,157 @@ func hubServe(spec string) error {
 				return st.SendMsg(&d)
 			}))
 	default:
-		return fmt.Errorf("hub server: unknown mode %q", mode)
+		return fmt.Errorf("unknown mode %q", mode)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	go s.Serve(countingListener{ln, &written})
+	go s.Serve(countingListener{ln, &written, netsim.Link{Rate: rate, Latency: latency}})
 	fmt.Printf("ADDR %s\n", ln.Addr())
 	io.Copy(io.Discard, os.Stdin)
 	s.Stop()
-	fmt.Printf("STATS %d %d\n", written.Load(), rpcs.Load())
+	fmt.Printf("STATS %d %d %d\n", written.Load(), rpcs.Load(), peakRSS())
 	return nil
+}
+
+// hubFetch is the clients' process (hubFetchEnv): CLIENTS clients, each
+// with a connection of its own, fetch the model from ADDR at once; it
+// prints the seconds until all of them have it, the bytes they wrote and
+// its peak RSS.
+func hubFetch(spec string) error {
+	var mode, addr string
+	var n, clients int
+	var latency time.Duration
+	if _, err := fmt.Sscan(spec, &mode, &n, &clients, &addr, &latency); err != nil {
+		return fmt.Errorf("%q: %w", spec, err)
+	}
+	var written atomic.Int64
+	conns := make([]*grpc.ClientConn, clients)
+	for i := range conns {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
+				if err != nil {
+					return nil, err
+				}
+				if latency > 0 {
+					c = netsim.Shape(c, netsim.Link{Latency: latency})
+				}
+				return countingConn{c, &written}, nil
+			}))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	size := make(map[string]int, n) // bytes by name
+	for i := range n {
+		size[hubTensorName(i)] = 4 * hubTensorElems(i)
+	}
+	fetch := func(conn *grpc.ClientConn) error {
+		switch mode {
+		case "hub":
+			k := 0
+			_, err := hub.Fetch(context.Background(), hubpb.NewHubClient(conn), hub.Request{Credit: 16},
+				func(t *codec.Tensor) error {
+					if want, ok := size[t.Name]; !ok || len(t.Data) != want {
+						return fmt.Errorf("%q: %d bytes", t.Name, len(t.Data))
+					}
+					k++
+					return nil
+				})
+			if err == nil && k != n {
+				err = fmt.Errorf("%d of %d tensors", k, n)
+			}
+			return err
+		case "per-tensor", "per-tensor-gzip":
+			opts := []grpc.CallOption{grpc.ForceCodec(grpctest.RawCodec{})}
+			if mode == "per-tensor-gzip" {
+				opts = append(opts, grpc.UseCompressor(gzip.Name))
+			}
+			for i := range n {
+				req := []byte(hubTensorName(i))
+				var data []byte
+				if err := conn.Invoke(context.Background(), "/openfl.Aggregator/GetAggregatedTensor", &req, &data, opts...); err != nil {
+					return err
+				}
+				if len(data) != size[string(req)] {
+					return fmt.Errorf("%q: %d bytes", req, len(data))
+				}
+			}
+			return nil
+		}
+		return fmt.Errorf("unknown mode %q", mode)
+	}
+	t0 := time.Now()
+	errs := make([]error, clients)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() { errs[i] = fetch(c) })
+	}
+	wg.Wait()
+	secs := time.Since(t0).Seconds()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	fmt.Printf("DONE %g %d %d\n", secs, written.Load(), peakRSS())
+	return nil
+}
+
+// hubLink is a simulated link: the rate of what the server sends (bits
+// per second, 0: unlimited) and the round trip, half each way; zero:
+// plain loopback.
+type hubLink struct {
+	rate float64
+	rtt  time.Duration
+}
+
+func (l hubLink) String() string {
+	if l == (hubLink{}) {
+		return "loopback"
+	}
+	rate := "unlimited"
+	if l.rate > 0 {
+		rate = rateName(l.rate)
+	}
+	return fmt.Sprintf("%s, rtt %v", rate, l.rtt)
 }
 
 // hubRow is one measured configuration.
 type hubRow struct {
+	Link          string  `json:"link"` // "loopback", or the simulated link's rate and RTT
+	Rate          float64 `json:"rate"` // bits per second of what the server sends on each connection, 0: unlimited
+	RTTms         float64 `json:"rtt_ms"`
 	Mode          string  `json:"mode"`
 	Clients       int     `json:"clients"`
 	Tensors       int     `json:"tensors"`
 	ModelBytes    int64   `json:"model_bytes"`
-	RTTms         float64 `json:"rtt_ms"`
 	Seconds       float64 `json:"seconds"`
 	ServerBytes   int64   `json:"server_bytes"`
+	ClientBytes   int64   `json:"client_bytes"`
 	RPCs          int64   `json:"rpcs"`
 	ServerCPU     float64 `json:"server_cpu_seconds"`
 	ServerRSSMiB  float64 `json:"server_peak_rss_mib"`
+	ClientsCPU    float64 `json:"clients_cpu_seconds"`
 	ClientsRSSMiB float64 `json:"clients_peak_rss_mib"`
-	VsHub         float64 `json:"time_vs_hub"`
+	VsHub         float64 `json:"time_vs_hub"` // seconds over the hub's on the same link
 }
 
 func cmdHub(args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("hub", "hub [flags]", hubText, stderr)
 	clients := fl.Int("clients", 8, "clients fetching at once")
 	tensors := fl.Int("tensors", 160, "tensors in the synthetic model")
-	rtt := fl.Duration("rtt", 10*time.Millisecond, "round trip added by the simulated link (half each way)")
+	rtt := fl.Duration("rtt", 10*time.Millisecond, "round trip of the simulated link, half on what each side sends (0: none)")
+	rateFlag := fl.String("rate", "100Mbit", "`rate` of what the server sends on each client's connection over the simulated link (bits per second with a unit: 100Mbit, 1Gbit; 0: unlimited)")
+	loopback := fl.Bool("loopback", true, "also run every mode over plain loopback, without the simulated link")
 	format := fl.String("format", "table", "output: table or json (JSON Lines)")
 	if _, err := fl.parse(args, 0, 0); err != nil {
+		return err
+	}
+	rate, err := parseRate("--rate", *rateFlag)
+	if err != nil {
 		return err
 	}
 	switch {
@@ -184,23 +351,30 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	case *format != "table" && *format != "json":
 		return usagef("--format %q: want table or json", *format)
 	}
-	m := hubModel(*tensors)
+	links := []hubLink{{rate, *rtt}}
+	if *loopback && links[0] != (hubLink{}) {
+		links = []hubLink{{}, links[0]}
+	}
 	var size int64
-	for _, t := range m {
-		size += int64(len(t.Data))
+	for i := range *tensors {
+		size += 4 * int64(hubTensorElems(i))
 	}
 	var rows []*hubRow
-	for _, mode := range []string{"hub", "per-tensor", "per-tensor-gzip"} {
-		fmt.Fprintf(stderr, "hub: %s, %d clients, %d tensors (%d bytes), rtt %v\n", mode, *clients, *tensors, size, *rtt)
-		r, err := hubRun(mode, m, *clients, *rtt)
-		if err != nil {
-			return fmt.Errorf("%s: %w", mode, err)
+	for _, link := range links {
+		var hubSecs float64
+		for _, mode := range []string{"hub", "per-tensor", "per-tensor-gzip"} {
+			fmt.Fprintf(stderr, "hub: %s: %s, %d clients, %d tensors (%d bytes)\n", link, mode, *clients, *tensors, size)
+			r, err := hubRun(mode, *tensors, *clients, link)
+			if err != nil {
+				return fmt.Errorf("%s, %s: %w", link, mode, err)
+			}
+			r.Tensors, r.ModelBytes = *tensors, size
+			if mode == "hub" {
+				hubSecs = r.Seconds
+			}
+			r.VsHub = r.Seconds / hubSecs
+			rows = append(rows, r)
 		}
-		r.Tensors, r.ModelBytes = *tensors, size
-		rows = append(rows, r)
-	}
-	for _, r := range rows {
-		r.VsHub = r.Seconds / rows[0].Seconds
 	}
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
@@ -212,17 +386,17 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODE\tCLIENTS\tSECONDS\tVS HUB\tSERVER BYTES\tRPCS\tSERVER CPU s\tSERVER RSS MiB")
+	fmt.Fprintln(tw, "LINK\tMODE\tSECONDS\tVS HUB\tSERVER BYTES\tCLIENT BYTES\tRPCS\tSERVER CPU s\tSERVER RSS MiB\tCLIENTS CPU s\tCLIENTS RSS MiB")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.2fx\t%d\t%d\t%.3f\t%.1f\n", r.Mode, r.Clients, r.Seconds, r.VsHub,
-			r.ServerBytes, r.RPCs, r.ServerCPU, r.ServerRSSMiB)
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.2fx\t%d\t%d\t%d\t%.3f\t%.1f\t%.3f\t%.1f\n", r.Link, r.Mode, r.Seconds, r.VsHub,
+			r.ServerBytes, r.ClientBytes, r.RPCs, r.ServerCPU, r.ServerRSSMiB, r.ClientsCPU, r.ClientsRSSMiB)
 	}
 	return tw.Flush()
 }
 
-// hubRun starts a server process for mode and lets clients fetch the
-// model from it at once.
-func hubRun(mode string, m []*codec.Tensor, clients int, rtt time.Duration) (*hubRow, error) {
+// hubRun starts a server process for mode and a process of clients that
+// fetch the model from it at once, over link.
+func hubRun(mode string, tensors, clients int, link hubLink) (*hubRow, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -231,98 +405,73 @@ func hubRun(mode string, m []*codec.Tensor, clients int, rtt time.Duration) (*hu
 	if strings.HasPrefix(mode, "per-tensor") {
 		srvMode = "per-tensor"
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", hubServeEnv, srvMode, len(m)))
-	stdin, err := cmd.StdinPipe()
+	half := link.rtt / 2
+	srv := exec.Command(exe)
+	srv.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %g %d", hubServeEnv, srvMode, tensors, link.rate/8, int64(half)))
+	stdin, err := srv.StdinPipe()
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
+	stdout, err := srv.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
 		return nil, err
 	}
-	defer cmd.Process.Kill()
+	defer srv.Process.Kill()
 	out := bufio.NewReader(stdout)
 	line, err := out.ReadString('\n')
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
 	if err != nil || !ok {
 		return nil, fmt.Errorf("server: %q, %v", line, err)
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
-			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
-			if err != nil || rtt == 0 {
-				return c, err
-			}
-			// The whole round trip on what the clients send: a request
-			// reaches the server rtt after it left.
-			return netsim.Shape(c, netsim.Link{Latency: rtt}), nil
-		}))
+
+	cli := exec.Command(exe)
+	cli.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d %s %d", hubFetchEnv, mode, tensors, clients, addr, int64(link.rtt-half)))
+	cli.Stderr = os.Stderr
+	done, err := cli.Output()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("clients: %w", err)
 	}
-	fetch := func() error {
-		switch mode {
-		case "hub":
-			n := 0
-			_, err := hub.Fetch(context.Background(), hubpb.NewHubClient(conn), hub.Request{Credit: 16},
-				func(*codec.Tensor) error { n++; return nil })
-			if err == nil && n != len(m) {
-				err = fmt.Errorf("%d of %d tensors", n, len(m))
-			}
-			return err
-		default:
-			opts := []grpc.CallOption{grpc.ForceCodec(grpctest.RawCodec{})}
-			if mode == "per-tensor-gzip" {
-				opts = append(opts, grpc.UseCompressor(gzip.Name))
-			}
-			for _, t := range m {
-				req := []byte(t.Name)
-				var data []byte
-				if err := conn.Invoke(context.Background(), "/openfl.Aggregator/GetAggregatedTensor", &req, &data, opts...); err != nil {
-					return err
-				}
-				if len(data) != len(t.Data) {
-					return fmt.Errorf("%q: %d bytes", t.Name, len(data))
-				}
-			}
-			return nil
-		}
+	r := &hubRow{Link: link.String(), Rate: link.rate, RTTms: float64(link.rtt) / 1e6, Mode: mode, Clients: clients}
+	var rss int64
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(done)), "DONE %g %d %d", &r.Seconds, &r.ClientBytes, &rss); err != nil {
+		return nil, fmt.Errorf("clients: %q: %w", done, err)
 	}
-	t0 := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs <- fetch()
-		}()
-	}
-	wg.Wait()
-	secs := time.Since(t0).Seconds()
-	conn.Close()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
+	r.ClientsCPU = (cli.ProcessState.UserTime() + cli.ProcessState.SystemTime()).Seconds()
+	r.ClientsRSSMiB = float64(rss) / (1 << 20)
+
 	stdin.Close()
-	r := &hubRow{Mode: mode, Clients: clients, RTTms: float64(rtt) / 1e6, Seconds: secs}
 	if line, err = out.ReadString('\n'); err == nil {
-		fmt.Sscanf(strings.TrimSpace(line), "STATS %d %d", &r.ServerBytes, &r.RPCs)
+		fmt.Sscanf(strings.TrimSpace(line), "STATS %d %d %d", &r.ServerBytes, &r.RPCs, &rss)
 	}
-	if err := cmd.Wait(); err != nil {
+	if err := srv.Wait(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	r.ServerCPU = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.ServerRSSMiB = float64(ru.Maxrss) / 1024
-	}
+	r.ServerCPU = (srv.ProcessState.UserTime() + srv.ProcessState.SystemTime()).Seconds()
+	r.ServerRSSMiB = float64(rss) / (1 << 20)
 	return r, nil
+}
+
+// peakRSS returns this process's peak resident set in bytes (VmHWM in
+// /proc/self/status; 0 where there is none). A child's rusage is no use
+// for it: Go starts children with vfork, and Linux keeps the high-water
+// mark of the memory an exec replaces, so a child's ru_maxrss is at least
+// the parent's peak at the time of the exec.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kib int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kib); err == nil {
+				return kib << 10
+			}
+		}
+	}
+	return 0
 }

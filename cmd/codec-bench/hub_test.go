@@ -8,11 +8,11 @@ import (
 	"testing"
 )
 
-// TestMain lets this test binary serve as the server process that 'hub'
-// starts (os.Executable is the test binary here).
+// TestMain lets this test binary serve as the server and the clients'
+// processes that 'hub' starts (os.Executable is the test binary here).
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(hubServeEnv); spec != "" {
-		if err := hubServe(spec); err != nil {
+	if ok, err := hubChild(); ok {
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -41,6 +41,60 @@ func TestHubCommand(t *testing.T) {
 		t.Fatalf("hub row %+v against %+v", h, rows["per-tensor"])
 	}
 	for _, bad := range [][]string{{"hub", "--clients", "0"}, {"hub", "--tensors", "0"}, {"hub", "--rtt", "-1s"}, {"hub", "--format", "xml"}} {
+		if code := run(bad, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+}
+
+// Every mode runs over plain loopback and over the simulated link, each
+// row with the bytes both sides wrote, the RPCs and both processes' peak
+// RSS; --rtt 0 --rate 0 is loopback alone.
+func TestHubCommandLinks(t *testing.T) {
+	var out, errb strings.Builder
+	if code := run([]string{"hub", "--clients", "2", "--tensors", "8", "--rtt", "2ms", "--rate", "1Gbit", "--format", "json"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	type key struct{ link, mode string }
+	rows := map[key]hubRow{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var r hubRow
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		rows[key{r.Link, r.Mode}] = r
+	}
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 6: %+v", len(rows), rows)
+	}
+	for _, link := range []string{"loopback", "1Gbit, rtt 2ms"} {
+		for mode, rpcs := range map[string]int64{"hub": 2, "per-tensor": 16, "per-tensor-gzip": 16} {
+			r, ok := rows[key{link, mode}]
+			switch {
+			case !ok:
+				t.Errorf("no row for %s over %s", mode, link)
+			case r.RPCs != rpcs || r.ServerBytes <= 0 || r.ClientBytes <= 0 || r.ServerRSSMiB <= 0 || r.ClientsRSSMiB <= 0:
+				t.Errorf("%s over %s: %+v", mode, link, r)
+			case link != "loopback" && (r.Rate != 1e9 || r.RTTms != 2):
+				t.Errorf("%s over %s: rate %g, rtt %g ms", mode, link, r.Rate, r.RTTms)
+			}
+		}
+	}
+
+	out.Reset()
+	if code := run([]string{"hub", "--clients", "2", "--tensors", "8", "--rtt", "0", "--rate", "0"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "LINK ") {
+		t.Fatalf("table:\n%s", out.String())
+	}
+	for _, l := range lines[1:] {
+		if f := strings.Fields(l); len(f) != 11 || f[0] != "loopback" {
+			t.Errorf("row %q", l)
+		}
+	}
+	for _, bad := range [][]string{{"hub", "--rate", "fast"}, {"hub", "--rate", "-1Mbit"}} {
 		if code := run(bad, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2", bad, code)
 		}

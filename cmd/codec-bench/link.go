@@ -264,21 +264,30 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 func parseRates(s string) ([]float64, error) {
 	var out []float64
 	for _, p := range strings.Split(s, ",") {
-		p = strings.TrimSpace(p)
-		if p == "unshaped" || p == "0" {
-			out = append(out, 0)
-			continue
-		}
-		r, err := profile.ParseRate(p)
+		r, err := parseRate("--rates", p)
 		if err != nil {
-			return nil, usagef("--rates: %q: %v", p, err)
+			return nil, err
 		}
-		out = append(out, 8*float64(r))
+		out = append(out, r)
 	}
 	if len(out) == 0 {
 		return nil, usagef("--rates: no rate")
 	}
 	return out, nil
+}
+
+// parseRate reads one rate of the flag named flag ("100Mbit"; "unshaped"
+// or 0: 0) into bits per second.
+func parseRate(flag, p string) (float64, error) {
+	p = strings.TrimSpace(p)
+	if p == "unshaped" || p == "0" {
+		return 0, nil
+	}
+	r, err := profile.ParseRate(p)
+	if err != nil {
+		return 0, usagef("%s: %q: %v", flag, p, err)
+	}
+	return 8 * float64(r), nil
 }
 
 // linkChains are plain TCP, the static recipes of the profile's rule for

@@ -30,10 +30,10 @@ import (
 )
 
 func main() {
-	if spec := os.Getenv(hubServeEnv); spec != "" {
-		// A server process of 'codec-bench hub'.
-		if err := hubServe(spec); err != nil {
-			fmt.Fprintln(os.Stderr, "codec-bench hub server:", err)
+	if ok, err := hubChild(); ok {
+		// The server or the clients' process of 'codec-bench hub'.
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		os.Exit(0)
