@@ -10,6 +10,7 @@
 //	codec-bench stages
 //	codec-bench profile validate|show|list
 //	codec-bench link [flags]          plain TCP, static recipes, autotune and zstd on shaped links
+//	codec-bench hub [flags]           the model hub against one RPC per tensor, on loopback and a link
 //
 // Run 'codec-bench COMMAND -h' for the flags of each command. Exit status: 0
 // on success, 1 when a command fails, 2 on a usage error.
