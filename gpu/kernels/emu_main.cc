@@ -1,0 +1,98 @@
+// emu runs the kernels of kernels.cu on the host (emulate.h) for the
+// emulation test: it reads a request on stdin and writes the results on
+// stdout, all little-endian.
+//
+//	"f16 " n, then n u32          -> n u16
+//	"bf16" n, then n u32          -> n u16
+//	"int8" n bsize, then n f32    -> n u8 codes, ceil(n/bsize) f32 scales, u32 bad
+//	"topk" n k, then n u32        -> k u32 indices, k u32 elements
+//	"efad" n, then 2n f32 (g, r)  -> n f32
+//
+// Launch shapes are small (blockDim 64, a few blocks) so that the grid-
+// stride loops, the tiles and the cross-block carries are all exercised.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "prelude.h"
+
+thread_local tp_dim3 threadIdx;
+tp_dim3 blockIdx, blockDim, gridDim;
+std::barrier<> *tp_barrier;
+
+KERNEL void tp_f32_to_f16(const u32 *x, u16 *y, u64 n);
+KERNEL void tp_f32_to_bf16(const u32 *x, u16 *y, u64 n);
+KERNEL void tp_int8_blocks(const float *x, u8 *q, float *scale, u64 n, u32 bsize, u32 *bad);
+KERNEL void tp_zero(u32 *p, u64 n);
+KERNEL void tp_topk_hist(const u32 *x, u64 n, u32 *hist, u32 nbins, u32 shift, u32 pshift, const u32 *st);
+KERNEL void tp_topk_find(const u32 *hist, u32 nbins, u32 bits, u32 *st);
+KERNEL void tp_topk_count(const u32 *x, u64 n, const u32 *st, u32 *cnt);
+KERNEL void tp_topk_offsets(const u32 *cnt, u64 ntiles, const u32 *st, u32 *off);
+KERNEL void tp_topk_compact(const u32 *x, u64 n, const u32 *st, const u32 *off, u32 *idx, u32 *val);
+KERNEL void tp_add_f32(const float *g, const float *res, float *c, u64 n);
+
+template <class T> static std::vector<T> readv(size_t n) {
+  std::vector<T> v(n);
+  if (n && fread(v.data(), sizeof(T), n, stdin) != n) {
+    fprintf(stderr, "emu: short input\n");
+    exit(1);
+  }
+  return v;
+}
+template <class T> static void writev(const std::vector<T> &v) { fwrite(v.data(), sizeof(T), v.size(), stdout); }
+
+static const unsigned B = 64; // threads per block
+static const unsigned G = 3;  // blocks for grid-stride kernels
+
+int main() {
+  char op[4];
+  if (fread(op, 1, 4, stdin) != 4) return 1;
+  u64 n = readv<u64>(1)[0];
+  if (!memcmp(op, "f16 ", 4) || !memcmp(op, "bf16", 4)) {
+    auto x = readv<u32>(n);
+    std::vector<u16> y(n);
+    tp_launch(op[0] == 'f' ? tp_f32_to_f16 : tp_f32_to_bf16, G, B, (const u32 *)x.data(), y.data(), n);
+    writev(y);
+  } else if (!memcmp(op, "int8", 4)) {
+    u32 bsize = (u32)readv<u64>(1)[0];
+    auto x = readv<float>(n);
+    std::vector<u8> q(n);
+    std::vector<float> scale((n + bsize - 1) / bsize);
+    std::vector<u32> bad(1);
+    tp_launch(tp_int8_blocks, G, B, (const float *)x.data(), q.data(), scale.data(), n, bsize, bad.data());
+    writev(q);
+    writev(scale);
+    writev(bad);
+  } else if (!memcmp(op, "topk", 4)) {
+    // The sequence of launches of Device.TopK (kernels.go).
+    u64 k = readv<u64>(1)[0];
+    auto x = readv<u32>(n);
+    std::vector<u32> st = {(u32)k, 0}, hist(2048);
+    const u32 *xs = x.data();
+    struct pass {
+      u32 nbins, shift, pshift, bits;
+    } passes[3] = {{2048, 20, 31, 11}, {2048, 9, 20, 11}, {512, 0, 9, 9}};
+    for (auto p : passes) {
+      tp_launch(tp_zero, G, B, hist.data(), (u64)hist.size());
+      tp_launch(tp_topk_hist, G, B, xs, n, hist.data(), p.nbins, p.shift, p.pshift, (const u32 *)st.data());
+      tp_launch(tp_topk_find, 1u, 1u, (const u32 *)hist.data(), p.nbins, p.bits, st.data());
+    }
+    u64 tile = 16 * B, ntiles = (n + tile - 1) / tile;
+    std::vector<u32> cnt(2 * ntiles), off(2 * ntiles), idx(k), val(k);
+    tp_launch(tp_topk_count, G, B, xs, n, (const u32 *)st.data(), cnt.data());
+    tp_launch(tp_topk_offsets, 1u, B, (const u32 *)cnt.data(), ntiles, (const u32 *)st.data(), off.data());
+    tp_launch(tp_topk_compact, G, B, xs, n, (const u32 *)st.data(), (const u32 *)off.data(), idx.data(), val.data());
+    writev(idx);
+    writev(val);
+  } else if (!memcmp(op, "efad", 4)) {
+    auto g = readv<float>(n), r = readv<float>(n);
+    std::vector<float> c(n);
+    tp_launch(tp_add_f32, G, B, (const float *)g.data(), (const float *)r.data(), c.data(), n);
+    writev(c);
+  } else {
+    fprintf(stderr, "emu: unknown op %.4s\n", op);
+    return 1;
+  }
+  return 0;
+}

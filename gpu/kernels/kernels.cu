@@ -1,0 +1,270 @@
+// CUDA kernels of package gpu. Each one is specified by the Go reference
+// loop it computes, named in its comment; integer arithmetic and IEEE
+// float32 operations (no contraction: -ffp-contract=off) make the results
+// bit-identical to it. Compiled to PTX by `go generate ./gpu`; also
+// compiled for the host with emulate.h by the emulation test.
+#include "prelude.h"
+
+// ---- fp16 and bf16 (internal/float16.F16FromF32, BF16FromF32) ----
+
+static __device__ inline u32 round_shift(u32 m, u32 s) {
+  u32 q = m >> s, rem = m & ((1u << s) - 1), half = 1u << (s - 1);
+  if (rem > half || (rem == half && (q & 1))) q++;
+  return q;
+}
+
+static __device__ inline u16 f16_from_f32(u32 b) {
+  u16 sign = (u16)(b >> 16) & 0x8000;
+  u32 a = b & 0x7fffffff;
+  if (a - 0x38800000u < 0x477ff000u - 0x38800000u) {
+    a -= (127u - 15u) << 23;
+    a += 0xfff + ((a >> 13) & 1);
+    return sign | (u16)(a >> 13);
+  }
+  if (a > 0x7f800000u) return sign | 0x7e00; // NaN: the payload dropped
+  if (a >= 0x477ff000u) return sign | 0x7c00;
+  if (a <= 0x33000000u) return sign;
+  u32 e = a >> 23, m = (a & 0x7fffff) | 0x800000;
+  return sign | (u16)round_shift(m, 126 - e);
+}
+
+static __device__ inline u16 bf16_from_f32(u32 b) {
+  if ((b & 0x7fffffff) > 0x7f800000u) return 0xffff;
+  return (u16)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
+}
+
+// y[i] = F16FromF32(x[i]) for i < n.
+KERNEL void tp_f32_to_f16(const u32 *x, u16 *y, u64 n) {
+  for (u64 i = gid(); i < n; i += gstride()) y[i] = f16_from_f32(x[i]);
+}
+
+// y[i] = BF16FromF32(x[i]) for i < n.
+KERNEL void tp_f32_to_bf16(const u32 *x, u16 *y, u64 n) {
+  for (u64 i = gid(); i < n; i += gstride()) y[i] = bf16_from_f32(x[i]);
+}
+
+// ---- blockwise int8 (lossy.int8Quantize) ----
+
+#define TP_BLOCK_THREADS 256
+
+// roundClamp127: clamp(roundHalfEven(y), -127, 127) for |y| < 2^22.
+static __device__ inline i32 round_clamp127(float y) {
+  i32 r = (i32)f32_bits(y + 12582912.0f) - 0x4b400000;
+  return r < -127 ? -127 : (r > 127 ? 127 : r);
+}
+
+// Block j (one CUDA block each, blockDim TP_BLOCK_THREADS) of bsize
+// elements of x (the last may be shorter): scale[j] is its absmax and
+// q its codes, as int8Quantize gives them. A block holding a NaN or Inf
+// sets bad[0] to 1 (the CPU refuses it: errBlockNonFinite).
+KERNEL void tp_int8_blocks(const float *x, u8 *q, float *scale, u64 n, u32 bsize, u32 *bad) {
+  __shared__ u32 red[TP_BLOCK_THREADS];
+  u64 nblocks = (n + bsize - 1) / bsize;
+  for (u64 j = blockIdx.x; j < nblocks; j += gridDim.x) {
+    u64 lo = j * bsize, hi = lo + bsize < n ? lo + bsize : n;
+    u32 m = 0;
+    for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      u32 k = f32_bits(x[i]) & 0x7fffffff;
+      m = k > m ? k : m;
+    }
+    red[threadIdx.x] = m;
+    sync_block();
+    for (u32 s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s && red[threadIdx.x + s] > red[threadIdx.x]) red[threadIdx.x] = red[threadIdx.x + s];
+      sync_block();
+    }
+    m = red[0];
+    sync_block(); // red is reused by the next block
+    if (m >= 0x7f800000u) {
+      if (threadIdx.x == 0) {
+        atomic_or_u32(bad, 1);
+        scale[j] = 0;
+      }
+      continue;
+    }
+    float a = f32_from(m);
+    if (threadIdx.x == 0) scale[j] = a;
+    if (m == 0) {
+      for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) q[i] = 0;
+    } else if (m < (127u - 100u) << 23) { // tiny: scaled by 2^100 first
+      float inv = 127.0f / (a * 0x1p100f);
+      for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) q[i] = (u8)round_clamp127((x[i] * 0x1p100f) * inv);
+    } else {
+      float inv = 127.0f / a;
+      for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) q[i] = (u8)round_clamp127(x[i] * inv);
+    }
+  }
+}
+
+// ---- exact top-k by magnitude (internal/topk.Exact) ----
+//
+// The magnitude of x[i] is its bits with the sign cleared. A radix
+// selection finds the k-th largest magnitude t in three histogram passes
+// (bits 30..20, 19..9, 8..0), each over the elements whose higher bits
+// match the prefix found so far; st (on the device) carries the state:
+// st[0] the elements still to take at the cut, st[1] the prefix. Then the
+// selected indices (magnitude > t, or == t among the first st[0] such by
+// index) are compacted in ascending order, tile by tile.
+
+#define TP_HIST_MAX 2048
+
+// tp_zero sets p[0:n] to 0.
+KERNEL void tp_zero(u32 *p, u64 n) {
+  for (u64 i = gid(); i < n; i += gstride()) p[i] = 0;
+}
+
+// hist[b] += the elements of x whose magnitude k has k >> pshift ==
+// st[1] and (k >> shift) & (nbins-1) == b. nbins is a power of two, at
+// most TP_HIST_MAX; pshift 31 matches every element.
+KERNEL void tp_topk_hist(const u32 *x, u64 n, u32 *hist, u32 nbins, u32 shift, u32 pshift, const u32 *st) {
+  __shared__ u32 h[TP_HIST_MAX];
+  for (u32 i = threadIdx.x; i < nbins; i += blockDim.x) h[i] = 0;
+  sync_block();
+  u32 prefix = st[1];
+  for (u64 i = gid(); i < n; i += gstride()) {
+    u32 k = x[i] & 0x7fffffff;
+    if ((k >> pshift) == prefix) atomic_add_u32(&h[(k >> shift) & (nbins - 1)], 1);
+  }
+  sync_block();
+  for (u32 i = threadIdx.x; i < nbins; i += blockDim.x)
+    if (h[i]) atomic_add_u32(&hist[i], h[i]);
+}
+
+// tp_topk_find (one thread) finds the bin holding the st[0]-th largest
+// element counted in hist: st[1] = st[1] << bits | bin, st[0] = the
+// elements still to take from that bin.
+KERNEL void tp_topk_find(const u32 *hist, u32 nbins, u32 bits, u32 *st) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  u32 need = st[0];
+  u32 b = nbins;
+  while (b > 0) {
+    b--;
+    u32 c = hist[b];
+    if (c >= need) break;
+    need -= c;
+  }
+  st[0] = need;
+  st[1] = st[1] << bits | b;
+}
+
+#define TP_TILE_ROUNDS 16 // a tile is TP_TILE_ROUNDS x blockDim consecutive elements
+
+// Inclusive scan of v over the block in s (blockDim entries); returns the
+// inclusive prefix of this thread. Every thread must call it.
+static __device__ inline u32 block_scan(u32 *s, u32 v) {
+  s[threadIdx.x] = v;
+  sync_block();
+  for (u32 d = 1; d < blockDim.x; d <<= 1) {
+    u32 add = threadIdx.x >= d ? s[threadIdx.x - d] : 0;
+    sync_block();
+    s[threadIdx.x] += add;
+    sync_block();
+  }
+  u32 r = s[threadIdx.x];
+  sync_block();
+  return r;
+}
+
+// cnt[2*tile] and cnt[2*tile+1]: the magnitudes above t = st[1] and equal
+// to it in each tile (one CUDA block a tile).
+KERNEL void tp_topk_count(const u32 *x, u64 n, const u32 *st, u32 *cnt) {
+  __shared__ u32 s[TP_BLOCK_THREADS];
+  u32 t = st[1];
+  u64 tile = (u64)TP_TILE_ROUNDS * blockDim.x;
+  u64 ntiles = (n + tile - 1) / tile;
+  for (u64 j = blockIdx.x; j < ntiles; j += gridDim.x) {
+    u32 gt = 0, eq = 0;
+    for (u32 r = 0; r < TP_TILE_ROUNDS; r++) {
+      u64 i = j * tile + (u64)r * blockDim.x + threadIdx.x;
+      if (i < n) {
+        u32 k = x[i] & 0x7fffffff;
+        gt += k > t;
+        eq += k == t;
+      }
+    }
+    // Counts below 2^16 a thread: packed, one scan.
+    u32 tot = block_scan(s, gt | eq << 16);
+    if (threadIdx.x == blockDim.x - 1) {
+      cnt[2 * j] = tot & 0xffff;
+      cnt[2 * j + 1] = tot >> 16;
+    }
+  }
+}
+
+// tp_topk_offsets (one CUDA block) turns cnt into exclusive prefixes over
+// the tiles: off[2*j] the elements selected before tile j, off[2*j+1] the
+// ties before it. st[0] is the ties to take.
+KERNEL void tp_topk_offsets(const u32 *cnt, u64 ntiles, const u32 *st, u32 *off) {
+  __shared__ u32 s[TP_BLOCK_THREADS];
+  __shared__ u32 carry[2];
+  u32 r = st[0];
+  if (threadIdx.x == 0) carry[0] = carry[1] = 0;
+  sync_block();
+  for (u64 base = 0; base < ntiles; base += blockDim.x) {
+    u64 j = base + threadIdx.x;
+    u32 gt = j < ntiles ? cnt[2 * j] : 0, eq = j < ntiles ? cnt[2 * j + 1] : 0;
+    // Two scans: sums can exceed 2^16.
+    u32 gtIn = block_scan(s, gt), eqIn = block_scan(s, eq);
+    u32 gtBefore = carry[0] + gtIn - gt, eqBefore = carry[1] + eqIn - eq;
+    if (j < ntiles) {
+      u32 tiesBefore = eqBefore < r ? eqBefore : r; // ties taken before tile j
+      off[2 * j] = gtBefore + tiesBefore;
+      off[2 * j + 1] = eqBefore;
+    }
+    sync_block();
+    if (threadIdx.x == blockDim.x - 1) {
+      carry[0] += gtIn;
+      carry[1] += eqIn;
+    }
+    sync_block();
+  }
+}
+
+// tp_topk_compact writes the selected indices (ascending) to idx and
+// their elements to val.
+KERNEL void tp_topk_compact(const u32 *x, u64 n, const u32 *st, const u32 *off, u32 *idx, u32 *val) {
+  __shared__ u32 s[TP_BLOCK_THREADS];
+  u32 t = st[1], r = st[0];
+  u64 tile = (u64)TP_TILE_ROUNDS * blockDim.x;
+  u64 ntiles = (n + tile - 1) / tile;
+  for (u64 j = blockIdx.x; j < ntiles; j += gridDim.x) {
+    u32 sel = off[2 * j], eqBase = off[2 * j + 1];
+    for (u32 rd = 0; rd < TP_TILE_ROUNDS; rd++) {
+      u64 i = j * tile + (u64)rd * blockDim.x + threadIdx.x;
+      u32 v = 0, isgt = 0, iseq = 0;
+      if (i < n) {
+        v = x[i];
+        u32 k = v & 0x7fffffff;
+        isgt = k > t;
+        iseq = k == t;
+      }
+      u32 in = block_scan(s, isgt | iseq << 16);
+      u32 gtEx = (in & 0xffff) - isgt, eqEx = (in >> 16) - iseq;
+      __shared__ u32 tot;
+      if (threadIdx.x == blockDim.x - 1) tot = in;
+      sync_block();
+      u32 quota = r > eqBase ? r - eqBase : 0; // ties this round may still take
+      if (isgt || (iseq && eqEx < quota)) {
+        u32 pos = sel + gtEx + (eqEx < quota ? eqEx : quota);
+        idx[pos] = (u32)i;
+        val[pos] = v;
+      }
+      u32 gtTot = tot & 0xffff, eqTot = tot >> 16;
+      sel += gtTot + (eqTot < quota ? eqTot : quota);
+      eqBase += eqTot;
+      sync_block(); // tot is rewritten next round
+    }
+  }
+}
+
+// ---- error feedback ----
+
+// c[i] = g[i] + res[i] (the compensated gradient).
+KERNEL void tp_add_f32(const float *g, const float *res, float *c, u64 n) {
+  for (u64 i = gid(); i < n; i += gstride()) c[i] = g[i] + res[i];
+}
+
+// res[idx[j]] = 0 for j < k (the elements sent).
+KERNEL void tp_scatter_zero(float *res, const u32 *idx, u64 k) {
+  for (u64 j = gid(); j < k; j += gstride()) res[idx[j]] = 0;
+}

@@ -1,0 +1,33 @@
+// Definitions the kernels need, for the device (clang's CUDA mode, no CUDA
+// headers) or for the host emulation (emulate.h).
+#ifndef TP_PRELUDE_H
+#define TP_PRELUDE_H
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef unsigned long long u64;
+
+#ifdef TP_EMULATE
+#include "emulate.h"
+#else
+#include <__clang_cuda_builtin_vars.h>
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __shared__ __attribute__((shared))
+#define KERNEL extern "C" __global__
+static __device__ inline void sync_block() { __syncthreads(); }
+static __device__ inline u32 atomic_add_u32(u32 *p, u32 v) { return (u32)__nvvm_atom_add_gen_i((int *)p, (int)v); }
+static __device__ inline u32 atomic_or_u32(u32 *p, u32 v) { return (u32)__nvvm_atom_or_gen_i((int *)p, (int)v); }
+#endif
+
+static __device__ inline u32 f32_bits(float f) { return __builtin_bit_cast(u32, f); }
+static __device__ inline float f32_from(u32 b) { return __builtin_bit_cast(float, b); }
+
+// The elements a thread handles in a grid-stride loop start at gid and step
+// by gstride.
+static __device__ inline u64 gid() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
+static __device__ inline u64 gstride() { return (u64)gridDim.x * blockDim.x; }
+
+#endif

@@ -1,0 +1,277 @@
+package gpu
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/float16"
+	"github.com/tensorpress/tensorpress/internal/topk"
+	_ "github.com/tensorpress/tensorpress/lossy"
+)
+
+// The kernels of kernels/kernels.cu, compiled for the host with
+// kernels/emulate.h (every block in turn, its threads as OS threads), run
+// on fresh random inputs against the Go code they must agree with bit for
+// bit. This checks their logic on a machine without a GPU; the PTX and
+// the driver are checked by the device tests.
+
+// emulator builds the emulation program into the test's temporary
+// directory, or skips the test when there is no clang++-14.
+func emulator(t *testing.T) string {
+	t.Helper()
+	cxx, err := exec.LookPath("clang++-14")
+	if err != nil {
+		t.Skipf("kernel emulation needs clang++-14 (Debian's clang-14; make test installs it): %v", err)
+	}
+	exe := filepath.Join(t.TempDir(), "emu")
+	out, err := exec.Command(cxx, "-std=c++20", "-O1", "-pthread", "-ffp-contract=off", "-DTP_EMULATE", "-Ikernels",
+		"-x", "c++", "kernels/kernels.cu", "-x", "c++", "kernels/emu_main.cc", "-o", exe).CombinedOutput()
+	if err != nil {
+		t.Fatalf("building the kernel emulation: %v\n%s", err, out)
+	}
+	return exe
+}
+
+// run sends op, its numbers and data to the emulation exe and returns
+// what it writes.
+func run(t *testing.T, exe, op string, nums []uint64, data []byte) []byte {
+	t.Helper()
+	var in bytes.Buffer
+	in.WriteString(op)
+	for _, v := range nums {
+		binary.Write(&in, binary.LittleEndian, v)
+	}
+	in.Write(data)
+	cmd := exec.Command(exe)
+	cmd.Stdin = &in
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("emulation %q: %v: %s", op, err, errb.Bytes())
+	}
+	return out
+}
+
+func u32bytes(x []uint32) []byte {
+	b := make([]byte, 4*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], v)
+	}
+	return b
+}
+
+// floatBits returns n random float32 bit patterns: mostly N(0, s) for a
+// scale s that changes every 97 elements, with NaNs (several payloads),
+// infinities, zeros of both signs, subnormals and values at fp16 and bf16
+// rounding ties mixed in.
+func floatBits(rng *rand.Rand, n int) []uint32 {
+	x := make([]uint32, n)
+	s := 1.0
+	for i := range x {
+		if i%97 == 0 {
+			s = math.Pow(2, float64(rng.IntN(60)-40))
+		}
+		v := math.Float32bits(float32(rng.NormFloat64() * s))
+		switch rng.IntN(40) {
+		case 0:
+			v = 0x7f800001 + rng.Uint32N(0x7fffff) | rng.Uint32()&0x80000000 // NaN
+		case 1:
+			v = 0x7f800000 | rng.Uint32()&0x80000000
+		case 2:
+			v = rng.Uint32() & 0x80000000
+		case 3:
+			v = rng.Uint32N(0x800000) | rng.Uint32()&0x80000000 // subnormal
+		case 4:
+			v = v&^0x1fff | 0x1000 // an fp16 tie
+		case 5:
+			v = v&^0xffff | 0x8000 // a bf16 tie
+		case 6:
+			v = math.Float32bits(float32(65504+rng.IntN(32))) | rng.Uint32()&0x80000000
+		}
+		x[i] = v
+	}
+	return x
+}
+
+func TestEmulatedHalf(t *testing.T) {
+	exe := emulator(t)
+	rng := rand.New(rand.NewPCG(1, uint64(len(t.Name()))))
+	for _, n := range []int{1, 1000, 4099} {
+		x := floatBits(rng, n)
+		for _, op := range []string{"f16 ", "bf16"} {
+			got := run(t, exe, op, []uint64{uint64(n)}, u32bytes(x))
+			for i, v := range x {
+				var want uint16
+				if op == "f16 " {
+					want = float16.F16FromF32(math.Float32frombits(v))
+				} else {
+					want = float16.BF16FromF32(math.Float32frombits(v))
+				}
+				if g := binary.LittleEndian.Uint16(got[2*i:]); g != want {
+					t.Fatalf("%s n=%d: x[%d] = %#08x: got %#04x, want %#04x", op, n, i, v, g, want)
+				}
+			}
+		}
+	}
+}
+
+// int8Reference is what the lossy int8(bsize) stage stores for x: the
+// codes and the scales, read from the segments of its frame.
+func int8Reference(t *testing.T, x []float32, bsize int) (q, scale []byte, err error) {
+	t.Helper()
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame, err := enc.AppendTensor(nil, codec.FromFloat32("x", x, int64(len(x))), codec.MustParseRecipe(fmt.Sprintf("int8(%d)", bsize)))
+	if err != nil {
+		return nil, nil, err
+	}
+	br := bufio.NewReader(bytes.NewReader(frame))
+	h, _, err := codec.ReadFrameHeader(br, br, codec.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := frame[h.HeaderLen:]
+	segs := map[string][]byte{}
+	for _, s := range h.Entries[0].Stored {
+		segs[s.Name], payload = payload[:s.Len], payload[s.Len:]
+	}
+	return segs["q"], segs["scale"], nil
+}
+
+func TestEmulatedInt8(t *testing.T) {
+	exe := emulator(t)
+	rng := rand.New(rand.NewPCG(2, 2))
+	for _, c := range []struct{ n, bsize int }{{1, 64}, {1000, 64}, {4099, 256}, {3000, 1000}} {
+		x := make([]float32, c.n)
+		for i := range x {
+			if i%c.bsize == 0 {
+				// A scale per block: ordinary, tiny (below 2^-100), or 0.
+				switch rng.IntN(5) {
+				case 0:
+					x[i] = 0
+				case 1:
+					x[i] = float32(rng.NormFloat64() * 0x1p-110)
+				default:
+					x[i] = float32(rng.NormFloat64() * math.Pow(2, float64(rng.IntN(20)-10)))
+				}
+				continue
+			}
+			x[i] = float32(rng.NormFloat64()) * float32(math.Abs(float64(x[i-i%c.bsize]))+0x1p-120)
+			if x[i-i%c.bsize] == 0 {
+				x[i] = 0
+			}
+		}
+		in := u32bytes(floatsBits(x))
+		got := run(t, exe, "int8", []uint64{uint64(c.n), uint64(c.bsize)}, in)
+		nb := (c.n + c.bsize - 1) / c.bsize
+		q, scale, bad := got[:c.n], got[c.n:c.n+4*nb], binary.LittleEndian.Uint32(got[c.n+4*nb:])
+		wq, ws, err := int8Reference(t, x, c.bsize)
+		if err != nil || bad != 0 {
+			t.Fatalf("n=%d B=%d: reference %v, emulation bad %d", c.n, c.bsize, err, bad)
+		}
+		if !bytes.Equal(q, wq) || !bytes.Equal(scale, ws) {
+			t.Fatalf("n=%d B=%d: codes or scales differ from the int8 stage's", c.n, c.bsize)
+		}
+		// A NaN or an Inf in a block: refused, like the stage refuses it.
+		x[c.n/2] = float32(math.Inf(1))
+		got = run(t, exe, "int8", []uint64{uint64(c.n), uint64(c.bsize)}, u32bytes(floatsBits(x)))
+		if _, _, err := int8Reference(t, x, c.bsize); err == nil || binary.LittleEndian.Uint32(got[c.n+4*nb:]) != 1 {
+			t.Fatalf("n=%d B=%d: a block with Inf: stage %v, emulation bad %d", c.n, c.bsize, err, binary.LittleEndian.Uint32(got[c.n+4*nb:]))
+		}
+	}
+}
+
+func floatsBits(x []float32) []uint32 {
+	u := make([]uint32, len(x))
+	for i, v := range x {
+		u[i] = math.Float32bits(v)
+	}
+	return u
+}
+
+func TestEmulatedTopK(t *testing.T) {
+	exe := emulator(t)
+	rng := rand.New(rand.NewPCG(3, 3))
+	for _, n := range []int{1, 2, 1000, 5000} {
+		x := floatBits(rng, n)
+		// Many equal magnitudes, so that the cut falls among ties.
+		for i := range x {
+			if rng.IntN(3) == 0 {
+				x[i] = x[i]&^0x7fffff80 | 0x3f800000
+			}
+		}
+		xs := make([]float32, n)
+		for i, v := range x {
+			xs[i] = math.Float32frombits(v)
+		}
+		for _, k := range slices.Compact([]int{1, max(1, n/100), n / 3, n / 2, n - 1, n}) {
+			if k < 1 {
+				continue
+			}
+			got := run(t, exe, "topk", []uint64{uint64(n), uint64(k)}, u32bytes(x))
+			want := topk.Exact(nil, xs, k, nil)
+			for j, w := range want {
+				gi := binary.LittleEndian.Uint32(got[4*j:])
+				gv := binary.LittleEndian.Uint32(got[4*(k+j):])
+				if gi != w || gv != x[w] {
+					t.Fatalf("n=%d k=%d: element %d: got index %d (%#08x), want %d (%#08x)", n, k, j, gi, gv, w, x[w])
+				}
+			}
+		}
+	}
+}
+
+func TestEmulatedErrorFeedbackAdd(t *testing.T) {
+	exe := emulator(t)
+	rng := rand.New(rand.NewPCG(4, 4))
+	n := 3001
+	g, r := floatBits(rng, n), floatBits(rng, n)
+	got := run(t, exe, "efad", []uint64{uint64(n)}, append(u32bytes(g), u32bytes(r)...))
+	for i := range n {
+		want := math.Float32frombits(g[i]) + math.Float32frombits(r[i])
+		gv := math.Float32frombits(binary.LittleEndian.Uint32(got[4*i:]))
+		if math.Float32bits(gv) != math.Float32bits(want) && !(gv != gv && want != want) {
+			t.Fatalf("c[%d] = %v, want %v", i, gv, want)
+		}
+	}
+}
+
+// TestPTXUpToDate compiles kernels/kernels.cu as go generate does and
+// compares the result with the embedded PTX.
+func TestPTXUpToDate(t *testing.T) {
+	cc, err := exec.LookPath("clang-14")
+	if err != nil {
+		t.Skipf("checking the PTX needs clang-14 (Debian's clang-14; make test installs it): %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "kernels.ptx")
+	if b, err := exec.Command(cc, "--cuda-device-only", "--cuda-gpu-arch=sm_70", "-nocudalib", "-nocudainc", "-O3",
+		"-ffp-contract=off", "-S", "-x", "cuda", "kernels/kernels.cu", "-o", out).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, kernelsPTX) {
+		t.Fatal("kernels.ptx is not what kernels/kernels.cu compiles to: run go generate ./gpu")
+	}
+	for _, name := range []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
+		"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero"} {
+		if !bytes.Contains(kernelsPTX, []byte(".visible .entry "+name+"(")) {
+			t.Errorf("the PTX has no kernel %s", name)
+		}
+	}
+}
