@@ -275,3 +275,88 @@ func TestPTXUpToDate(t *testing.T) {
 		}
 	}
 }
+
+// finite returns n random finite float32 bit patterns (the float
+// arithmetic kernels: a GPU gives NaN results without their payload).
+func finite(rng *rand.Rand, n int) []uint32 {
+	x := floatBits(rng, n)
+	for i, v := range x {
+		if v&0x7f800000 == 0x7f800000 {
+			x[i] = math.Float32bits(float32(rng.NormFloat64()))
+		}
+	}
+	return x
+}
+
+func TestEmulatedDGCCompensate(t *testing.T) {
+	exe := emulator(t)
+	rng := rand.New(rand.NewPCG(5, 5))
+	n := 2999
+	g, u, r := finite(rng, n), finite(rng, n), finite(rng, n)
+	for _, nesterov := range []uint64{0, 1} {
+		const m = float32(0.9)
+		var mb [4]byte
+		binary.LittleEndian.PutUint32(mb[:], math.Float32bits(m))
+		in := append(mb[:], u32bytes(g)...)
+		in = append(append(in, u32bytes(u)...), u32bytes(r)...)
+		got := run(t, exe, "dgcc", []uint64{uint64(n), nesterov}, in)
+		// The loop of gradient.DGC.Compensate without clipping (scale 1).
+		wu, c := f32s(u), make([]float32, n)
+		gs, rs := f32s(g), f32s(r)
+		for i := range c {
+			gi := 1 * gs[i]
+			var v float32
+			if nesterov == 1 {
+				wu[i] = m * (wu[i] + gi)
+				v = wu[i] + gi
+			} else {
+				wu[i] = float32(m*wu[i]) + gi
+				v = wu[i]
+			}
+			v += rs[i]
+			c[i] = v
+		}
+		for i := range n {
+			gu := binary.LittleEndian.Uint32(got[4*i:])
+			gc := binary.LittleEndian.Uint32(got[4*(n+i):])
+			if gu != math.Float32bits(wu[i]) || gc != math.Float32bits(c[i]) {
+				t.Fatalf("nesterov %d, element %d: u %#08x c %#08x, want %#08x %#08x", nesterov, i, gu, gc, math.Float32bits(wu[i]), math.Float32bits(c[i]))
+			}
+		}
+	}
+}
+
+func f32s(u []uint32) []float32 {
+	x := make([]float32, len(u))
+	for i, v := range u {
+		x[i] = math.Float32frombits(v)
+	}
+	return x
+}
+
+func TestEmulatedSampleAndCount(t *testing.T) {
+	exe := emulator(t)
+	rng := rand.New(rand.NewPCG(6, 6))
+	n := 5003
+	x := floatBits(rng, n)
+	start, stride := uint64(7), uint64(33)
+	num := (uint64(n) - start + stride - 1) / stride
+	got := run(t, exe, "gath", []uint64{uint64(n), start, stride, num}, u32bytes(x))
+	for j := range num {
+		if g, w := binary.LittleEndian.Uint32(got[4*j:]), x[start+j*stride]&0x7fffffff; g != w {
+			t.Fatalf("sample %d: %#08x, want %#08x", j, g, w)
+		}
+	}
+	for _, th := range []uint32{0, 0x3f800000, x[17] & 0x7fffffff, 0x7f800000, 0x7fffffff} {
+		want := 0
+		for _, v := range x {
+			if v&0x7fffffff >= th {
+				want++
+			}
+		}
+		got := run(t, exe, "cnge", []uint64{uint64(n), uint64(th)}, u32bytes(x))
+		if g := binary.LittleEndian.Uint32(got); int(g) != want {
+			t.Fatalf("count >= %#08x: %d, want %d", th, g, want)
+		}
+	}
+}

@@ -142,7 +142,7 @@ func (d *DGC) Compensate(in *Input) {
 	m := d.Momentum
 	if m == 0 {
 		for i := range c {
-			c[i] = scale * g[i]
+			c[i] = float32(scale * g[i])
 			if res != nil {
 				c[i] += res[i]
 			}
@@ -151,13 +151,16 @@ func (d *DGC) Compensate(in *Input) {
 	}
 	u := in.State.Private("u", len(g))
 	for i := range c {
-		gi := scale * g[i]
+		gi := float32(scale * g[i])
 		var v float32
+		// float32(m*u[i]) keeps Go from fusing the product and the sum
+		// into an FMA (allowed on arm64, say): the GPU kernel rounds
+		// each, and so must every CPU.
 		if d.Nesterov {
 			u[i] = m * (u[i] + gi)
 			v = u[i] + gi
 		} else {
-			u[i] = m*u[i] + gi
+			u[i] = float32(m*u[i]) + gi
 			v = u[i]
 		}
 		if res != nil {

@@ -7,6 +7,9 @@
 //	"int8" n bsize, then n f32    -> n u8 codes, ceil(n/bsize) f32 scales, u32 bad
 //	"topk" n k, then n u32        -> k u32 indices, k u32 elements
 //	"efad" n, then 2n f32 (g, r)  -> n f32
+//	"dgcc" n nesterov, f32 m, then 3n f32 (g, u, res) -> n f32 u, n f32 c
+//	"gath" n start stride num, then n u32 -> num u32
+//	"cnge" n t, then n u32         -> u32
 //
 // Launch shapes are small (blockDim 64, a few blocks) so that the grid-
 // stride loops, the tiles and the cross-block carries are all exercised.
@@ -31,6 +34,9 @@ KERNEL void tp_topk_count(const u32 *x, u64 n, const u32 *st, u32 *cnt);
 KERNEL void tp_topk_offsets(const u32 *cnt, u64 ntiles, const u32 *st, u32 *off);
 KERNEL void tp_topk_compact(const u32 *x, u64 n, const u32 *st, const u32 *off, u32 *idx, u32 *val);
 KERNEL void tp_add_f32(const float *g, const float *res, float *c, u64 n);
+KERNEL void tp_dgc_compensate(const float *g, float *u, const float *res, float *c, u64 n, float m, u32 nesterov);
+KERNEL void tp_gather(const u32 *x, u64 start, u64 stride, u64 num, u32 *smp);
+KERNEL void tp_count_ge(const u32 *x, u64 n, u32 t, u32 *count);
 
 template <class T> static std::vector<T> readv(size_t n) {
   std::vector<T> v(n);
@@ -90,6 +96,26 @@ int main() {
     std::vector<float> c(n);
     tp_launch(tp_add_f32, G, B, (const float *)g.data(), (const float *)r.data(), c.data(), n);
     writev(c);
+  } else if (!memcmp(op, "dgcc", 4)) {
+    u32 nesterov = (u32)readv<u64>(1)[0];
+    float m = readv<float>(1)[0];
+    auto g = readv<float>(n), u = readv<float>(n), r = readv<float>(n);
+    std::vector<float> c(n);
+    tp_launch(tp_dgc_compensate, G, B, (const float *)g.data(), u.data(), (const float *)r.data(), c.data(), n, m, nesterov);
+    writev(u);
+    writev(c);
+  } else if (!memcmp(op, "gath", 4)) {
+    auto p = readv<u64>(3);
+    auto x = readv<u32>(n);
+    std::vector<u32> smp(p[2]);
+    tp_launch(tp_gather, G, B, (const u32 *)x.data(), p[0], p[1], p[2], smp.data());
+    writev(smp);
+  } else if (!memcmp(op, "cnge", 4)) {
+    u32 t = (u32)readv<u64>(1)[0];
+    auto x = readv<u32>(n);
+    std::vector<u32> count(1);
+    tp_launch(tp_count_ge, G, B, (const u32 *)x.data(), n, t, count.data());
+    writev(count);
   } else {
     fprintf(stderr, "emu: unknown op %.4s\n", op);
     return 1;

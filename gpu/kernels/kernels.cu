@@ -268,3 +268,50 @@ KERNEL void tp_add_f32(const float *g, const float *res, float *c, u64 n) {
 KERNEL void tp_scatter_zero(float *res, const u32 *idx, u64 k) {
   for (u64 j = gid(); j < k; j += gstride()) res[idx[j]] = 0;
 }
+
+// ---- DGC (gradient.DGC.Compensate, internal/topk.Sampled) ----
+
+// Momentum correction, fused with error-feedback compensation
+// (DGC.Compensate without clipping): with gi = g[i],
+//
+//	u[i] = m*u[i] + gi;       v = u[i]          (nesterov 0)
+//	u[i] = m*(u[i] + gi);     v = u[i] + gi     (nesterov 1)
+//	c[i] = v + res[i]                           (res may be 0: none)
+//
+// each product and sum rounded to float32 on its own.
+KERNEL void tp_dgc_compensate(const float *g, float *u, const float *res, float *c, u64 n, float m, u32 nesterov) {
+  for (u64 i = gid(); i < n; i += gstride()) {
+    float gi = g[i], v;
+    if (nesterov) {
+      float ui = m * (u[i] + gi);
+      u[i] = ui;
+      v = ui + gi;
+    } else {
+      float ui = m * u[i];
+      ui = ui + gi;
+      u[i] = ui;
+      v = ui;
+    }
+    if (res) v = v + res[i];
+    c[i] = v;
+  }
+}
+
+// smp[j] = magnitude of x[start + j*stride] for j < num (topk.gather).
+KERNEL void tp_gather(const u32 *x, u64 start, u64 stride, u64 num, u32 *smp) {
+  for (u64 j = gid(); j < num; j += gstride()) smp[j] = x[start + j * stride] & 0x7fffffff;
+}
+
+// *count += the magnitudes of x at or above t (topk.scanGE's count).
+KERNEL void tp_count_ge(const u32 *x, u64 n, u32 t, u32 *count) {
+  __shared__ u32 red[TP_BLOCK_THREADS];
+  u32 c = 0;
+  for (u64 i = gid(); i < n; i += gstride()) c += (x[i] & 0x7fffffff) >= t;
+  red[threadIdx.x] = c;
+  sync_block();
+  for (u32 s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+    sync_block();
+  }
+  if (threadIdx.x == 0 && red[0]) atomic_add_u32(count, red[0]);
+}
