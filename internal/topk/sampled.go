@@ -112,7 +112,7 @@ func Sampled(dst []uint32, x []float32, k int, s *Scratch, opt SampleOptions) []
 		iters = 10
 	}
 
-	stride, _, ks := sampleParams(n, k, ratio)
+	stride, _, ks := SampleParams(n, k, ratio)
 	if stride == 0 {
 		return Exact(dst, x, k, s)
 	}
@@ -195,10 +195,11 @@ func gather(smp, u []uint32, start, stride int) {
 	}
 }
 
-// sampleParams returns the reference's sample stride, sample count and
+// SampleParams returns the reference's sample stride, sample count and
 // sample top-k for n elements, k selected and sample ratio ratio (in
-// [0.01, 1]), or stride 0 where Sampled is Exact.
-func sampleParams(n, k int, ratio float64) (stride, num, ks uint64) {
+// [0.01, 1]), or stride 0 where Sampled is Exact. The GPU path (package
+// gpu) samples with them as Sampled does.
+func SampleParams(n, k int, ratio float64) (stride, num, ks uint64) {
 	N, K := uint64(n), uint64(k)
 	cpr := (2*N + K - 1) / K // ceil(2 / compress_ratio)
 	if N <= cpr || ratio >= 1 || n < sampledMinN {

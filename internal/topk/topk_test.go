@@ -447,7 +447,7 @@ func modelSampled(x []float32, order []uint32, k int, opt SampleOptions) ([]uint
 		return refTake(order, k)
 	}
 	ratio := min(max(opt.SampleRatio, 0.01), 1)
-	stride, num, ks := sampleParams(n, k, ratio)
+	stride, num, ks := SampleParams(n, k, ratio)
 	if stride == 0 {
 		return exact(), 0
 	}
@@ -526,7 +526,7 @@ func TestSampledAdapt(t *testing.T) {
 			}
 			opt := c.opt
 			opt.Start = start
-			stride, _, _ := sampleParams(n, k, min(max(opt.SampleRatio, 0.01), 1))
+			stride, _, _ := SampleParams(n, k, min(max(opt.SampleRatio, 0.01), 1))
 			x := make([]float32, n)
 			for i := range x {
 				x[i] = float32(r.NormFloat64())
@@ -589,7 +589,7 @@ func TestSampleParams(t *testing.T) {
 		{32767, 327, 0.01, 0, 0, 0},             // below sampledMinN
 		{1 << 20, 1 << 10, 0.05, 17, 61680, 61}, // pct=52429, cpr=2048: ceil(20/32)=1 -> 33 -> 25 -> 17
 	} {
-		stride, num, ks := sampleParams(c.n, c.k, c.ratio)
+		stride, num, ks := SampleParams(c.n, c.k, c.ratio)
 		if stride != c.stride || num != c.num || ks != c.ks {
 			t.Errorf("n=%d k=%d ratio=%v: stride %d, %d samples, top %d; want %d, %d, %d", c.n, c.k, c.ratio, stride, num, ks, c.stride, c.num, c.ks)
 		}
