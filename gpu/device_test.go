@@ -6,11 +6,11 @@ import (
 )
 
 func TestPackArgs(t *testing.T) {
-	vals, err := packArgs([]any{Ptr(0x1122334455667788), uintptr(9), int32(-2), uint32(3), int64(-4), uint64(5), float32(0.5), float64(-0.25)})
+	vals, err := packArgs([]any{Ptr(0x7f112233), uintptr(9), int32(-2), uint32(3), int64(-4), uint64(5), float32(0.5), float64(-0.25)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []uint64{0x1122334455667788, 9, uint64(uint32(0xfffffffe)), 3, 0xfffffffffffffffc, 5, 0x3f000000, 0xbfd0000000000000}
+	want := []uint64{0x7f112233, 9, uint64(uint32(0xfffffffe)), 3, 0xfffffffffffffffc, 5, 0x3f000000, 0xbfd0000000000000}
 	for i := range want {
 		if vals[i] != want[i] {
 			t.Errorf("slot %d = %#x, want %#x", i, vals[i], want[i])

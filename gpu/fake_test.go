@@ -71,7 +71,7 @@ func installFake(t *testing.T, devices int) *fakeDriver {
 	})
 	f := &fakeDriver{
 		devices: devices,
-		next:    0x7f00_0000_0000,
+		next:    0x7f00_0000,
 		mem:     map[uint64][]byte{},
 		host:    map[unsafe.Pointer][]byte{},
 		current: map[int]uintptr{},
