@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/DataDog/zstd v1.5.7
+	github.com/ebitengine/purego v0.11.3
 	github.com/klauspost/compress v1.20.3
 	github.com/mostynb/go-grpc-compression v1.2.3
 	github.com/ulikunitz/xz v0.5.17

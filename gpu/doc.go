@@ -1,0 +1,79 @@
+// Package gpu drives an NVIDIA GPU through the CUDA driver API, loaded at
+// run time: device memory, pinned host memory, copies, streams, events,
+// modules and kernel launches. It is a thin binding, without cgo: the
+// driver library (libcuda.so.1) is opened with dlopen through
+// github.com/ebitengine/purego and its functions are bound by their
+// symbol names. So one binary, built with CGO_ENABLED=0 and without CUDA
+// headers or the CUDA toolkit, uses a GPU where the NVIDIA driver is
+// installed and gets a clear error elsewhere; at run time it needs the
+// driver only (and the C library). The binding exists for linux/amd64
+// and linux/arm64; elsewhere the package builds and reports no device.
+//
+// # Finding a device
+//
+// Available loads the library and calls cuInit once per process (later
+// calls are free) and says whether a device can be opened. Its error, and
+// Open's when there is no usable device, wraps ErrNoDevice and gives the
+// reason:
+//
+//	gpu: no CUDA device: libcuda.so.1: cannot open shared object file: No such file or directory
+//	gpu: no CUDA device: gpu: cuInit: CUDA_ERROR_NO_DEVICE (100)
+//	gpu: no CUDA device: ordinal 1 out of range (1 devices)
+//
+// A missing driver function (a driver too old) is such an error too,
+// never a panic. Callers with a CPU path test errors.Is(err, ErrNoDevice)
+// and take it; the package's own tests skip with that message.
+//
+// # Threading model
+//
+// A CUDA context is current per OS thread. Each Device has one worker
+// goroutine, locked to its OS thread (runtime.LockOSThread), which
+// retains the device's primary context once and makes it current; every
+// driver call of the Device, its streams, events and modules runs there,
+// in the order the calls arrive. A Device is therefore safe for
+// concurrent use, and its calls are serialised: concurrency on the device
+// comes from streams, not from goroutines. Two Devices of one ordinal
+// share the primary context (it is reference-counted) but not their
+// resources.
+//
+// # Memory discipline
+//
+// Everything allocated through a Device (device memory, pinned host
+// buffers, streams, events, modules) is tracked by it until freed, and
+// Device.Close frees whatever is left, releases the primary context and
+// ends the worker: device memory returns to where it was before (TestGPU
+// checks it with cuMemGetInfo after 10,000 allocations and after a
+// Device that freed nothing is closed). A
+// Device must be closed (there are no finalizers); after Close its calls
+// return ErrClosed. Free and FreeHost refuse addresses the Device does not
+// hold, so a double free cannot free someone else's allocation.
+//
+// Host memory passed to a synchronous copy is used only during the call.
+// Asynchronous copies take host memory from AllocHost only (C memory that
+// the collector does not manage), which must stay untouched until the
+// stream is synchronised. Kernel parameters are copied by the driver at
+// launch; they live in one pinned Go allocation until cuLaunchKernel
+// returns.
+//
+// # Errors
+//
+// Every driver call's result is checked. A failing one is an *Error
+// naming the call and the code (gpu: cuMemAlloc_v2:
+// CUDA_ERROR_OUT_OF_MEMORY (2)); errors.Is(err, ErrOutOfMemory) finds an
+// allocation that did not fit. Kernels run asynchronously: their faults
+// surface at the next synchronisation (or any later call). A fault such
+// as CUDA_ERROR_ILLEGAL_ADDRESS is sticky: the driver documents that the
+// process cannot use CUDA again until it is restarted. Zero-length
+// copies, sets and allocations are no-ops, never driver calls.
+//
+// # Testing
+//
+// TestGPU runs the device tests on device 0; without one it skips with
+// Available's message ("gpu: no CUDA device: ..."). The same tests run on
+// every machine against a fake driver written in Go (TestFakeDriver:
+// the worker thread, tracking, Close, kernel parameters) and, where gcc
+// is installed, against a C stand-in for libcuda.so.1 loaded through
+// purego in a child process (TestStubDriver: the calls' C argument
+// passing). Neither replaces a GPU: on a GPU host, build the test binary
+// with CGO_ENABLED=0 go test -c ./gpu and run it with -test.run GPU.
+package gpu
