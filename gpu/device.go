@@ -33,6 +33,8 @@ type Device struct {
 	streams map[*Stream]struct{}
 	events  map[*Event]struct{}
 	modules map[*Module]struct{}
+
+	kern ops // the embedded kernels, loaded on first use (ops.go)
 }
 
 // call is one closure for the worker and where its result goes.

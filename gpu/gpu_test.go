@@ -88,7 +88,7 @@ DONE:
 // skips the test, with the reason ("gpu: no CUDA device: ..."), where no
 // device can be used, and fails it where a device is there but does not
 // open.
-func needDevice(t *testing.T) *Device {
+func needDevice(t testing.TB) *Device {
 	t.Helper()
 	d, err := Open(0)
 	if errors.Is(err, ErrNoDevice) {

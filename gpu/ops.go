@@ -1,0 +1,367 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/tensorpress/tensorpress/internal/topk"
+)
+
+// ErrNonFinite is returned by Int8Blocks for a block that holds a NaN or
+// an infinity, which the int8 stage refuses too.
+var ErrNonFinite = errors.New("gpu: a block holds a NaN or an infinity")
+
+// ops are the embedded kernels on one Device, loaded on first use.
+type ops struct {
+	once sync.Once
+	err  error
+	mod  *Module
+	fn   map[string]*Function
+}
+
+// kernel returns the named kernel of the embedded module on d.
+func (d *Device) kernel(name string) (*Function, error) {
+	o := &d.kern
+	o.once.Do(func() {
+		o.mod, o.err = d.LoadModule(kernelsPTX)
+		if o.err != nil {
+			return
+		}
+		o.fn = map[string]*Function{}
+		for _, n := range kernelNames {
+			f, err := o.mod.Function(n)
+			if err != nil {
+				o.err = err
+				return
+			}
+			o.fn[n] = f
+		}
+	})
+	if o.err != nil {
+		return nil, o.err
+	}
+	return o.fn[name], nil
+}
+
+// kernelNames are the kernels of kernels.ptx.
+var kernelNames = []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
+	"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero",
+	"tp_dgc_compensate", "tp_gather", "tp_count_ge"}
+
+const threads = 256 // TP_BLOCK_THREADS
+
+// grid is the blocks of a grid-stride launch over n elements: enough to
+// fill a large GPU several times, no more.
+func grid(n int) uint32 { return uint32(min(max((n+threads-1)/threads, 1), 132*16)) }
+
+func (d *Device) launch(name string, blocks uint32, s *Stream, args ...any) error {
+	f, err := d.kernel(name)
+	if err != nil {
+		return err
+	}
+	return d.Launch(f, [3]uint32{blocks, 1, 1}, [3]uint32{threads, 1, 1}, 0, s, args...)
+}
+
+// F16 sets dst (n uint16) to the fp16 of src (n float32), as
+// float16.F16FromF32 rounds them (the lossy fp16 stage).
+func (d *Device) F16(dst, src Ptr, n int, s *Stream) error {
+	return d.launch("tp_f32_to_f16", grid(n), s, src, dst, uint64(n))
+}
+
+// BF16 is F16 for bfloat16 (float16.BF16FromF32).
+func (d *Device) BF16(dst, src Ptr, n int, s *Stream) error {
+	return d.launch("tp_f32_to_bf16", grid(n), s, src, dst, uint64(n))
+}
+
+// Int8Blocks quantizes x (n float32) as the lossy int8(bsize) stage does:
+// q gets n codes, scale one absmax per block of bsize. bad is 4 bytes of
+// device memory for the non-finite flag (zeroed here); a block with a
+// NaN or an infinity gives ErrNonFinite after the stream is synchronised.
+func (d *Device) Int8Blocks(q, scale, x Ptr, n, bsize int, bad Ptr, s *Stream) error {
+	if bsize <= 0 {
+		return fmt.Errorf("gpu: Int8Blocks: block size %d", bsize)
+	}
+	if err := d.launch("tp_zero", 1, s, bad, uint64(1)); err != nil {
+		return err
+	}
+	blocks := uint32(min((n+bsize-1)/bsize, 132*16))
+	return d.launch("tp_int8_blocks", max(blocks, 1), s, x, q, scale, uint64(n), uint32(bsize), bad)
+}
+
+// Selector selects by magnitude on the device, as package topk does on
+// the CPU: the same indices, in the same order. Its scratch memory grows
+// to the largest input and is freed by Close. Not safe for concurrent use.
+type Selector struct {
+	d        *Device
+	st, hist Ptr // 2 u32 of state; TP_HIST_MAX u32
+	cnt, off Ptr // 2 u32 a tile
+	tiles    int
+	host     []byte // pinned: 4 bytes read back
+}
+
+const tile = 16 * threads // TP_TILE_ROUNDS x blockDim
+
+// NewSelector allocates a Selector's fixed scratch on d.
+func (d *Device) NewSelector() (*Selector, error) {
+	s := &Selector{d: d}
+	var err error
+	if s.st, err = d.Alloc(8); err == nil {
+		if s.hist, err = d.Alloc(4 * 2048); err == nil {
+			s.host, err = d.AllocHost(8)
+		}
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close frees the Selector's memory.
+func (s *Selector) Close() error {
+	var errs []error
+	for _, p := range []*Ptr{&s.st, &s.hist, &s.cnt, &s.off} {
+		if *p != 0 {
+			errs = append(errs, s.d.Free(*p))
+			*p = 0
+		}
+	}
+	if s.host != nil {
+		errs = append(errs, s.d.FreeHost(s.host))
+		s.host = nil
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Selector) tilesFor(n int) error {
+	t := (n + tile - 1) / tile
+	if t <= s.tiles {
+		return nil
+	}
+	for _, p := range []*Ptr{&s.cnt, &s.off} {
+		if *p != 0 {
+			if err := s.d.Free(*p); err != nil {
+				return err
+			}
+			*p = 0
+		}
+	}
+	var err error
+	if s.cnt, err = s.d.Alloc(8 * t); err != nil {
+		return err
+	}
+	if s.off, err = s.d.Alloc(8 * t); err != nil {
+		return err
+	}
+	s.tiles = t
+	return nil
+}
+
+// setState writes st[0] = need and st[1] = prefix.
+func (s *Selector) setState(need, prefix uint32, st *Stream) error {
+	b := s.host[:8]
+	putU32(b, need)
+	putU32(b[4:], prefix)
+	if err := s.d.CopyHtoDAsync(s.st, b, st); err != nil {
+		return err
+	}
+	return syncStream(s.d, st)
+}
+
+// kth runs the radix selection of the need-th largest magnitude of x (n
+// elements) into the state: st[1] the magnitude, st[0] how many equal to
+// it are taken.
+func (s *Selector) kth(x Ptr, n, need int, st *Stream) error {
+	if err := s.setState(uint32(need), 0, st); err != nil {
+		return err
+	}
+	for _, p := range [3]struct{ nbins, shift, pshift, bits uint32 }{{2048, 20, 31, 11}, {2048, 9, 20, 11}, {512, 0, 9, 9}} {
+		if err := s.d.launch("tp_zero", 8, st, s.hist, uint64(2048)); err != nil {
+			return err
+		}
+		if err := s.d.launch("tp_topk_hist", grid(n), st, x, uint64(n), s.hist, p.nbins, p.shift, p.pshift, s.st); err != nil {
+			return err
+		}
+		if err := s.d.launch("tp_topk_find", 1, st, s.hist, p.nbins, p.bits, s.st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compact writes the indices of the magnitudes of x above st[1], and the
+// first st[0] equal to it, ascending, to idx, and their elements to val.
+func (s *Selector) compact(idx, val, x Ptr, n int, st *Stream) error {
+	if err := s.tilesFor(n); err != nil {
+		return err
+	}
+	t := (n + tile - 1) / tile
+	blocks := uint32(min(t, 132*16))
+	if err := s.d.launch("tp_topk_count", blocks, st, x, uint64(n), s.st, s.cnt); err != nil {
+		return err
+	}
+	if err := s.d.launch("tp_topk_offsets", 1, st, s.cnt, uint64(t), s.st, s.off); err != nil {
+		return err
+	}
+	return s.d.launch("tp_topk_compact", blocks, st, x, uint64(n), s.st, s.off, idx, val)
+}
+
+// Exact writes to idx and val (k uint32 and k float32 of device memory)
+// the indices of the k largest magnitudes of x (n float32 on the
+// device), ascending, ties to the lower index, and their elements: what
+// topk.Exact selects. n must be below 2^32.
+func (s *Selector) Exact(idx, val, x Ptr, n, k int, st *Stream) error {
+	if n < 0 || uint64(n) >= 1<<32 || k < 0 {
+		return fmt.Errorf("gpu: Exact: n %d, k %d", n, k)
+	}
+	k = min(k, n)
+	if k == 0 {
+		return nil
+	}
+	if err := s.kth(x, n, k, st); err != nil {
+		return err
+	}
+	return s.compact(idx, val, x, n, st)
+}
+
+// Sampled writes to idx and val the selection of topk.Sampled with the
+// same options and returns how many were selected (at most k). The
+// threshold adaptations read a count back from the device after each
+// pass.
+func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, smp Ptr, st *Stream) (int, error) {
+	// See topk.Sampled: the same steps, each pass over x on the device.
+	k = min(k, n)
+	if k <= 0 {
+		return 0, nil
+	}
+	ratio := opt.SampleRatio
+	if !(ratio >= 0.01) {
+		ratio = 0.01
+	}
+	upper, lower := opt.UpperBound, opt.LowerBound
+	if upper == 0 {
+		upper = 1.3
+	}
+	if lower == 0 {
+		lower = 0.8
+	}
+	iters := opt.MaxIters
+	if iters == 0 {
+		iters = 10
+	}
+	exact := func() (int, error) { return k, s.Exact(idx, val, x, n, k, st) }
+	if k == n {
+		return exact() // every element: Exact gives them all, in order
+	}
+	stride, num, ks := topk.SampleParams(n, k, ratio)
+	if stride == 0 {
+		return exact()
+	}
+	start := opt.Start % stride
+	num = (uint64(n) - start + stride - 1) / stride
+	if err := s.d.launch("tp_gather", grid(int(num)), st, x, start, stride, num, smp); err != nil {
+		return 0, err
+	}
+	if err := s.kth(smp, int(num), int(ks), st); err != nil {
+		return 0, err
+	}
+	t0, _, err := s.readState(st)
+	if err != nil {
+		return 0, err
+	}
+	thr := math.Float32frombits(t0)
+	count, err := s.countGE(x, n, t0, st)
+	if err != nil {
+		return 0, err
+	}
+	for range iters {
+		if count > k {
+			if !opt.NoResample || float64(count) <= upper*float64(k) {
+				break
+			}
+			thr *= float32(upper)
+		} else if float64(count) < lower*float64(k) {
+			thr *= float32(lower)
+		} else {
+			break
+		}
+		if count, err = s.countGE(x, n, math.Float32bits(thr)&^(1<<31), st); err != nil {
+			return 0, err
+		}
+	}
+	if count > k {
+		return exact() // the k largest of those at or above thr are the k largest of x
+	}
+	// Every magnitude at or above thr: ties all taken.
+	if err := s.setState(math.MaxUint32, math.Float32bits(thr)&^(1<<31), st); err != nil {
+		return 0, err
+	}
+	return count, s.compact(idx, val, x, n, st)
+}
+
+func (s *Selector) readState(st *Stream) (uint32, uint32, error) {
+	b := s.host[:8]
+	if err := s.d.CopyDtoHAsync(b, s.st, st); err != nil {
+		return 0, 0, err
+	}
+	if err := syncStream(s.d, st); err != nil {
+		return 0, 0, err
+	}
+	return getU32(b[4:]), getU32(b), nil
+}
+
+// countGE counts the magnitudes of x at or above t.
+func (s *Selector) countGE(x Ptr, n int, t uint32, st *Stream) (int, error) {
+	if err := s.setState(0, 0, st); err != nil {
+		return 0, err
+	}
+	if err := s.d.launch("tp_count_ge", grid(n), st, x, uint64(n), t, s.st); err != nil {
+		return 0, err
+	}
+	_, c, err := s.readState(st)
+	return int(c), err
+}
+
+// DGCCompensate is gradient.DGC.Compensate without clipping, on the
+// device: u (momentum, updated in place) and c (the compensated
+// gradient) from g and the residual res (0: none).
+func (d *Device) DGCCompensate(c, u, g, res Ptr, n int, momentum float32, nesterov bool, s *Stream) error {
+	var nv uint32
+	if nesterov {
+		nv = 1
+	}
+	return d.launch("tp_dgc_compensate", grid(n), s, g, u, res, c, uint64(n), momentum, nv)
+}
+
+// AddF32 sets c = g + res, element by element (error-feedback
+// compensation).
+func (d *Device) AddF32(c, g, res Ptr, n int, s *Stream) error {
+	return d.launch("tp_add_f32", grid(n), s, g, res, c, uint64(n))
+}
+
+// ScatterZero sets res[idx[j]] = 0 for j < k: the elements sent leave
+// the residual.
+func (d *Device) ScatterZero(res, idx Ptr, k int, s *Stream) error {
+	if k == 0 {
+		return nil
+	}
+	return d.launch("tp_scatter_zero", grid(k), s, res, idx, uint64(k))
+}
+
+func putU32(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+}
+func getU32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// syncStream waits for the work queued on s (nil: the default stream,
+// so the whole device).
+func syncStream(d *Device, s *Stream) error {
+	if s == nil {
+		return d.Synchronize()
+	}
+	return s.Synchronize()
+}

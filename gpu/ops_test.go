@@ -1,0 +1,437 @@
+package gpu
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/tensorpress/tensorpress/internal/float16"
+	"github.com/tensorpress/tensorpress/internal/topk"
+	"github.com/tensorpress/tensorpress/internal/view"
+)
+
+// The kernels on a real device against the CPU code they must agree
+// with, on fresh random inputs (never zeros) at several sizes. They skip
+// without a GPU; the emulation tests check the same logic on the host.
+
+// upload copies b to new device memory, freed when the test ends.
+func upload(t testing.TB, d *Device, b []byte) Ptr {
+	t.Helper()
+	p := alloc(t, d, len(b))
+	if err := d.CopyHtoD(p, b); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func alloc(t testing.TB, d *Device, n int) Ptr {
+	t.Helper()
+	p, err := d.Alloc(max(n, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Free(p) })
+	return p
+}
+
+func download(t testing.TB, d *Device, p Ptr, n int) []byte {
+	t.Helper()
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, n)
+	if err := d.CopyDtoH(b, p); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func sizes(t *testing.T) []int {
+	s := []int{1, 1000, 4099, 1<<20 + 3}
+	if !testing.Short() {
+		s = append(s, 1<<27)
+	}
+	return s
+}
+
+func TestGPUHalf(t *testing.T) {
+	d := needDevice(t)
+	rng := rand.New(rand.NewPCG(11, 11))
+	for _, n := range sizes(t) {
+		x := floatBits(rng, n)
+		src := upload(t, d, u32bytes(x))
+		dst := alloc(t, d, 2*n)
+		for _, bf := range []bool{false, true} {
+			var err error
+			if bf {
+				err = d.BF16(dst, src, n, nil)
+			} else {
+				err = d.F16(dst, src, n, nil)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := download(t, d, dst, 2*n)
+			for i, v := range x {
+				want := float16.F16FromF32(math.Float32frombits(v))
+				if bf {
+					want = float16.BF16FromF32(math.Float32frombits(v))
+				}
+				if g := binary.LittleEndian.Uint16(got[2*i:]); g != want {
+					t.Fatalf("bf16 %t, n %d: x[%d] = %#08x: %#04x, want %#04x", bf, n, i, v, g, want)
+				}
+			}
+		}
+		d.Free(src)
+		d.Free(dst)
+	}
+}
+
+func TestGPUInt8(t *testing.T) {
+	d := needDevice(t)
+	rng := rand.New(rand.NewPCG(12, 12))
+	for _, n := range []int{1, 1000, 4099, 1<<20 + 3} {
+		for _, bsize := range []int{64, 4096} {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64() * math.Pow(2, float64(i/bsize%30-15)))
+			}
+			nb := (n + bsize - 1) / bsize
+			xs := upload(t, d, u32bytes(floatsBits(x)))
+			q, sc, bad := alloc(t, d, n), alloc(t, d, 4*nb), alloc(t, d, 4)
+			if err := d.Int8Blocks(q, sc, xs, n, bsize, bad, nil); err != nil {
+				t.Fatal(err)
+			}
+			wq, ws, err := int8Reference(t, x, bsize)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(download(t, d, q, n), wq) || !bytes.Equal(download(t, d, sc, 4*nb), ws) {
+				t.Fatalf("n %d, block %d: codes or scales differ from the int8 stage's", n, bsize)
+			}
+			if b := download(t, d, bad, 4); binary.LittleEndian.Uint32(b) != 0 {
+				t.Fatalf("n %d: flagged non-finite", n)
+			}
+		}
+	}
+}
+
+func TestGPUExact(t *testing.T) {
+	d := needDevice(t)
+	sel, err := d.NewSelector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sel.Close()
+	rng := rand.New(rand.NewPCG(13, 13))
+	for _, n := range sizes(t) {
+		x := floatBits(rng, n)
+		for i := range x {
+			if rng.IntN(4) == 0 {
+				x[i] = x[i]&^0x7fffff00 | 0x3f800000 // ties
+			}
+		}
+		xf := f32s(x)
+		xs := upload(t, d, u32bytes(x))
+		for _, k := range slices.Compact([]int{1, max(1, n/1000), max(1, n/100), n / 2, n}) {
+			if k == 0 {
+				continue
+			}
+			idx, val := alloc(t, d, 4*k), alloc(t, d, 4*k)
+			if err := sel.Exact(idx, val, xs, n, k, nil); err != nil {
+				t.Fatal(err)
+			}
+			gi, gv := download(t, d, idx, 4*k), download(t, d, val, 4*k)
+			want := topk.Exact(nil, xf, k, nil)
+			for j, w := range want {
+				if binary.LittleEndian.Uint32(gi[4*j:]) != w || binary.LittleEndian.Uint32(gv[4*j:]) != x[w] {
+					t.Fatalf("n %d, k %d: element %d: index %d, want %d", n, k, j, binary.LittleEndian.Uint32(gi[4*j:]), w)
+				}
+			}
+			d.Free(idx)
+			d.Free(val)
+		}
+		d.Free(xs)
+	}
+}
+
+func TestGPUSampled(t *testing.T) {
+	d := needDevice(t)
+	sel, err := d.NewSelector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sel.Close()
+	rng := rand.New(rand.NewPCG(14, 14))
+	for _, n := range []int{1000, 1 << 15, 1<<20 + 3, 1 << 24} {
+		x := finite(rng, n)
+		xs := upload(t, d, u32bytes(x))
+		smp := alloc(t, d, 4*n)
+		for _, k := range []int{max(1, n/1000), n / 100} {
+			for _, start := range []uint64{0, 12345} {
+				opt := topk.SampleOptions{Start: start}
+				idx, val := alloc(t, d, 4*k), alloc(t, d, 4*k)
+				c, err := sel.Sampled(idx, val, xs, n, k, opt, smp, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := topk.Sampled(nil, f32s(x), k, nil, opt)
+				gi := download(t, d, idx, 4*k)
+				if c != len(want) {
+					t.Fatalf("n %d, k %d: %d selected, want %d", n, k, c, len(want))
+				}
+				for j, w := range want {
+					if binary.LittleEndian.Uint32(gi[4*j:]) != w {
+						t.Fatalf("n %d, k %d: element %d differs", n, k, j)
+					}
+				}
+				d.Free(idx)
+				d.Free(val)
+			}
+		}
+	}
+}
+
+func TestGPUDGCCompensate(t *testing.T) {
+	d := needDevice(t)
+	rng := rand.New(rand.NewPCG(15, 15))
+	for _, n := range []int{1, 1000, 1<<20 + 3} {
+		g, u, r := finite(rng, n), finite(rng, n), finite(rng, n)
+		for _, nesterov := range []bool{false, true} {
+			const m = float32(0.9)
+			gp, up, rp, cp := upload(t, d, u32bytes(g)), upload(t, d, u32bytes(u)), upload(t, d, u32bytes(r)), alloc(t, d, 4*n)
+			if err := d.DGCCompensate(cp, up, gp, rp, n, m, nesterov, nil); err != nil {
+				t.Fatal(err)
+			}
+			gu, gc := download(t, d, up, 4*n), download(t, d, cp, 4*n)
+			wu, gs, rs := f32s(u), f32s(g), f32s(r)
+			for i := range n {
+				gi := 1 * gs[i]
+				var v float32
+				if nesterov {
+					wu[i] = m * (wu[i] + gi)
+					v = wu[i] + gi
+				} else {
+					wu[i] = float32(m*wu[i]) + gi
+					v = wu[i]
+				}
+				v += rs[i]
+				if binary.LittleEndian.Uint32(gu[4*i:]) != math.Float32bits(wu[i]) || binary.LittleEndian.Uint32(gc[4*i:]) != math.Float32bits(v) {
+					t.Fatalf("n %d nesterov %t: element %d differs", n, nesterov, i)
+				}
+			}
+		}
+	}
+}
+
+// TestGPUMemoryBaseline: device memory is back at its baseline (within 2
+// MiB) after 10,000 mixed calls of varying sizes, and after Close.
+func TestGPUMemoryBaseline(t *testing.T) {
+	d := needDevice(t)
+	if _, err := d.kernel("tp_zero"); err != nil { // the module stays loaded until Close
+		t.Fatal(err)
+	}
+	free0, _, err := d.MemInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(16, 16))
+	sel, err := d.NewSelector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10000 {
+		n := 1 + rng.IntN(1<<16)
+		if i%1000 == 0 {
+			n = 1 << 22
+		}
+		x := finite(rng, n)
+		xs, err := d.Alloc(4 * n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.CopyHtoD(xs, u32bytes(x))
+		out, _ := d.Alloc(4 * n)
+		switch i % 4 {
+		case 0:
+			err = d.F16(out, xs, n, nil)
+		case 1:
+			err = sel.Exact(out, out+Ptr(2*n), xs, n, n/2, nil)
+		case 2:
+			err = d.AddF32(out, xs, xs, n, nil)
+		case 3:
+			err = d.BF16(out, xs, n, nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Free(xs)
+		d.Free(out)
+	}
+	if err := sel.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d.Synchronize()
+	free1, _, _ := d.MemInfo()
+	if diff := int64(free0) - int64(free1); diff > 2<<20 {
+		t.Fatalf("device memory: %d bytes less free after 10,000 calls", diff)
+	}
+	t.Logf("free before %d, after %d", free0, free1)
+}
+
+// A forced out-of-memory is an error, not a crash.
+func TestGPUOutOfMemory(t *testing.T) {
+	d := needDevice(t)
+	_, err := d.Alloc(int(d.TotalMem()) * 2)
+	if !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("allocating twice the device's memory: %v", err)
+	}
+}
+
+// Benchmarks: 100M float32 N(0, 1) on the device, the median of the
+// iterations timed with CUDA events (ms), and GB/s counting the bytes the
+// operation must move. gpu/bench/run.sh runs them beside torch.
+
+const benchN = 100_000_000
+
+func benchInput(b *testing.B, d *Device) Ptr {
+	rng := rand.New(rand.NewPCG(21, 21))
+	x := make([]uint32, benchN)
+	for i := range x {
+		x[i] = math.Float32bits(float32(rng.NormFloat64()))
+	}
+	return upload(b, d, u32bytes(x))
+}
+
+// events times f b.N times and reports the median.
+func events(b *testing.B, d *Device, moved int64, f func() error) {
+	b.Helper()
+	e0, err := d.NewEvent()
+	if err != nil {
+		b.Fatal(err)
+	}
+	e1, _ := d.NewEvent()
+	defer e0.Close()
+	defer e1.Close()
+	for range 3 {
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var ms []float64
+	b.ResetTimer()
+	for b.Loop() {
+		e0.Record(nil)
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+		e1.Record(nil)
+		e1.Synchronize()
+		el, err := Elapsed(e0, e1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms = append(ms, float64(el)/float64(time.Millisecond))
+	}
+	sort.Float64s(ms)
+	med := ms[len(ms)/2]
+	b.ReportMetric(med, "ms-median")
+	b.ReportMetric(float64(moved)/med/1e6, "GB/s")
+}
+
+func BenchmarkGPU(b *testing.B) {
+	d := needDevice(b)
+	x := benchInput(b, d)
+	out := alloc(b, d, 4*benchN)
+	sel, err := d.NewSelector()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sel.Close()
+	nb := int64(4 * benchN)
+	b.Run("copy-d2d", func(b *testing.B) { events(b, d, 2*nb, func() error { return d.CopyDtoD(out, x, 4*benchN) }) })
+	for _, r := range []float64{0.001, 0.01} {
+		k := int(r * benchN)
+		idx, val := alloc(b, d, 4*k), alloc(b, d, 4*k)
+		b.Run(fmt.Sprintf("topk-%g", r), func(b *testing.B) {
+			events(b, d, nb, func() error { return sel.Exact(idx, val, x, benchN, k, nil) })
+		})
+	}
+	k := benchN / 1000
+	idx, val, smp := alloc(b, d, 4*k), alloc(b, d, 4*k), alloc(b, d, 4*benchN/50)
+	b.Run("dgc-sampled-0.001", func(b *testing.B) {
+		events(b, d, nb, func() error {
+			_, err := sel.Sampled(idx, val, x, benchN, k, topk.SampleOptions{Start: 1}, smp, nil)
+			return err
+		})
+	})
+	u, res := alloc(b, d, 4*benchN), alloc(b, d, 4*benchN)
+	d.CopyDtoD(u, x, 4*benchN)
+	d.CopyDtoD(res, x, 4*benchN)
+	b.Run("dgc-compensate", func(b *testing.B) {
+		// g, u and res read; u and c written.
+		events(b, d, 5*nb, func() error { return d.DGCCompensate(out, u, x, res, benchN, 0.9, false, nil) })
+	})
+	b.Run("fp16", func(b *testing.B) { events(b, d, nb+nb/2, func() error { return d.F16(out, x, benchN, nil) }) })
+	b.Run("bf16", func(b *testing.B) { events(b, d, nb+nb/2, func() error { return d.BF16(out, x, benchN, nil) }) })
+	bad := alloc(b, d, 4)
+	b.Run("int8-4096", func(b *testing.B) {
+		events(b, d, nb+nb/4, func() error { return d.Int8Blocks(out, out+Ptr(benchN), x, benchN, 4096, bad, nil) })
+	})
+}
+
+// BenchmarkHostTopK: a gradient in pinned host memory to its top-k indices
+// and values on the host, by the device (copy in, select, copy the k back)
+// and by the CPU path on one core (topk.Exact), in the same run.
+func BenchmarkHostTopK(b *testing.B) {
+	d := needDevice(b)
+	host, err := d.AllocHost(4 * benchN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.FreeHost(host)
+	rng := rand.New(rand.NewPCG(22, 22))
+	for i := 0; i < len(host); i += 4 {
+		binary.LittleEndian.PutUint32(host[i:], math.Float32bits(float32(rng.NormFloat64())))
+	}
+	x := alloc(b, d, 4*benchN)
+	k := benchN / 100
+	idx, val := alloc(b, d, 4*k), alloc(b, d, 4*k)
+	back, err := d.AllocHost(8 * k)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.FreeHost(back)
+	sel, _ := d.NewSelector()
+	defer sel.Close()
+	b.Run("device", func(b *testing.B) {
+		b.SetBytes(4 * benchN)
+		for b.Loop() {
+			if err := d.CopyHtoDAsync(x, host, nil); err != nil {
+				b.Fatal(err)
+			}
+			if err := sel.Exact(idx, val, x, benchN, k, nil); err != nil {
+				b.Fatal(err)
+			}
+			d.CopyDtoHAsync(back[:4*k], idx, nil)
+			d.CopyDtoHAsync(back[4*k:], val, nil)
+			d.Synchronize()
+		}
+	})
+	b.Run("cpu-1core", func(b *testing.B) {
+		xs, _ := view.As[float32](host)
+		b.SetBytes(4 * benchN)
+		var s topk.Scratch
+		dst := make([]uint32, 0, k)
+		for b.Loop() {
+			dst = topk.Exact(dst[:0], xs, k, &s)
+		}
+	})
+}
