@@ -514,7 +514,14 @@ func (f *fakeDriver) install() {
 			binary.LittleEndian.PutUint64(b[24:], math.Float64bits(*(*float64)(p[4])))
 			binary.LittleEndian.PutUint32(b[32:], uint32(*(*int32)(p[5])))
 		default:
-			return 400
+			k, ok := fakeKernels[f.funcs[fn]]
+			if !ok {
+				return 400
+			}
+			n := fakeKernelParams[f.funcs[fn]]
+			if !k(&fakeLaunch{f: f, params: unsafe.Slice((*unsafe.Pointer)(params), n), block: bx}) {
+				return 700 // CUDA_ERROR_ILLEGAL_ADDRESS (reported at launch here)
+			}
 		}
 		return 0
 	}

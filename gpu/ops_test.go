@@ -61,10 +61,11 @@ func sizes(t *testing.T) []int {
 	return s
 }
 
-func TestGPUHalf(t *testing.T) {
-	d := needDevice(t)
+func TestGPUHalf(t *testing.T) { testHalf(t, needDevice(t), sizes(t)) }
+
+func testHalf(t *testing.T, d *Device, sizes []int) {
 	rng := rand.New(rand.NewPCG(11, 11))
-	for _, n := range sizes(t) {
+	for _, n := range sizes {
 		x := floatBits(rng, n)
 		src := upload(t, d, u32bytes(x))
 		dst := alloc(t, d, 2*n)
@@ -94,8 +95,9 @@ func TestGPUHalf(t *testing.T) {
 	}
 }
 
-func TestGPUInt8(t *testing.T) {
-	d := needDevice(t)
+func TestGPUInt8(t *testing.T) { testInt8(t, needDevice(t), sizes(t)) }
+
+func testInt8(t *testing.T, d *Device, sizes []int) {
 	rng := rand.New(rand.NewPCG(12, 12))
 	for _, n := range []int{1, 1000, 4099, 1<<20 + 3} {
 		for _, bsize := range []int{64, 4096} {
@@ -123,15 +125,16 @@ func TestGPUInt8(t *testing.T) {
 	}
 }
 
-func TestGPUExact(t *testing.T) {
-	d := needDevice(t)
+func TestGPUExact(t *testing.T) { testExact(t, needDevice(t), sizes(t)) }
+
+func testExact(t *testing.T, d *Device, sizes []int) {
 	sel, err := d.NewSelector()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sel.Close()
 	rng := rand.New(rand.NewPCG(13, 13))
-	for _, n := range sizes(t) {
+	for _, n := range sizes {
 		x := floatBits(rng, n)
 		for i := range x {
 			if rng.IntN(4) == 0 {
@@ -162,8 +165,9 @@ func TestGPUExact(t *testing.T) {
 	}
 }
 
-func TestGPUSampled(t *testing.T) {
-	d := needDevice(t)
+func TestGPUSampled(t *testing.T) { testSampled(t, needDevice(t), sizes(t)) }
+
+func testSampled(t *testing.T, d *Device, sizes []int) {
 	sel, err := d.NewSelector()
 	if err != nil {
 		t.Fatal(err)
@@ -199,8 +203,9 @@ func TestGPUSampled(t *testing.T) {
 	}
 }
 
-func TestGPUDGCCompensate(t *testing.T) {
-	d := needDevice(t)
+func TestGPUDGCCompensate(t *testing.T) { testDGCCompensate(t, needDevice(t), sizes(t)) }
+
+func testDGCCompensate(t *testing.T, d *Device, sizes []int) {
 	rng := rand.New(rand.NewPCG(15, 15))
 	for _, n := range []int{1, 1000, 1<<20 + 3} {
 		g, u, r := finite(rng, n), finite(rng, n), finite(rng, n)
@@ -233,8 +238,9 @@ func TestGPUDGCCompensate(t *testing.T) {
 
 // TestGPUMemoryBaseline: device memory is back at its baseline (within 2
 // MiB) after 10,000 mixed calls of varying sizes, and after Close.
-func TestGPUMemoryBaseline(t *testing.T) {
-	d := needDevice(t)
+func TestGPUMemoryBaseline(t *testing.T) { testMemoryBaseline(t, needDevice(t), sizes(t)) }
+
+func testMemoryBaseline(t *testing.T, d *Device, sizes []int) {
 	if _, err := d.kernel("tp_zero"); err != nil { // the module stays loaded until Close
 		t.Fatal(err)
 	}
@@ -287,8 +293,9 @@ func TestGPUMemoryBaseline(t *testing.T) {
 }
 
 // A forced out-of-memory is an error, not a crash.
-func TestGPUOutOfMemory(t *testing.T) {
-	d := needDevice(t)
+func TestGPUOutOfMemory(t *testing.T) { testOutOfMemory(t, needDevice(t), sizes(t)) }
+
+func testOutOfMemory(t *testing.T, d *Device, sizes []int) {
 	_, err := d.Alloc(int(d.TotalMem()) * 2)
 	if !errors.Is(err, ErrOutOfMemory) {
 		t.Fatalf("allocating twice the device's memory: %v", err)
@@ -434,4 +441,23 @@ func BenchmarkHostTopK(b *testing.B) {
 			dst = topk.Exact(dst[:0], xs, k, &s)
 		}
 	})
+}
+
+// TestFakeOps runs the device tests of the kernels on the fake driver,
+// whose kernels are Go (fakekernels_test.go): the Go side of the kernels,
+// without a GPU.
+func TestFakeOps(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T, *Device, []int)
+	}{
+		{"Half", testHalf}, {"Int8", testInt8}, {"Exact", testExact}, {"Sampled", testSampled},
+		{"DGCCompensate", testDGCCompensate}, {"OutOfMemory", testOutOfMemory},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := installFake(t, 1)
+			c.run(t, openFake(t, f), []int{1, 1000, 4099, 1<<20 + 3})
+			f.check(t, false)
+		})
+	}
 }
