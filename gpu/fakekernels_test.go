@@ -280,6 +280,52 @@ var fakeKernels = map[string]func(k *fakeLaunch) bool{
 	},
 }
 
+func init() {
+	fakeKernels["tp_take"] = func(k *fakeLaunch) bool {
+		n := k.u64(2)
+		idx, dst := k.mem(1, 4*n), k.mem(3, 4*n)
+		if idx == nil || dst == nil {
+			return false
+		}
+		for j := range n {
+			v := k.at(0, 4*uint64(binary.LittleEndian.Uint32(idx[4*j:])), 4)
+			if v == nil {
+				return false
+			}
+			copy(dst[4*j:], v)
+		}
+		return true
+	}
+	fakeKernels["tp_put"] = func(k *fakeLaunch) bool {
+		n := k.u64(2)
+		idx, src := k.mem(1, 4*n), k.mem(3, 4*n)
+		if idx == nil || src == nil {
+			return false
+		}
+		for j := range n {
+			v := k.at(0, 4*uint64(binary.LittleEndian.Uint32(idx[4*j:])), 4)
+			if v == nil {
+				return false
+			}
+			copy(v, src[4*j:4*j+4])
+		}
+		return true
+	}
+	fakeKernels["tp_nan_zero"] = func(k *fakeLaunch) bool {
+		n := k.u64(1)
+		c := k.mem(0, 4*n)
+		if c == nil {
+			return false
+		}
+		for i := range n {
+			if binary.LittleEndian.Uint32(c[4*i:])&0x7fffffff > 0x7f800000 {
+				binary.LittleEndian.PutUint32(c[4*i:], 0)
+			}
+		}
+		return true
+	}
+}
+
 func fakeRC127(y float32) int32 {
 	r := int32(math.Float32bits(y+0x1.8p23)) - 0x4b400000
 	return max(-127, min(127, r))
@@ -313,4 +359,5 @@ var fakeKernelParams = map[string]int{
 	"tp_f32_to_f16": 3, "tp_f32_to_bf16": 3, "tp_int8_blocks": 6, "tp_zero": 2, "tp_topk_hist": 7,
 	"tp_topk_find": 4, "tp_topk_count": 4, "tp_topk_offsets": 4, "tp_topk_compact": 6, "tp_add_f32": 4,
 	"tp_scatter_zero": 3, "tp_dgc_compensate": 7, "tp_gather": 5, "tp_count_ge": 4,
+	"tp_take": 4, "tp_put": 4, "tp_nan_zero": 2,
 }

@@ -269,7 +269,8 @@ func TestPTXUpToDate(t *testing.T) {
 		t.Fatal("kernels.ptx is not what kernels/kernels.cu compiles to: run go generate ./gpu")
 	}
 	for _, name := range []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
-		"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero"} {
+		"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero",
+		"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero"} {
 		if !bytes.Contains(kernelsPTX, []byte(".visible .entry "+name+"(")) {
 			t.Errorf("the PTX has no kernel %s", name)
 		}
@@ -357,6 +358,35 @@ func TestEmulatedSampleAndCount(t *testing.T) {
 		got := run(t, exe, "cnge", []uint64{uint64(n), uint64(th)}, u32bytes(x))
 		if g := binary.LittleEndian.Uint32(got); int(g) != want {
 			t.Fatalf("count >= %#08x: %d, want %d", th, g, want)
+		}
+	}
+}
+
+func TestEmulatedStaging(t *testing.T) {
+	exe := emulator(t)
+	rng := rand.New(rand.NewPCG(7, 7))
+	n := 3001
+	x := floatBits(rng, n)
+	idx := topk.Exact(nil, f32s(x), 300, nil)
+	k := len(idx)
+	got := run(t, exe, "stag", []uint64{uint64(n), uint64(k)}, append(u32bytes(x), u32bytes(idx)...))
+	put := slices.Clone(x)
+	for j, p := range idx {
+		if g := binary.LittleEndian.Uint32(got[4*j:]); g != x[p] {
+			t.Fatalf("take %d: %#08x, want %#08x", j, g, x[p])
+		}
+		put[p] = x[p] + 1
+	}
+	for i := range n {
+		nz := x[i]
+		if nz&0x7fffffff > 0x7f800000 {
+			nz = 0
+		}
+		if g := binary.LittleEndian.Uint32(got[4*(k+i):]); g != put[i] {
+			t.Fatalf("put: element %d: %#08x, want %#08x", i, g, put[i])
+		}
+		if g := binary.LittleEndian.Uint32(got[4*(k+n+i):]); g != nz {
+			t.Fatalf("NaN zero: element %d: %#08x, want %#08x", i, g, nz)
 		}
 	}
 }

@@ -48,7 +48,7 @@ func (d *Device) kernel(name string) (*Function, error) {
 // kernelNames are the kernels of kernels.ptx.
 var kernelNames = []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
 	"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero",
-	"tp_dgc_compensate", "tp_gather", "tp_count_ge"}
+	"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero"}
 
 const threads = 256 // TP_BLOCK_THREADS
 
@@ -364,4 +364,25 @@ func syncStream(d *Device, s *Stream) error {
 		return d.Synchronize()
 	}
 	return s.Synchronize()
+}
+
+// Take sets dst[j] = src[idx[j]] for j < k (4-byte elements).
+func (d *Device) Take(dst, src, idx Ptr, k int, s *Stream) error {
+	if k == 0 {
+		return nil
+	}
+	return d.launch("tp_take", grid(k), s, src, idx, uint64(k), dst)
+}
+
+// Put sets dst[idx[j]] = src[j] for j < k (4-byte elements).
+func (d *Device) Put(dst, idx, src Ptr, k int, s *Stream) error {
+	if k == 0 {
+		return nil
+	}
+	return d.launch("tp_put", grid(k), s, dst, idx, uint64(k), src)
+}
+
+// NaNZero sets the NaNs among c's n float32 to 0.
+func (d *Device) NaNZero(c Ptr, n int, s *Stream) error {
+	return d.launch("tp_nan_zero", grid(n), s, c, uint64(n))
 }

@@ -10,6 +10,7 @@
 //	"dgcc" n nesterov, f32 m, then 3n f32 (g, u, res) -> n f32 u, n f32 c
 //	"gath" n start stride num, then n u32 -> num u32
 //	"cnge" n t, then n u32         -> u32
+//	"stag" n k, then n u32 x, k u32 idx -> k u32 taken, n u32 x after put(idx, taken+1), n u32 x with NaNs zeroed
 //
 // Launch shapes are small (blockDim 64, a few blocks) so that the grid-
 // stride loops, the tiles and the cross-block carries are all exercised.
@@ -37,6 +38,9 @@ KERNEL void tp_add_f32(const float *g, const float *res, float *c, u64 n);
 KERNEL void tp_dgc_compensate(const float *g, float *u, const float *res, float *c, u64 n, float m, u32 nesterov);
 KERNEL void tp_gather(const u32 *x, u64 start, u64 stride, u64 num, u32 *smp);
 KERNEL void tp_count_ge(const u32 *x, u64 n, u32 t, u32 *count);
+KERNEL void tp_take(const u32 *src, const u32 *idx, u64 k, u32 *dst);
+KERNEL void tp_put(u32 *dst, const u32 *idx, u64 k, const u32 *src);
+KERNEL void tp_nan_zero(u32 *c, u64 n);
 
 template <class T> static std::vector<T> readv(size_t n) {
   std::vector<T> v(n);
@@ -116,6 +120,19 @@ int main() {
     std::vector<u32> count(1);
     tp_launch(tp_count_ge, G, B, (const u32 *)x.data(), n, t, count.data());
     writev(count);
+  } else if (!memcmp(op, "stag", 4)) {
+    u64 k = readv<u64>(1)[0];
+    auto x = readv<u32>(n);
+    auto idx = readv<u32>(k);
+    std::vector<u32> taken(k), put(x), nz(x);
+    tp_launch(tp_take, G, B, (const u32 *)x.data(), (const u32 *)idx.data(), k, taken.data());
+    std::vector<u32> plus(k);
+    for (u64 j = 0; j < k; j++) plus[j] = taken[j] + 1;
+    tp_launch(tp_put, G, B, put.data(), (const u32 *)idx.data(), k, (const u32 *)plus.data());
+    tp_launch(tp_nan_zero, G, B, nz.data(), n);
+    writev(taken);
+    writev(put);
+    writev(nz);
   } else {
     fprintf(stderr, "emu: unknown op %.4s\n", op);
     return 1;

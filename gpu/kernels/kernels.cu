@@ -315,3 +315,22 @@ KERNEL void tp_count_ge(const u32 *x, u64 n, u32 t, u32 *count) {
   }
   if (threadIdx.x == 0 && red[0]) atomic_add_u32(count, red[0]);
 }
+
+// ---- staged error-feedback state (gpu.Sender) ----
+
+// dst[j] = src[idx[j]] for j < k.
+KERNEL void tp_take(const u32 *src, const u32 *idx, u64 k, u32 *dst) {
+  for (u64 j = gid(); j < k; j += gstride()) dst[j] = src[idx[j]];
+}
+
+// dst[idx[j]] = src[j] for j < k.
+KERNEL void tp_put(u32 *dst, const u32 *idx, u64 k, const u32 *src) {
+  for (u64 j = gid(); j < k; j += gstride()) dst[idx[j]] = src[j];
+}
+
+// c[i] = 0 where c[i] is a NaN (gradient's dropNonFinite for elements
+// the frame did not carry: c - 0 is a NaN only where c is).
+KERNEL void tp_nan_zero(u32 *c, u64 n) {
+  for (u64 i = gid(); i < n; i += gstride())
+    if ((c[i] & 0x7fffffff) > 0x7f800000u) c[i] = 0;
+}
