@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 )
@@ -232,6 +233,10 @@ func (d *Device) pinned(b []byte) bool {
 	return false
 }
 
+// ErrNotPinned is returned by the asynchronous copies for a host buffer
+// that is not from the device's AllocHost (or was freed).
+var ErrNotPinned = errors.New("the host buffer is not from this device's AllocHost (or was freed)")
+
 func errNotPinned(call string) error {
-	return fmt.Errorf("gpu: %s: the host buffer is not from this device's AllocHost (or was freed)", call)
+	return fmt.Errorf("gpu: %s: %w", call, ErrNotPinned)
 }

@@ -7,14 +7,16 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sort"
 	"testing"
 	"time"
 
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/internal/float16"
 	"github.com/tensorpress/tensorpress/internal/topk"
-	"github.com/tensorpress/tensorpress/internal/view"
 )
 
 // The kernels on a real device against the CPU code they must agree
@@ -394,10 +396,12 @@ func BenchmarkGPU(b *testing.B) {
 	})
 }
 
-// BenchmarkHostTopK: a gradient in pinned host memory to its top-k indices
-// and values on the host, by the device (copy in, select, copy the k back)
-// and by the CPU path on one core (topk.Exact), in the same run.
-func BenchmarkHostTopK(b *testing.B) {
+// BenchmarkHostFrame: a 100M float32 gradient in pinned host memory to its
+// topk(0.01) frame on the host (compensation, selection, the frame, the
+// residual staged and committed), by the device's Sender and by the CPU's
+// gradient.Sender on one core, in the same run; the frames are the same
+// bytes.
+func BenchmarkHostFrame(b *testing.B) {
 	d := needDevice(b)
 	host, err := d.AllocHost(4 * benchN)
 	if err != nil {
@@ -408,37 +412,35 @@ func BenchmarkHostTopK(b *testing.B) {
 	for i := 0; i < len(host); i += 4 {
 		binary.LittleEndian.PutUint32(host[i:], math.Float32bits(float32(rng.NormFloat64())))
 	}
-	x := alloc(b, d, 4*benchN)
-	k := benchN / 100
-	idx, val := alloc(b, d, 4*k), alloc(b, d, 4*k)
-	back, err := d.AllocHost(8 * k)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer d.FreeHost(back)
-	sel, _ := d.NewSelector()
-	defer sel.Close()
+	g := &codec.Tensor{Name: "layer.weight", DType: codec.F32, Shape: []int64{benchN}, Data: host}
+	c := gradient.TopK{Ratio: 0.01}
+	var frame []byte
 	b.Run("device", func(b *testing.B) {
+		s, err := d.NewSender(c, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
 		b.SetBytes(4 * benchN)
 		for b.Loop() {
-			if err := d.CopyHtoDAsync(x, host, nil); err != nil {
+			if frame, err = s.Append(frame[:0], g); err != nil {
 				b.Fatal(err)
 			}
-			if err := sel.Exact(idx, val, x, benchN, k, nil); err != nil {
-				b.Fatal(err)
-			}
-			d.CopyDtoHAsync(back[:4*k], idx, nil)
-			d.CopyDtoHAsync(back[4*k:], val, nil)
-			d.Synchronize()
+			s.Commit()
 		}
 	})
 	b.Run("cpu-1core", func(b *testing.B) {
-		xs, _ := view.As[float32](host)
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		s, err := gradient.NewSender(c)
+		if err != nil {
+			b.Fatal(err)
+		}
 		b.SetBytes(4 * benchN)
-		var s topk.Scratch
-		dst := make([]uint32, 0, k)
 		for b.Loop() {
-			dst = topk.Exact(dst[:0], xs, k, &s)
+			if frame, err = s.Append(frame[:0], g); err != nil {
+				b.Fatal(err)
+			}
+			s.Commit()
 		}
 	})
 }

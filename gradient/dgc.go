@@ -170,6 +170,13 @@ func (d *DGC) Compensate(in *Input) {
 	}
 }
 
+// SampleOptions are the options of the sampled selection of the update
+// of tensor name after step committed steps (the sample's start changes
+// every step, as the reference draws it per call).
+func (d *DGC) SampleOptions(name string, step uint64) topk.SampleOptions {
+	return topk.SampleOptions{SampleRatio: float64(d.sample()), Start: stepSeed(0, name, step)}
+}
+
 var scratchPool = sync.Pool{New: func() any { return new(topk.Scratch) }}
 
 // Compress implements Compressor: sampled selection and momentum factor
@@ -185,10 +192,7 @@ func (d *DGC) Compress(in *Input) (codec.Op, error) {
 	r := d.Density(in.Epoch)
 	k := K(r, len(in.C))
 	s := scratchPool.Get().(*topk.Scratch)
-	pos := topk.Sampled(make([]uint32, 0, k), in.C, k, s, topk.SampleOptions{
-		SampleRatio: float64(sample),
-		Start:       stepSeed(0, in.Name, in.State.Step()), // the reference draws a new start per call
-	})
+	pos := topk.Sampled(make([]uint32, 0, k), in.C, k, s, d.SampleOptions(in.Name, in.State.Step()))
 	scratchPool.Put(s)
 	if d.Momentum != 0 {
 		// Momentum factor masking, undone if the frame is not delivered

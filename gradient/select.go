@@ -212,6 +212,7 @@ type selectOp struct {
 	thresh float32 // thresh
 	sample float32 // dgc
 	pre    []uint32
+	preVal []float32 // with pre: the values, when the input is not read (Preselected)
 }
 
 var (
@@ -342,9 +343,14 @@ func (o selectOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, err
 	} else if err := checkPositions(pos, len(x)); err != nil {
 		return nil, fmt.Errorf("%s: preselected %w", o, err)
 	}
-	val, _ := view.As[float32](ctx.Arena.Alloc(4 * len(pos)))
-	for i, p := range pos {
-		val[i] = x[p]
+	val := o.preVal
+	if val == nil {
+		val, _ = view.As[float32](ctx.Arena.Alloc(4 * len(pos)))
+		for i, p := range pos {
+			val[i] = x[p]
+		}
+	} else if len(val) != len(pos) {
+		return nil, fmt.Errorf("%s: %d preselected values for %d positions", o, len(val), len(pos))
 	}
 	return []codec.Segment{
 		{SegInfo: codec.SegInfo{Name: outName(in.Name, "idx"), Elem: codec.U32}, Data: view.Of(pos)},
@@ -416,3 +422,28 @@ func (o selectOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, parts 
 func asU32(ctx *codec.Ctx, b []byte) []uint32 { return view.AsCopy[uint32](b, ctx.Arena.Alloc) }
 
 func asF32(ctx *codec.Ctx, b []byte) []float32 { return view.AsCopy[float32](b, ctx.Arena.Alloc) }
+
+// Preselected returns the op that compressor c (TopK or *DGC) would put in
+// a frame of n elements at epoch epoch had it selected positions pos
+// (ascending) whose values are val: with the Sender's tail after it, the
+// frame is byte for byte the Sender's for the same selection. For a
+// selection made elsewhere (package gpu); the op does not read its input,
+// whose length must still be n elements.
+func Preselected(c Compressor, n int, epoch float64, pos []uint32, val []float32) (codec.Op, error) {
+	if len(val) != len(pos) {
+		return nil, fmt.Errorf("gradient: Preselected: %d values for %d positions", len(val), len(pos))
+	}
+	if err := checkPositions(pos, n); err != nil {
+		return nil, fmt.Errorf("gradient: Preselected: %w", err)
+	}
+	switch c := c.(type) {
+	case TopK:
+		if err := checkRatio("topk", c.Ratio); err != nil {
+			return nil, err
+		}
+		return selectOp{stage: TopKID, ratio: c.Ratio, pre: pos, preVal: val}, nil
+	case *DGC:
+		return selectOp{stage: DGCID, ratio: c.Density(epoch), sample: c.sample(), pre: pos, preVal: val}, nil
+	}
+	return nil, fmt.Errorf("%w: gradient: Preselected: %v selects on the CPU only", codec.ErrUnsupported, c)
+}

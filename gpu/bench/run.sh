@@ -13,5 +13,5 @@ set -eu
 cd "$(dirname "$0")"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 ./gpu.test -test.run 'GPU' -test.v -test.count 1
-./gpu.test -test.run '^$' -test.bench 'GPU|HostTopK' -test.benchtime 20x -test.timeout 30m
+./gpu.test -test.run '^$' -test.bench 'GPU|HostFrame' -test.benchtime 20x -test.timeout 30m
 python3 torch_bench.py --runs 20

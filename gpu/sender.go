@@ -1,0 +1,344 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gradient"
+	"github.com/tensorpress/tensorpress/internal/view"
+)
+
+// Sender is a gradient.Sender whose error feedback and selection run on a
+// GPU: the residuals (and DGC's momentum) stay on the device across steps,
+// and only the selected indices and values cross to the host, where the
+// frame is built. Its frames are byte for byte those of a gradient.Sender
+// with the same compressor and tail, given the same gradients, commits
+// and aborts, so receivers need no GPU.
+//
+// It takes gradient.TopK and *gradient.DGC without clipping, and a tail
+// that keeps the values exactly (no lossy stage); NewSender refuses the
+// rest, for the CPU's Sender to take. Gradients come from host memory
+// (Append: copied in straight from a buffer of the device's AllocHost, or
+// else through a pinned buffer of the Sender's) or from device memory the
+// caller owns (AppendDevice). A Sender is not safe for concurrent use.
+type Sender struct {
+	d     *Device
+	comp  gradient.Compressor
+	dgc   *gradient.DGC // comp, when DGC
+	tail  *codec.Recipe
+	enc   *codec.Encoder
+	sel   *Selector
+	epoch float64
+
+	states  map[string]*devState
+	pending []*devState
+
+	// Scratch, grown to the largest tensor.
+	capN    int
+	g, smp  Ptr    // the gradient copied in; DGC's sample
+	in, out []byte // pinned: the gradient on its way in; indices and values back
+	phantom []byte // the frame encoder's input: never read (gradient.Preselected)
+	val     Ptr    // the selected values
+}
+
+// devState is one tensor's error-feedback state on the device.
+type devState struct {
+	name   string
+	shape  []int64
+	n      int
+	res, c Ptr // the residual (valid once hasRes) and the compensated gradient
+	hasRes bool
+	u      Ptr // DGC's momentum (0 for TopK)
+	idx    Ptr // the positions staged for Commit (capacity n)
+	k      int
+	saved  Ptr // u at the masked positions, for Abort (DGC)
+	step   uint64
+	busy   bool
+}
+
+// NewSender returns a Sender on d for compressor c. The tail is the
+// gradient.DefaultTail of c unless tail is not nil.
+func (d *Device) NewSender(c gradient.Compressor, tail *codec.Recipe) (*Sender, error) {
+	s := &Sender{d: d, comp: c, tail: tail, states: map[string]*devState{}}
+	switch c := c.(type) {
+	case gradient.TopK:
+	case *gradient.DGC:
+		if c.Clip != 0 {
+			return nil, fmt.Errorf("%w: gpu: %v: clipping is not done on the GPU", codec.ErrUnsupported, c)
+		}
+		s.dgc = c
+	default:
+		return nil, fmt.Errorf("%w: gpu: %v runs on the CPU only (the GPU takes topk and dgc)", codec.ErrUnsupported, c)
+	}
+	if s.tail == nil {
+		s.tail = gradient.DefaultTail(c)
+	}
+	if s.tail.Lossy() {
+		return nil, fmt.Errorf("%w: gpu: tail %q is lossy: the GPU keeps the residual of exact values only", codec.ErrUnsupported, s.tail)
+	}
+	var err error
+	if s.enc, err = codec.NewEncoder(); err != nil {
+		return nil, err
+	}
+	if s.sel, err = d.NewSelector(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetEpoch sets the epoch for DGC's warm-up (gradient.Sender.SetEpoch).
+func (s *Sender) SetEpoch(e float64) { s.epoch = e }
+
+// Append is gradient.Sender.Append with the gradient in host memory.
+func (s *Sender) Append(dst []byte, t *codec.Tensor) ([]byte, error) {
+	if t.DType != codec.F32 {
+		return dst, fmt.Errorf("%w: gpu: tensor %q is %v, want f32", codec.ErrUnsupported, t.Name, t.DType)
+	}
+	if err := t.Validate(); err != nil {
+		return dst, err
+	}
+	if !t.IsWhole() {
+		return dst, fmt.Errorf("gpu: tensor %q is a chunk; append whole tensors", t.Name)
+	}
+	n := len(t.Data) / 4
+	if err := s.grow(n); err != nil {
+		return dst, err
+	}
+	// Straight from the caller's buffer when it is pinned (AllocHost),
+	// else through the Sender's.
+	err := s.d.CopyHtoDAsync(s.g, t.Data, nil)
+	if errors.Is(err, ErrNotPinned) {
+		copy(s.in, t.Data)
+		err = s.d.CopyHtoDAsync(s.g, s.in[:len(t.Data)], nil)
+	}
+	if err != nil {
+		return dst, err
+	}
+	return s.append(dst, t, n, s.g)
+}
+
+// AppendDevice is Append of a gradient the caller holds on the device: n
+// float32 at g (n the product of t.Shape; t.Data is not read and may be
+// nil).
+func (s *Sender) AppendDevice(dst []byte, t *codec.Tensor, g Ptr) ([]byte, error) {
+	n := 1
+	for _, d := range t.Shape {
+		n *= int(d)
+	}
+	if t.DType != codec.F32 || n <= 0 {
+		return dst, fmt.Errorf("gpu: AppendDevice: tensor %q: %v of shape %v", t.Name, t.DType, t.Shape)
+	}
+	if err := s.grow(n); err != nil {
+		return dst, err
+	}
+	return s.append(dst, t, n, g)
+}
+
+func (s *Sender) append(dst []byte, t *codec.Tensor, n int, g Ptr) ([]byte, error) {
+	st, err := s.state(t.Name, t.Shape, n)
+	if err != nil {
+		return dst, err
+	}
+	if st.busy {
+		return dst, fmt.Errorf("gpu: tensor %q appended twice before Commit or Abort", t.Name)
+	}
+	var res Ptr
+	if st.hasRes {
+		res = st.res
+	}
+	// Compensation.
+	if s.dgc != nil && s.dgc.Momentum != 0 {
+		err = s.d.DGCCompensate(st.c, st.u, g, res, n, s.dgc.Momentum, s.dgc.Nesterov, nil)
+	} else if st.hasRes {
+		err = s.d.AddF32(st.c, g, st.res, n, nil)
+	} else {
+		err = s.d.CopyDtoD(st.c, g, 4*n)
+	}
+	if err != nil {
+		return dst, err
+	}
+	// Selection.
+	var k int
+	if s.dgc != nil {
+		k = gradient.K(s.dgc.Density(s.epoch), n)
+		if k, err = s.sel.Sampled(st.idx, s.val, st.c, n, k, s.dgc.SampleOptions(t.Name, st.step), s.smp, nil); err != nil {
+			return dst, err
+		}
+	} else {
+		k = gradient.K(s.comp.(gradient.TopK).Ratio, n)
+		if err = s.sel.Exact(st.idx, s.val, st.c, n, k, nil); err != nil {
+			return dst, err
+		}
+	}
+	if 8*k > len(s.out) {
+		return dst, fmt.Errorf("gpu: %d selected of %d elements", k, n)
+	}
+	if err := s.d.CopyDtoHAsync(s.out[:4*k], st.idx, nil); err != nil {
+		return dst, err
+	}
+	if err := s.d.CopyDtoHAsync(s.out[4*k:8*k], s.val, nil); err != nil {
+		return dst, err
+	}
+	// Momentum factor masking, undone on Abort.
+	if s.dgc != nil && s.dgc.Momentum != 0 {
+		if err := s.d.Take(st.saved, st.u, st.idx, k, nil); err != nil {
+			return dst, err
+		}
+		if err := s.d.ScatterZero(st.u, st.idx, k, nil); err != nil {
+			return dst, err
+		}
+	}
+	if err := s.d.Synchronize(); err != nil {
+		return dst, err
+	}
+	pos, _ := view.As[uint32](s.out[:4*k])
+	val, _ := view.As[float32](s.out[4*k : 8*k])
+	op, err := gradient.Preselected(s.comp, n, s.epoch, pos, val)
+	if err != nil {
+		return dst, err
+	}
+	r := &codec.Recipe{Steps: append([]codec.Step{{Ops: []codec.Op{op}}}, s.tail.Steps...)}
+	ct := &codec.Tensor{Name: t.Name, DType: codec.F32, Shape: t.Shape, Tags: t.Tags, Version: t.Version, Base: t.Base, Data: s.phantom[:4*n]}
+	out, err := s.enc.AppendTensor(dst, ct, r)
+	if err != nil {
+		if s.dgc != nil && s.dgc.Momentum != 0 {
+			s.d.Put(st.u, st.idx, st.saved, k, nil) // the step failed: u unmasked
+		}
+		return dst, fmt.Errorf("gpu: %v on %q: %w", s.comp, t.Name, err)
+	}
+	st.k, st.busy = k, true
+	s.pending = append(s.pending, st)
+	return out, nil
+}
+
+// Commit makes the staged updates the state: the residual becomes the
+// compensated gradient less what the frames carried (their values exactly;
+// NaNs, which no later update can carry, 0), as gradient.Sender.Commit.
+func (s *Sender) Commit() error {
+	var errs []error
+	for _, st := range s.pending {
+		errs = append(errs, s.d.NaNZero(st.c, st.n, nil), s.d.ScatterZero(st.c, st.idx, st.k, nil))
+		st.res, st.c = st.c, st.res
+		st.hasRes, st.busy = true, false
+		st.step++
+	}
+	s.pending = s.pending[:0]
+	return errors.Join(errs...)
+}
+
+// Abort drops the staged updates: each tensor's whole compensated
+// gradient becomes its residual, and DGC's momentum is unmasked, as
+// gradient.Sender.Abort.
+func (s *Sender) Abort() error {
+	var errs []error
+	for _, st := range s.pending {
+		if s.dgc != nil && s.dgc.Momentum != 0 {
+			errs = append(errs, s.d.Put(st.u, st.idx, st.saved, st.k, nil))
+		}
+		st.res, st.c = st.c, st.res
+		st.hasRes, st.busy = true, false
+	}
+	s.pending = s.pending[:0]
+	return errors.Join(errs...)
+}
+
+// state returns the tensor's state, made on first use.
+func (s *Sender) state(name string, shape []int64, n int) (*devState, error) {
+	if st, ok := s.states[name]; ok {
+		if st.n != n || !slices.Equal(st.shape, shape) {
+			return nil, fmt.Errorf("gpu: tensor %q changed shape from %v to %v", name, st.shape, shape)
+		}
+		return st, nil
+	}
+	st := &devState{name: name, shape: slices.Clone(shape), n: n}
+	ptrs := []*Ptr{&st.res, &st.c, &st.idx}
+	if s.dgc != nil && s.dgc.Momentum != 0 {
+		ptrs = append(ptrs, &st.u, &st.saved)
+	}
+	for _, p := range ptrs {
+		var err error
+		if *p, err = s.d.Alloc(4 * n); err != nil {
+			s.freeState(st)
+			return nil, err
+		}
+	}
+	if st.u != 0 {
+		if err := s.d.Memset(st.u, 0, 4*n); err != nil {
+			s.freeState(st)
+			return nil, err
+		}
+	}
+	s.states[name] = st
+	return st, nil
+}
+
+func (s *Sender) freeState(st *devState) error {
+	var errs []error
+	for _, p := range []*Ptr{&st.res, &st.c, &st.idx, &st.u, &st.saved} {
+		if *p != 0 {
+			errs = append(errs, s.d.Free(*p))
+			*p = 0
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// grow makes the scratch hold tensors of n elements.
+func (s *Sender) grow(n int) error {
+	if n <= s.capN {
+		return nil
+	}
+	if err := s.freeScratch(); err != nil {
+		return err
+	}
+	var err error
+	if s.g, err = s.d.Alloc(4 * n); err != nil {
+		return err
+	}
+	if s.smp, err = s.d.Alloc(4 * n); err != nil {
+		return err
+	}
+	if s.val, err = s.d.Alloc(4 * n); err != nil {
+		return err
+	}
+	if s.in, err = s.d.AllocHost(4 * n); err != nil {
+		return err
+	}
+	if s.out, err = s.d.AllocHost(8 * n); err != nil {
+		return err
+	}
+	s.phantom = make([]byte, 4*n) // the encoder's input: its length counts, its bytes are not read
+	s.capN = n
+	return nil
+}
+
+func (s *Sender) freeScratch() error {
+	var errs []error
+	for _, p := range []*Ptr{&s.g, &s.smp, &s.val} {
+		if *p != 0 {
+			errs = append(errs, s.d.Free(*p))
+			*p = 0
+		}
+	}
+	for _, b := range []*[]byte{&s.in, &s.out} {
+		if *b != nil {
+			errs = append(errs, s.d.FreeHost(*b))
+			*b = nil
+		}
+	}
+	s.capN = 0
+	return errors.Join(errs...)
+}
+
+// Close frees the Sender's device and pinned memory (its residuals among
+// them).
+func (s *Sender) Close() error {
+	errs := []error{s.freeScratch(), s.sel.Close()}
+	for _, st := range s.states {
+		errs = append(errs, s.freeState(st))
+	}
+	clear(s.states)
+	return errors.Join(errs...)
+}
