@@ -219,10 +219,7 @@ func (s *Sender) append(dst []byte, t *codec.Tensor, n int, g Ptr) ([]byte, erro
 func (s *Sender) Commit() error {
 	var errs []error
 	for _, st := range s.pending {
-		errs = append(errs, s.d.NaNZero(st.c, st.n, nil), s.d.ScatterZero(st.c, st.idx, st.k, nil))
-		st.res, st.c = st.c, st.res
-		st.hasRes, st.busy = true, false
-		st.step++
+		errs = append(errs, s.commit(st))
 	}
 	s.pending = s.pending[:0]
 	return errors.Join(errs...)
@@ -234,14 +231,71 @@ func (s *Sender) Commit() error {
 func (s *Sender) Abort() error {
 	var errs []error
 	for _, st := range s.pending {
-		if s.dgc != nil && s.dgc.Momentum != 0 {
-			errs = append(errs, s.d.Put(st.u, st.idx, st.saved, st.k, nil))
-		}
-		st.res, st.c = st.c, st.res
-		st.hasRes, st.busy = true, false
+		errs = append(errs, s.abort(st))
 	}
 	s.pending = s.pending[:0]
 	return errors.Join(errs...)
+}
+
+// CommitTensor commits the staged update of tensor name alone (an Outbox
+// commits updates one by one as their frames arrive).
+func (s *Sender) CommitTensor(name string) error { return s.one(name, s.commit) }
+
+// AbortTensor aborts the staged update of tensor name alone.
+func (s *Sender) AbortTensor(name string) error { return s.one(name, s.abort) }
+
+func (s *Sender) one(name string, f func(*devState) error) error {
+	for i, st := range s.pending {
+		if st.name == name {
+			s.pending = slices.Delete(s.pending, i, i+1)
+			return f(st)
+		}
+	}
+	return fmt.Errorf("gpu: tensor %q has no update pending", name)
+}
+
+func (s *Sender) commit(st *devState) error {
+	err := errors.Join(s.d.NaNZero(st.c, st.n, nil), s.d.ScatterZero(st.c, st.idx, st.k, nil))
+	st.res, st.c = st.c, st.res
+	st.hasRes, st.busy = true, false
+	st.step++
+	return err
+}
+
+func (s *Sender) abort(st *devState) error {
+	var err error
+	if s.dgc != nil && s.dgc.Momentum != 0 {
+		err = s.d.Put(st.u, st.idx, st.saved, st.k, nil)
+	}
+	st.res, st.c = st.c, st.res
+	st.hasRes, st.busy = true, false
+	return err
+}
+
+// Pending reports whether tensor name has an update staged.
+func (s *Sender) Pending(name string) bool {
+	st, ok := s.states[name]
+	return ok && st.busy
+}
+
+// SetCompressor changes the compressor for the next updates (an Outbox
+// sets the density of each): it must be of the kind the Sender was made
+// for (TopK; DGC with the same momentum, without clipping).
+func (s *Sender) SetCompressor(c gradient.Compressor) error {
+	switch c := c.(type) {
+	case gradient.TopK:
+		if s.dgc == nil {
+			s.comp = c
+			return nil
+		}
+	case *gradient.DGC:
+		// Another density of the same DGC (gradient.AtDensity copies it).
+		if s.dgc != nil && c.Clip == 0 && c.Momentum == s.dgc.Momentum && c.Nesterov == s.dgc.Nesterov {
+			s.dgc, s.comp = c, c
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: gpu: a Sender of %v cannot take %v", codec.ErrUnsupported, s.comp, c)
 }
 
 // state returns the tensor's state, made on first use.
@@ -341,4 +395,13 @@ func (s *Sender) Close() error {
 	}
 	clear(s.states)
 	return errors.Join(errs...)
+}
+
+// OutboxSender is NewSender for gradient.Outbox.SetDevice.
+func (d *Device) OutboxSender(c gradient.Compressor, tail *codec.Recipe) (gradient.DeviceSender, error) {
+	s, err := d.NewSender(c, tail)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/tensorpress/tensorpress/codec"
@@ -87,4 +88,102 @@ func TestFakeSender(t *testing.T) {
 	f := installFake(t, 1)
 	testSender(t, openFake(t, f))
 	f.check(t, false)
+}
+
+// testOutbox sends the same updates through an Outbox on the CPU and one
+// on the device: the same frames, with updates accepted one by one, the
+// last aborted and everything aborted, at changing densities.
+func testOutbox(t *testing.T, d *Device) {
+	for _, text := range []string{"topk(0.01)", "dgc(0.01)", "topk(0.05,ef=off)", "randk(0.01)"} {
+		t.Run(text, func(t *testing.T) {
+			spec, err := gradient.Parse(text)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cpu, dev := gradient.NewOutbox(nil), gradient.NewOutbox(nil)
+			var logs []string
+			dev.SetDevice(d.OutboxSender, func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) })
+			defer func() {
+				if err := dev.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			rng := rand.New(rand.NewPCG(41, 41))
+			names := []string{"a.weight", "b.weight", "c.weight"}
+			for step := range 6 {
+				density := []float64{0, 0.02, 0}[step%3]
+				for _, name := range names {
+					g := codec.FromFloat32(name, f32s(finite(rng, 40000)), 200, 200)
+					want, err := cpu.Append(nil, g, spec, density)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := dev.Append(nil, g, spec, density)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, want) {
+						t.Fatalf("step %d, %s: the frames differ", step, name)
+					}
+					if !dev.IsPending(name) {
+						t.Fatalf("%s not pending", name)
+					}
+				}
+				switch step % 3 {
+				case 0:
+					cpu.Accept(1)
+					dev.Accept(1)
+					cpu.Accept(2)
+					dev.Accept(2)
+				case 1:
+					cpu.AbortLast()
+					dev.AbortLast()
+					cpu.Accept(2)
+					dev.Accept(2)
+				case 2:
+					cpu.Abort()
+					dev.Abort()
+				}
+			}
+			device := text == "topk(0.01)" || text == "dgc(0.01)"
+			if device != (len(logs) == 0) {
+				t.Fatalf("on the device %t, but the log says %q", device, logs)
+			}
+		})
+	}
+}
+
+func TestGPUOutbox(t *testing.T) { testOutbox(t, needDevice(t)) }
+
+func TestFakeOutbox(t *testing.T) {
+	f := installFake(t, 1)
+	testOutbox(t, openFake(t, f))
+	f.check(t, false)
+}
+
+// TestFakeOutboxOutOfMemory: a device out of memory makes the Outbox send
+// on the CPU, with a log line, and the same frames.
+func TestFakeOutboxOutOfMemory(t *testing.T) {
+	f := installFake(t, 1)
+	d := openFake(t, f)
+	spec, _ := gradient.Parse("topk(0.01)")
+	cpu, dev := gradient.NewOutbox(nil), gradient.NewOutbox(nil)
+	var logs []string
+	dev.SetDevice(d.OutboxSender, func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) })
+	defer dev.Close()
+	f.failing("cuMemAlloc_v2", 2) // CUDA_ERROR_OUT_OF_MEMORY
+	rng := rand.New(rand.NewPCG(42, 42))
+	for range 3 {
+		g := codec.FromFloat32("w", f32s(finite(rng, 5000)), 5000)
+		want, _ := cpu.Append(nil, g, spec, 0)
+		got, err := dev.Append(nil, g, spec, 0)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%v, the frames differ: %t", err, !bytes.Equal(got, want))
+		}
+		cpu.Accept(1)
+		dev.Accept(1)
+	}
+	if len(logs) != 1 || !strings.Contains(logs[0], "runs on the CPU") || !strings.Contains(logs[0], "OUT_OF_MEMORY") {
+		t.Fatalf("log: %q", logs)
+	}
 }

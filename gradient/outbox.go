@@ -2,6 +2,7 @@ package gradient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -25,8 +26,89 @@ import (
 type Outbox struct {
 	mem     *Memory
 	senders map[*Spec]*Sender
-	pending []*State // in Append order
+	pending []pendingUpdate // in Append order
 	epoch   float64
+
+	// Senders on a device (SetDevice): per spec, and the tensors whose
+	// state lives there.
+	newDev   func(Compressor, *codec.Recipe) (DeviceSender, error)
+	logf     func(format string, args ...any)
+	dev      map[*Spec]DeviceSender
+	cpuOnly  map[*Spec]bool
+	onDevice map[string]DeviceSender
+}
+
+// pendingUpdate is an update appended and neither accepted nor aborted:
+// its State (the CPU's Senders), or its tensor on a DeviceSender.
+type pendingUpdate struct {
+	st   *State
+	dev  DeviceSender
+	name string
+}
+
+func (p pendingUpdate) commit() error {
+	if p.dev != nil {
+		return p.dev.CommitTensor(p.name)
+	}
+	p.st.commit()
+	return nil
+}
+
+func (p pendingUpdate) abort() error {
+	if p.dev != nil {
+		return p.dev.AbortTensor(p.name)
+	}
+	p.st.abort()
+	return nil
+}
+
+// DeviceSender is a Sender whose state lives on a device (package gpu's
+// Sender): the same frames for the same updates, with each tensor's
+// update committed or aborted on its own.
+type DeviceSender interface {
+	SetCompressor(c Compressor) error
+	SetEpoch(e float64)
+	Append(dst []byte, t *codec.Tensor) ([]byte, error)
+	CommitTensor(name string) error
+	AbortTensor(name string) error
+	Pending(name string) bool
+	Close() error
+}
+
+// SetDevice makes the Outbox send through senders newSender makes on a
+// device (gpu.Device.OutboxSender), one per spec, for the tensors that
+// have no error-feedback state on the CPU yet; their residuals then stay
+// on the device (Memory does not hold them). Where newSender refuses a
+// compressor (codec.ErrUnsupported: it runs on the CPU only) or fails
+// (the device is out of memory, say), and where the device fails a
+// tensor's first update, the CPU's Sender takes it, and logf (nil: no
+// log) says so once per spec or tensor. Close frees the device senders.
+func (o *Outbox) SetDevice(newSender func(c Compressor, tail *codec.Recipe) (DeviceSender, error), logf func(format string, args ...any)) {
+	o.newDev, o.logf = newSender, logf
+	o.dev, o.cpuOnly, o.onDevice = map[*Spec]DeviceSender{}, map[*Spec]bool{}, map[string]DeviceSender{}
+}
+
+func (o *Outbox) log(format string, args ...any) {
+	if o.logf != nil {
+		o.logf(format, args...)
+	}
+}
+
+// Close frees what the Outbox holds on a device (SetDevice); its pending
+// updates there are aborted first.
+func (o *Outbox) Close() error {
+	var errs []error
+	for _, p := range o.pending {
+		if p.dev != nil {
+			errs = append(errs, p.dev.AbortTensor(p.name))
+		}
+	}
+	for spec, ds := range o.dev {
+		errs = append(errs, ds.Close())
+		delete(o.dev, spec)
+	}
+	clear(o.onDevice)
+	return errors.Join(errs...)
 }
 
 // NewOutbox returns an Outbox whose error-feedback state is m (nil: a new
@@ -52,6 +134,9 @@ func (o *Outbox) Pending() int { return len(o.pending) }
 
 // IsPending reports whether tensor name has an update pending.
 func (o *Outbox) IsPending(name string) bool {
+	if ds, ok := o.onDevice[name]; ok {
+		return ds.Pending(name)
+	}
 	st, ok := o.mem.states[name]
 	return ok && st.busy
 }
@@ -64,6 +149,15 @@ func (o *Outbox) Append(dst []byte, t *codec.Tensor, spec *Spec, density float64
 	if spec == nil {
 		return dst, fmt.Errorf("gradient: Outbox.Append: nil spec")
 	}
+	c := spec.Compressor
+	if density > 0 {
+		if cd, ok := AtDensity(c, float32(density)); ok {
+			c = cd
+		}
+	}
+	if out, ok, err := o.appendDevice(dst, t, spec, c); ok || err != nil {
+		return out, err
+	}
 	s := o.senders[spec]
 	if s == nil {
 		var err error
@@ -72,12 +166,6 @@ func (o *Outbox) Append(dst []byte, t *codec.Tensor, spec *Spec, density float64
 		}
 		o.senders[spec] = s
 	}
-	c := spec.Compressor
-	if density > 0 {
-		if cd, ok := AtDensity(c, float32(density)); ok {
-			c = cd
-		}
-	}
 	s.SetCompressor(c)
 	s.SetEpoch(o.epoch)
 	out, err := s.Append(dst, t)
@@ -85,9 +173,54 @@ func (o *Outbox) Append(dst []byte, t *codec.Tensor, spec *Spec, density float64
 		return dst, err
 	}
 	// The Sender staged one state; the Outbox commits it on its own.
-	o.pending = append(o.pending, s.pending...)
+	for _, st := range s.pending {
+		o.pending = append(o.pending, pendingUpdate{st: st})
+	}
 	s.pending = s.pending[:0]
 	return out, nil
+}
+
+// appendDevice appends t's update through a device sender where one takes
+// it (ok); err is a device failure on a tensor whose state is there.
+func (o *Outbox) appendDevice(dst []byte, t *codec.Tensor, spec *Spec, c Compressor) (out []byte, ok bool, err error) {
+	if o.newDev == nil {
+		return dst, false, nil
+	}
+	ds, there := o.onDevice[t.Name]
+	if !there {
+		if _, onCPU := o.mem.states[t.Name]; onCPU || o.cpuOnly[spec] {
+			return dst, false, nil
+		}
+		if !spec.Feedback || spec.Dense1D {
+			o.log("gradient: %v runs on the CPU: the device keeps error feedback for every tensor", spec)
+			o.cpuOnly[spec] = true
+			return dst, false, nil
+		}
+		if ds = o.dev[spec]; ds == nil {
+			var err error
+			if ds, err = o.newDev(c, spec.Tail); err != nil {
+				o.log("gradient: %v runs on the CPU: %v", spec, err)
+				o.cpuOnly[spec] = true
+				return dst, false, nil
+			}
+			o.dev[spec] = ds
+		}
+	}
+	if err := ds.SetCompressor(c); err != nil {
+		return dst, there, err
+	}
+	ds.SetEpoch(o.epoch)
+	out, err = ds.Append(dst, t)
+	if err != nil {
+		if !there {
+			o.log("gradient: tensor %q runs on the CPU: %v", t.Name, err)
+			return dst, false, nil
+		}
+		return dst, true, err
+	}
+	o.onDevice[t.Name] = ds
+	o.pending = append(o.pending, pendingUpdate{dev: ds, name: t.Name})
+	return out, true, nil
 }
 
 // AbortLast returns the newest pending update to its residual: its frame
