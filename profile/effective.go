@@ -25,6 +25,11 @@ func (p *Profile) Effective() ([]byte, error) {
 		add(root, "description", strNode(p.Description))
 	}
 	add(root, "chunk_size", sizeNode(int64(p.ChunkSize)))
+	dev := p.Device
+	if dev == "" {
+		dev = DeviceCPU
+	}
+	add(root, "device", strNode(string(dev)))
 
 	l := p.Limits
 	lim := mapNode()

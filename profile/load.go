@@ -346,11 +346,12 @@ func (d *decoder) size(n *yaml.Node, what string, lo, hi int64) (int64, error) {
 	return v, nil
 }
 
-var topFields = []string{"version", "name", "description", "chunk_size", "limits", "autotune", "recipes", "rules"}
+var topFields = []string{"version", "name", "description", "chunk_size", "device", "limits", "autotune", "recipes", "rules"}
 
 func (d *decoder) profile(root *yaml.Node) (*Profile, error) {
 	p := &Profile{
 		ChunkSize: DefaultChunkSize,
+		Device:    DeviceCPU,
 		Limits:    codec.DefaultLimits(),
 		Autotune: Autotune{
 			Enabled:    true,
@@ -399,6 +400,18 @@ func (d *decoder) profile(root *yaml.Node) (*Profile, error) {
 				return err
 			}
 			p.ChunkSize, chunkNode = int(n), v
+		case "device":
+			var s string
+			var vn *yaml.Node
+			if s, vn, err = d.str(v, "device"); err != nil {
+				return err
+			}
+			switch Device(s) {
+			case DeviceCPU, DeviceAuto, DeviceCUDA:
+				p.Device = Device(s)
+			default:
+				return errAt(vn, "device %s: want cpu, auto or cuda", quote(s))
+			}
 		case "limits":
 			if !isNull(v) {
 				limitsNode, err = v, d.limits(v, &p.Limits)

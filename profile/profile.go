@@ -88,6 +88,9 @@ type Profile struct {
 	Description string
 	// ChunkSize is the decoded bytes per frame, in [64, codec.MaxChunkSize].
 	ChunkSize int
+	// Device is where gradient updates are compressed (error feedback and
+	// selection): DeviceCPU (the default), DeviceAuto or DeviceCUDA.
+	Device Device
 	// Limits are the decoder limits, every field set.
 	Limits   codec.Limits
 	Autotune Autotune
@@ -97,6 +100,19 @@ type Profile struct {
 	// appends DefaultRule when the profile's own last rule does not).
 	Rules []Rule
 }
+
+// Device says where a profile's gradient updates are compressed.
+type Device string
+
+const (
+	// DeviceCPU: on the CPU.
+	DeviceCPU Device = "cpu"
+	// DeviceAuto: on the GPU (package gpu) where one opens and takes the
+	// compressor, else on the CPU; the frames are the same bytes.
+	DeviceAuto Device = "auto"
+	// DeviceCUDA: on the GPU; a connection fails where none opens.
+	DeviceCUDA Device = "cuda"
+)
 
 // Autotune bounds what the autotuner may do.
 type Autotune struct {

@@ -506,3 +506,15 @@ func TestNegativeZero(t *testing.T) {
 		t.Errorf("-0 in the effective output:\n%s", b)
 	}
 }
+
+func TestDevice(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		want Device
+	}{{"version: 1\n", DeviceCPU}, {"version: 1\ndevice: cpu\n", DeviceCPU}, {"version: 1\ndevice: auto\n", DeviceAuto}, {"version: 1\ndevice: cuda\n", DeviceCUDA}} {
+		p, err := Load([]byte(c.yaml))
+		if err != nil || p.Device != c.want {
+			t.Errorf("%q: %v, %v", c.yaml, p, err)
+		}
+	}
+}
