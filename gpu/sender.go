@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
@@ -404,4 +405,19 @@ func (d *Device) OutboxSender(c gradient.Compressor, tail *codec.Recipe) (gradie
 		return nil, err
 	}
 	return s, nil
+}
+
+var shared struct {
+	once sync.Once
+	d    *Device
+	err  error
+}
+
+// Shared returns device 0, opened on the first call and kept for the
+// process (never closed): the device of every connection whose profile
+// says device: auto or cuda. Its error is Open's (ErrNoDevice where there
+// is none), the same for every call.
+func Shared() (*Device, error) {
+	shared.once.Do(func() { shared.d, shared.err = Open(0) })
+	return shared.d, shared.err
 }

@@ -88,6 +88,9 @@ func (o *Outbox) SetDevice(newSender func(c Compressor, tail *codec.Recipe) (Dev
 	o.dev, o.cpuOnly, o.onDevice = map[*Spec]DeviceSender{}, map[*Spec]bool{}, map[string]DeviceSender{}
 }
 
+// HasDevice reports whether SetDevice was called.
+func (o *Outbox) HasDevice() bool { return o.newDev != nil }
+
 func (o *Outbox) log(format string, args ...any) {
 	if o.logf != nil {
 		o.logf(format, args...)

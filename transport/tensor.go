@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gpu"
 	"github.com/tensorpress/tensorpress/gradient"
+	"github.com/tensorpress/tensorpress/profile"
 )
 
 // Tensors on a Conn. A stream carries byte data (Write, Read), tensors
@@ -272,6 +275,12 @@ func (c *Conn) outbox() (*gradient.Outbox, error) {
 	} else {
 		ob = gradient.NewOutbox(nil)
 	}
+	if err := c.useDevice(ob); err != nil {
+		if shared {
+			c.o.peers.Release(id, ob)
+		}
+		return nil, err
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.over != nil || u.ob != nil {
@@ -326,6 +335,8 @@ func (c *Conn) endUpdates(all bool, why error) {
 		u.ob.Abort()
 		if u.shared {
 			c.o.peers.Release(u.id, u.ob)
+		} else {
+			u.ob.Close() // its device memory, if any
 		}
 		u.ob = nil
 	}
@@ -367,4 +378,24 @@ func (c *Conn) ReadTensor() (*codec.Tensor, error) {
 	c.consumed.Add(uint64(len(t.Data)))
 	c.wantFeedback()
 	return t, nil
+}
+
+// useDevice lets ob compress on the GPU where the profile says device:
+// auto or cuda (gpu.Shared); with cuda, a Conn without one fails.
+func (c *Conn) useDevice(ob *gradient.Outbox) error {
+	p := c.o.profile
+	if p == nil || p.Device == profile.DeviceCPU || p.Device == "" || ob.HasDevice() {
+		return nil
+	}
+	d, err := gpu.Shared()
+	if err != nil {
+		if p.Device == profile.DeviceCUDA {
+			return fmt.Errorf("transport: the profile says device: cuda: %w", err)
+		}
+		return nil // auto: the CPU
+	}
+	ob.SetDevice(d.OutboxSender, func(format string, args ...any) {
+		slog.Info(fmt.Sprintf(format, args...))
+	})
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gpu"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/profile"
 	"github.com/tensorpress/tensorpress/testvectors"
@@ -438,5 +439,60 @@ func TestTensorsWithDecoders(t *testing.T) {
 	server.Close()
 	if _, err := Wrap(b, WithDecoderConcurrency(0)); err == nil {
 		t.Fatal("concurrency 0 accepted")
+	}
+}
+
+// TestProfileDevice: a profile that says device: cuda fails an update
+// where no GPU opens, with the reason; device: auto sends it on the CPU.
+func TestProfileDevice(t *testing.T) {
+	if gpu.Available() == nil {
+		t.Skip("a GPU is here: the device tests of package gpu cover it")
+	}
+	for _, dev := range []string{"auto", "cuda"} {
+		p, err := profile.Load([]byte("version: 1\ndevice: " + dev + `
+rules:
+  - match: {name: ["*.grad"], dtype: f32}
+    recipes: ["*:zstd(1)"]
+    gradient: ["topk(0.05)"]
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := net.Pipe()
+		client, err := Wrap(a, WithProfile(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		server, err := Wrap(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			err := client.WriteTensor(gradTensor("w.grad", 1))
+			client.CloseWrite()
+			errc <- err
+		}()
+		var n int
+		for {
+			_, err := server.ReadTensor()
+			if err != nil {
+				break
+			}
+			n++
+		}
+		err = <-errc
+		switch dev {
+		case "auto":
+			if err != nil || n != 1 {
+				t.Errorf("auto: %v, %d tensors", err, n)
+			}
+		case "cuda":
+			if !errors.Is(err, gpu.ErrNoDevice) || !strings.Contains(err.Error(), "device: cuda") {
+				t.Errorf("cuda: %v", err)
+			}
+		}
+		server.Close()
+		client.Close()
 	}
 }
