@@ -108,17 +108,25 @@ func (s *Sender) Append(dst []byte, t *codec.Tensor) ([]byte, error) {
 		return dst, err
 	}
 	// Straight from the caller's buffer when it is pinned (AllocHost),
-	// else through the Sender's.
+	// else through the Sender's, piece by piece: the copy of a piece to
+	// the device overlaps the host's copy of the next into pinned memory.
 	err := s.d.CopyHtoDAsync(s.g, t.Data, nil)
 	if errors.Is(err, ErrNotPinned) {
-		copy(s.in, t.Data)
-		err = s.d.CopyHtoDAsync(s.g, s.in[:len(t.Data)], nil)
+		err = nil
+		for off := 0; off < len(t.Data) && err == nil; off += stagePiece {
+			end := min(off+stagePiece, len(t.Data))
+			copy(s.in[off:end], t.Data[off:end])
+			err = s.d.CopyHtoDAsync(s.g+Ptr(off), s.in[off:end], nil)
+		}
 	}
 	if err != nil {
 		return dst, err
 	}
 	return s.append(dst, t, n, s.g)
 }
+
+// stagePiece is the piece of a pageable gradient staged at a time.
+const stagePiece = 8 << 20
 
 // AppendDevice is Append of a gradient the caller holds on the device: n
 // float32 at g (n the product of t.Shape; t.Data is not read and may be

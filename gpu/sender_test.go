@@ -187,3 +187,29 @@ func TestFakeOutboxOutOfMemory(t *testing.T) {
 		t.Fatalf("log: %q", logs)
 	}
 }
+
+// TestFakeSenderPieces: a pageable gradient larger than a staging piece
+// arrives whole (the frames equal the CPU's).
+func TestFakeSenderPieces(t *testing.T) {
+	f := installFake(t, 1)
+	d := openFake(t, f)
+	c := gradient.TopK{Ratio: 0.001}
+	cpu, _ := gradient.NewSender(c)
+	dev, err := d.NewSender(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	rng := rand.New(rand.NewPCG(43, 43))
+	n := stagePiece/4*2 + 12345
+	for range 2 {
+		g := codec.FromFloat32("big", f32s(finite(rng, n)), int64(n))
+		want, _ := cpu.Append(nil, g)
+		got, err := dev.Append(nil, g)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%v; the frames differ: %t", err, !bytes.Equal(got, want))
+		}
+		cpu.Commit()
+		dev.Commit()
+	}
+}
