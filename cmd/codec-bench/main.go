@@ -11,6 +11,7 @@
 //	codec-bench profile validate|show|list
 //	codec-bench link [flags]          plain TCP, static recipes, autotune and zstd on shaped links
 //	codec-bench hub [flags]           the model hub against one RPC per tensor, on loopback and a link
+//	codec-bench gpu [flags]           the CUDA kernels against a device copy and the CPU
 //
 // Run 'codec-bench COMMAND -h' for the flags of each command. Exit status: 0
 // on success, 1 when a command fails, 2 on a usage error.
@@ -58,6 +59,7 @@ var commands = []command{
 	{"profile", "validate, show and list profiles (YAML)", cmdProfile},
 	{"link", "send a workload through simulated and tc-shaped links: plain TCP, static recipes, autotune, zstd", cmdLink},
 	{"hub", "N clients fetch a model from the hub against one RPC per tensor: time, bytes, RPCs, server CPU and memory", cmdHub},
+	{"gpu", "the CUDA kernels on the first GPU against a device copy, and a host gradient's frame against the CPU", cmdGPU},
 }
 
 // run is main without the process: it returns the exit status.
