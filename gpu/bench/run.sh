@@ -4,6 +4,7 @@
 # Go, beside this script, then run the script there:
 #
 #	CGO_ENABLED=0 go test -c -o gpu/bench/gpu.test ./gpu
+#	CGO_ENABLED=0 go build -o gpu/bench/codec-bench ./cmd/codec-bench   # optional: its gpu view
 #	sh gpu/bench/run.sh            # on the GPU host, python3 with torch
 #
 # First the kernels against the CPU code on fresh random inputs (they must
@@ -15,3 +16,4 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 ./gpu.test -test.run 'GPU' -test.v -test.count 1
 ./gpu.test -test.run '^$' -test.bench 'GPU|HostFrame' -test.benchtime 20x -test.timeout 30m
 python3 torch_bench.py --runs 20
+if [ -x ./codec-bench ]; then ./codec-bench gpu --runs 20; fi
