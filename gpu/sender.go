@@ -3,12 +3,14 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/internal/view"
+	"github.com/tensorpress/tensorpress/profile"
 )
 
 // Sender is a gradient.Sender whose error feedback and selection run on a
@@ -428,4 +430,25 @@ var shared struct {
 func Shared() (*Device, error) {
 	shared.once.Do(func() { shared.d, shared.err = Open(0) })
 	return shared.d, shared.err
+}
+
+// UseDevice lets ob compress its updates where dev says (a profile's
+// device): profile.DeviceCPU (or "") leaves it on the CPU; DeviceAuto puts
+// it on the Shared device where one opens, and leaves it on the CPU
+// otherwise; DeviceCUDA puts it there or returns the reason there is
+// none. The Outbox logs (slog, level Info) what it sends on the CPU after
+// all, and why.
+func UseDevice(ob *gradient.Outbox, dev profile.Device) error {
+	if dev == profile.DeviceCPU || dev == "" || ob.HasDevice() {
+		return nil
+	}
+	d, err := Shared()
+	if err != nil {
+		if dev == profile.DeviceCUDA {
+			return fmt.Errorf("the profile says device: cuda: %w", err)
+		}
+		return nil
+	}
+	ob.SetDevice(d.OutboxSender, func(format string, args ...any) { slog.Info(fmt.Sprintf(format, args...)) })
+	return nil
 }

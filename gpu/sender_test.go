@@ -10,6 +10,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
+	"github.com/tensorpress/tensorpress/profile"
 )
 
 // testSender runs gradient.Sender and the device's Sender side by side on
@@ -211,5 +212,23 @@ func TestFakeSenderPieces(t *testing.T) {
 		}
 		cpu.Commit()
 		dev.Commit()
+	}
+}
+
+// TestUseDeviceWithoutGPU: device cpu and auto leave an Outbox on the
+// CPU where there is no GPU; cuda says why it cannot.
+func TestUseDeviceWithoutGPU(t *testing.T) {
+	if Available() == nil {
+		t.Skip("a GPU is here")
+	}
+	for _, dev := range []profile.Device{"", profile.DeviceCPU, profile.DeviceAuto} {
+		ob := gradient.NewOutbox(nil)
+		if err := UseDevice(ob, dev); err != nil || ob.HasDevice() {
+			t.Errorf("%q: %v, on a device %t", dev, err, ob.HasDevice())
+		}
+	}
+	ob := gradient.NewOutbox(nil)
+	if err := UseDevice(ob, profile.DeviceCUDA); !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "device: cuda") {
+		t.Errorf("cuda: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gpu"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
 	"github.com/tensorpress/tensorpress/profile"
@@ -172,7 +173,8 @@ type UploadRequest struct {
 	// Spec compresses every update. When it is nil, Profile picks each
 	// update's compressor: the first gradient compressor of the rule its
 	// tensor matches, dense float32 where that rule lists none (or there
-	// is no profile either).
+	// is no profile either); and the profile's device says where
+	// (gpu.UseDevice: device auto or cuda puts ob's updates on the GPU).
 	Spec    *gradient.Spec
 	Profile *profile.Profile
 }
@@ -209,6 +211,11 @@ func (r *UploadRequest) spec(t *codec.Tensor) *gradient.Spec {
 // breaks the others are aborted: their residual keeps them whole, and the
 // next upload of those tensors carries them.
 func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req UploadRequest, updates []*codec.Tensor) error {
+	if req.Profile != nil && req.Spec == nil {
+		if err := gpu.UseDevice(ob, req.Profile.Device); err != nil {
+			return fmt.Errorf("hub: upload: %w", err)
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st, err := c.Upload(ctx)

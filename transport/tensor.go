@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"sync"
@@ -13,7 +12,6 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gpu"
 	"github.com/tensorpress/tensorpress/gradient"
-	"github.com/tensorpress/tensorpress/profile"
 )
 
 // Tensors on a Conn. A stream carries byte data (Write, Read), tensors
@@ -381,21 +379,12 @@ func (c *Conn) ReadTensor() (*codec.Tensor, error) {
 }
 
 // useDevice lets ob compress on the GPU where the profile says device:
-// auto or cuda (gpu.Shared); with cuda, a Conn without one fails.
+// auto or cuda (gpu.UseDevice); with cuda, a Conn without one fails.
 func (c *Conn) useDevice(ob *gradient.Outbox) error {
-	p := c.o.profile
-	if p == nil || p.Device == profile.DeviceCPU || p.Device == "" || ob.HasDevice() {
-		return nil
-	}
-	d, err := gpu.Shared()
-	if err != nil {
-		if p.Device == profile.DeviceCUDA {
-			return fmt.Errorf("transport: the profile says device: cuda: %w", err)
+	if p := c.o.profile; p != nil {
+		if err := gpu.UseDevice(ob, p.Device); err != nil {
+			return fmt.Errorf("transport: %w", err)
 		}
-		return nil // auto: the CPU
 	}
-	ob.SetDevice(d.OutboxSender, func(format string, args ...any) {
-		slog.Info(fmt.Sprintf(format, args...))
-	})
 	return nil
 }
