@@ -220,7 +220,7 @@ var fakeKernels = map[string]func(k *fakeLaunch) bool{
 		return true
 	},
 	"tp_dgc_compensate": func(k *fakeLaunch) bool {
-		n, m, nesterov := k.u64(4), k.f32(5), k.u32(6)
+		n, m, nesterov, scale := k.u64(4), k.f32(5), k.u32(6), k.f32(7)
 		g, u, c := k.mem(0, 4*n), k.mem(1, 4*n), k.mem(3, 4*n)
 		var res []byte
 		if k.u64(2) != 0 {
@@ -231,7 +231,7 @@ var fakeKernels = map[string]func(k *fakeLaunch) bool{
 		}
 		f := func(b []byte, i uint64) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])) }
 		for i := range n {
-			gi, ui := f(g, i), f(u, i)
+			gi, ui := float32(scale*f(g, i)), f(u, i)
 			var v float32
 			if nesterov != 0 {
 				ui = m * (ui + gi)
@@ -311,6 +311,23 @@ func init() {
 		}
 		return true
 	}
+	fakeKernels["tp_sumsq_blocks"] = func(k *fakeLaunch) bool {
+		n, bsize := k.u64(1), uint64(k.u32(2))
+		nb := (n + bsize - 1) / bsize
+		g, part := k.mem(0, 4*n), k.mem(3, 8*nb)
+		if g == nil || part == nil {
+			return false
+		}
+		for j := range nb {
+			var b float64
+			for i := j * bsize; i < min(n, j*bsize+bsize); i++ {
+				x := float64(math.Float32frombits(binary.LittleEndian.Uint32(g[4*i:])))
+				b += float64(x * x)
+			}
+			binary.LittleEndian.PutUint64(part[8*j:], math.Float64bits(b))
+		}
+		return true
+	}
 	fakeKernels["tp_nan_zero"] = func(k *fakeLaunch) bool {
 		n := k.u64(1)
 		c := k.mem(0, 4*n)
@@ -358,6 +375,6 @@ func (k *fakeLaunch) at(i int, off, n uint64) []byte {
 var fakeKernelParams = map[string]int{
 	"tp_f32_to_f16": 3, "tp_f32_to_bf16": 3, "tp_int8_blocks": 6, "tp_zero": 2, "tp_topk_hist": 7,
 	"tp_topk_find": 4, "tp_topk_count": 4, "tp_topk_offsets": 4, "tp_topk_compact": 6, "tp_add_f32": 4,
-	"tp_scatter_zero": 3, "tp_dgc_compensate": 7, "tp_gather": 5, "tp_count_ge": 4,
-	"tp_take": 4, "tp_put": 4, "tp_nan_zero": 2,
+	"tp_scatter_zero": 3, "tp_dgc_compensate": 8, "tp_gather": 5, "tp_count_ge": 4,
+	"tp_take": 4, "tp_put": 4, "tp_nan_zero": 2, "tp_sumsq_blocks": 4,
 }

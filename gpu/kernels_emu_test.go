@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/internal/float16"
 	"github.com/tensorpress/tensorpress/internal/topk"
 	_ "github.com/tensorpress/tensorpress/lossy"
@@ -270,7 +271,7 @@ func TestPTXUpToDate(t *testing.T) {
 	}
 	for _, name := range []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
 		"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero",
-		"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero"} {
+		"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks"} {
 		if !bytes.Contains(kernelsPTX, []byte(".visible .entry "+name+"(")) {
 			t.Errorf("the PTX has no kernel %s", name)
 		}
@@ -295,34 +296,56 @@ func TestEmulatedDGCCompensate(t *testing.T) {
 	n := 2999
 	g, u, r := finite(rng, n), finite(rng, n), finite(rng, n)
 	for _, nesterov := range []uint64{0, 1} {
-		const m = float32(0.9)
-		var mb [4]byte
-		binary.LittleEndian.PutUint32(mb[:], math.Float32bits(m))
-		in := append(mb[:], u32bytes(g)...)
-		in = append(append(in, u32bytes(u)...), u32bytes(r)...)
-		got := run(t, exe, "dgcc", []uint64{uint64(n), nesterov}, in)
-		// The loop of gradient.DGC.Compensate without clipping (scale 1).
-		wu, c := f32s(u), make([]float32, n)
-		gs, rs := f32s(g), f32s(r)
-		for i := range c {
-			gi := 1 * gs[i]
-			var v float32
-			if nesterov == 1 {
-				wu[i] = m * (wu[i] + gi)
-				v = wu[i] + gi
-			} else {
-				wu[i] = float32(m*wu[i]) + gi
-				v = wu[i]
+		for _, scale := range []float32{1, 0.37} {
+			const m = float32(0.9)
+			in := u32bytes([]uint32{math.Float32bits(m), math.Float32bits(scale)})
+			in = append(in, u32bytes(g)...)
+			in = append(append(in, u32bytes(u)...), u32bytes(r)...)
+			got := run(t, exe, "dgcc", []uint64{uint64(n), nesterov}, in)
+			wu, c := dgcCompensate(f32s(g), f32s(u), f32s(r), m, nesterov == 1, scale)
+			for i := range n {
+				gu := binary.LittleEndian.Uint32(got[4*i:])
+				gc := binary.LittleEndian.Uint32(got[4*(n+i):])
+				if gu != math.Float32bits(wu[i]) || gc != math.Float32bits(c[i]) {
+					t.Fatalf("nesterov %d, scale %v, element %d: u %#08x c %#08x, want %#08x %#08x", nesterov, scale, i, gu, gc, math.Float32bits(wu[i]), math.Float32bits(c[i]))
+				}
 			}
-			v += rs[i]
-			c[i] = v
 		}
-		for i := range n {
-			gu := binary.LittleEndian.Uint32(got[4*i:])
-			gc := binary.LittleEndian.Uint32(got[4*(n+i):])
-			if gu != math.Float32bits(wu[i]) || gc != math.Float32bits(c[i]) {
-				t.Fatalf("nesterov %d, element %d: u %#08x c %#08x, want %#08x %#08x", nesterov, i, gu, gc, math.Float32bits(wu[i]), math.Float32bits(c[i]))
-			}
+	}
+}
+
+// dgcCompensate is the loop of gradient.DGC.Compensate (with a residual):
+// it returns u and c.
+func dgcCompensate(g, u, res []float32, m float32, nesterov bool, scale float32) ([]float32, []float32) {
+	u, c := slices.Clone(u), make([]float32, len(g))
+	for i := range c {
+		gi := float32(scale * g[i])
+		var v float32
+		if nesterov {
+			u[i] = m * (u[i] + gi)
+			v = u[i] + gi
+		} else {
+			u[i] = float32(m*u[i]) + gi
+			v = u[i]
+		}
+		v += res[i]
+		c[i] = v
+	}
+	return u, c
+}
+
+func TestEmulatedSumSquares(t *testing.T) {
+	exe := emulator(t)
+	rng := rand.New(rand.NewPCG(8, 8))
+	for _, c := range []struct{ n, bsize int }{{1, 64}, {5000, 64}, {4099, 4096}} {
+		g := finite(rng, c.n)
+		got := run(t, exe, "sums", []uint64{uint64(c.n), uint64(c.bsize)}, u32bytes(g))
+		var total float64
+		for j := 0; j*c.bsize < c.n; j++ {
+			total += math.Float64frombits(binary.LittleEndian.Uint64(got[8*j:]))
+		}
+		if want := gradient.SumSquares(f32s(g), c.bsize); math.Float64bits(total) != math.Float64bits(want) {
+			t.Fatalf("n %d, blocks of %d: %v, want %v", c.n, c.bsize, total, want)
 		}
 	}
 }

@@ -48,7 +48,7 @@ func (d *Device) kernel(name string) (*Function, error) {
 // kernelNames are the kernels of kernels.ptx.
 var kernelNames = []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
 	"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero",
-	"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero"}
+	"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks"}
 
 const threads = 256 // TP_BLOCK_THREADS
 
@@ -324,15 +324,37 @@ func (s *Selector) countGE(x Ptr, n int, t uint32, st *Stream) (int, error) {
 	return int(c), err
 }
 
-// DGCCompensate is gradient.DGC.Compensate without clipping, on the
-// device: u (momentum, updated in place) and c (the compensated
-// gradient) from g and the residual res (0: none).
-func (d *Device) DGCCompensate(c, u, g, res Ptr, n int, momentum float32, nesterov bool, s *Stream) error {
+// DGCCompensate is gradient.DGC.Compensate on the device: u (momentum,
+// updated in place) and c (the compensated gradient) from g scaled by
+// scale (ClipScale's, or 1), and the residual res (0: none).
+func (d *Device) DGCCompensate(c, u, g, res Ptr, n int, momentum float32, nesterov bool, scale float32, s *Stream) error {
 	var nv uint32
 	if nesterov {
 		nv = 1
 	}
-	return d.launch("tp_dgc_compensate", grid(n), s, g, u, res, c, uint64(n), momentum, nv)
+	return d.launch("tp_dgc_compensate", grid(n), s, g, u, res, c, uint64(n), momentum, nv, scale)
+}
+
+// SumSquares is gradient.SumSquares(g, bsize) of n float32 at g, the
+// blocks summed on the device into part (8 bytes a block), their sums
+// added on the host.
+func (d *Device) SumSquares(g Ptr, n, bsize int, part Ptr, s *Stream) (float64, error) {
+	nb := (n + bsize - 1) / bsize
+	if err := d.launch("tp_sumsq_blocks", grid(nb), s, g, uint64(n), uint32(bsize), part); err != nil {
+		return 0, err
+	}
+	if err := syncStream(d, s); err != nil {
+		return 0, err
+	}
+	b := make([]byte, 8*nb)
+	if err := d.CopyDtoH(b, part); err != nil {
+		return 0, err
+	}
+	var ss float64
+	for j := range nb {
+		ss += math.Float64frombits(uint64(getU32(b[8*j:])) | uint64(getU32(b[8*j+4:]))<<32)
+	}
+	return ss, nil
 }
 
 // AddF32 sets c = g + res, element by element (error-feedback

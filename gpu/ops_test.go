@@ -212,28 +212,29 @@ func testDGCCompensate(t *testing.T, d *Device, sizes []int) {
 	for _, n := range []int{1, 1000, 1<<20 + 3} {
 		g, u, r := finite(rng, n), finite(rng, n), finite(rng, n)
 		for _, nesterov := range []bool{false, true} {
-			const m = float32(0.9)
-			gp, up, rp, cp := upload(t, d, u32bytes(g)), upload(t, d, u32bytes(u)), upload(t, d, u32bytes(r)), alloc(t, d, 4*n)
-			if err := d.DGCCompensate(cp, up, gp, rp, n, m, nesterov, nil); err != nil {
-				t.Fatal(err)
-			}
-			gu, gc := download(t, d, up, 4*n), download(t, d, cp, 4*n)
-			wu, gs, rs := f32s(u), f32s(g), f32s(r)
-			for i := range n {
-				gi := 1 * gs[i]
-				var v float32
-				if nesterov {
-					wu[i] = m * (wu[i] + gi)
-					v = wu[i] + gi
-				} else {
-					wu[i] = float32(m*wu[i]) + gi
-					v = wu[i]
+			for _, scale := range []float32{1, 0.37} {
+				const m = float32(0.9)
+				gp, up, rp, cp := upload(t, d, u32bytes(g)), upload(t, d, u32bytes(u)), upload(t, d, u32bytes(r)), alloc(t, d, 4*n)
+				if err := d.DGCCompensate(cp, up, gp, rp, n, m, nesterov, scale, nil); err != nil {
+					t.Fatal(err)
 				}
-				v += rs[i]
-				if binary.LittleEndian.Uint32(gu[4*i:]) != math.Float32bits(wu[i]) || binary.LittleEndian.Uint32(gc[4*i:]) != math.Float32bits(v) {
-					t.Fatalf("n %d nesterov %t: element %d differs", n, nesterov, i)
+				gu, gc := download(t, d, up, 4*n), download(t, d, cp, 4*n)
+				wu, wc := dgcCompensate(f32s(g), f32s(u), f32s(r), m, nesterov, scale)
+				for i := range n {
+					if binary.LittleEndian.Uint32(gu[4*i:]) != math.Float32bits(wu[i]) || binary.LittleEndian.Uint32(gc[4*i:]) != math.Float32bits(wc[i]) {
+						t.Fatalf("n %d nesterov %t scale %v: element %d differs", n, nesterov, scale, i)
+					}
 				}
 			}
+		}
+		// The sum of squares for clipping, block by block.
+		gp, part := upload(t, d, u32bytes(g)), alloc(t, d, 8*((n+4095)/4096))
+		ss, err := d.SumSquares(gp, n, 4096, part, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := gradient.SumSquares(f32s(g), 4096); math.Float64bits(ss) != math.Float64bits(want) {
+			t.Fatalf("n %d: sum of squares %v, want %v", n, ss, want)
 		}
 	}
 }
@@ -386,7 +387,7 @@ func BenchmarkGPU(b *testing.B) {
 	d.CopyDtoD(res, x, 4*benchN)
 	b.Run("dgc-compensate", func(b *testing.B) {
 		// g, u and res read; u and c written.
-		events(b, d, 5*nb, func() error { return d.DGCCompensate(out, u, x, res, benchN, 0.9, false, nil) })
+		events(b, d, 5*nb, func() error { return d.DGCCompensate(out, u, x, res, benchN, 0.9, false, 1, nil) })
 	})
 	b.Run("fp16", func(b *testing.B) { events(b, d, nb+nb/2, func() error { return d.F16(out, x, benchN, nil) }) })
 	b.Run("bf16", func(b *testing.B) { events(b, d, nb+nb/2, func() error { return d.BF16(out, x, benchN, nil) }) })

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 
@@ -20,7 +21,7 @@ import (
 // with the same compressor and tail, given the same gradients, commits
 // and aborts, so receivers need no GPU.
 //
-// It takes gradient.TopK and *gradient.DGC without clipping, and a tail
+// It takes gradient.TopK and *gradient.DGC (clipping with momentum), and a tail
 // that keeps the values exactly (no lossy stage); NewSender refuses the
 // rest, for the CPU's Sender to take. Gradients come from host memory
 // (Append: copied in straight from a buffer of the device's AllocHost, or
@@ -68,8 +69,8 @@ func (d *Device) NewSender(c gradient.Compressor, tail *codec.Recipe) (*Sender, 
 	switch c := c.(type) {
 	case gradient.TopK:
 	case *gradient.DGC:
-		if c.Clip != 0 {
-			return nil, fmt.Errorf("%w: gpu: %v: clipping is not done on the GPU", codec.ErrUnsupported, c)
+		if c.Clip != 0 && c.Momentum == 0 {
+			return nil, fmt.Errorf("%w: gpu: %v: clipping without momentum is not done on the GPU", codec.ErrUnsupported, c)
 		}
 		s.dgc = c
 	default:
@@ -161,7 +162,17 @@ func (s *Sender) append(dst []byte, t *codec.Tensor, n int, g Ptr) ([]byte, erro
 	}
 	// Compensation.
 	if s.dgc != nil && s.dgc.Momentum != 0 {
-		err = s.d.DGCCompensate(st.c, st.u, g, res, n, s.dgc.Momentum, s.dgc.Nesterov, nil)
+		scale := float32(1)
+		if s.dgc.Clip > 0 {
+			ss, err := s.d.SumSquares(g, n, gradient.ClipBlock, s.smp, nil)
+			if err != nil {
+				return dst, err
+			}
+			if norm := math.Sqrt(ss); norm > float64(s.dgc.Clip) {
+				scale = float32(float64(s.dgc.Clip) / norm)
+			}
+		}
+		err = s.d.DGCCompensate(st.c, st.u, g, res, n, s.dgc.Momentum, s.dgc.Nesterov, scale, nil)
 	} else if st.hasRes {
 		err = s.d.AddF32(st.c, g, st.res, n, nil)
 	} else {
@@ -301,7 +312,7 @@ func (s *Sender) SetCompressor(c gradient.Compressor) error {
 		}
 	case *gradient.DGC:
 		// Another density of the same DGC (gradient.AtDensity copies it).
-		if s.dgc != nil && c.Clip == 0 && c.Momentum == s.dgc.Momentum && c.Nesterov == s.dgc.Nesterov {
+		if s.dgc != nil && c.Clip == s.dgc.Clip && c.Momentum == s.dgc.Momentum && c.Nesterov == s.dgc.Nesterov {
 			s.dgc, s.comp = c, c
 			return nil
 		}

@@ -108,6 +108,25 @@ func (d *DGC) String() string {
 	return s + ")"
 }
 
+// ClipBlock is the block of SumSquares that DGC's clipping uses.
+const ClipBlock = 4096
+
+// SumSquares returns the sum of the squares of g in float64, in a fixed
+// order: each block of bsize elements summed in element order, then the
+// blocks' sums in block order. Package gpu sums the blocks in parallel
+// and gets the same bits.
+func SumSquares(g []float32, bsize int) float64 {
+	var ss float64
+	for lo := 0; lo < len(g); lo += bsize {
+		var b float64
+		for _, x := range g[lo:min(lo+bsize, len(g))] {
+			b += float64(float64(x) * float64(x)) // rounded before the sum: no FMA
+		}
+		ss += b
+	}
+	return ss
+}
+
 // CorrectsMomentum reports that the receiver must not apply momentum
 // again: DGC's updates carry it.
 func (d *DGC) CorrectsMomentum() bool { return d.Momentum != 0 }
@@ -127,11 +146,7 @@ func (d *DGC) Compensate(in *Input) {
 	g, c := in.G, in.C
 	scale := float32(1)
 	if d.Clip > 0 {
-		var ss float64
-		for _, x := range g {
-			ss += float64(x) * float64(x)
-		}
-		if norm := math.Sqrt(ss); norm > float64(d.Clip) {
+		if norm := math.Sqrt(SumSquares(g, ClipBlock)); norm > float64(d.Clip) {
 			scale = float32(float64(d.Clip) / norm)
 		}
 	}

@@ -187,7 +187,7 @@ func gpuRows(d *gpu.Device, n, runs int, stderr io.Writer) (rows []gpuRow, err e
 			return err
 		}},
 		{"dgc compensate (g, u, res read; u, c written)", 5 * nb, func() error {
-			return d.DGCCompensate(out, u, x, res, n, 0.9, false, nil)
+			return d.DGCCompensate(out, u, x, res, n, 0.9, false, 1, nil)
 		}},
 		{"fp16", nb + nb/2, func() error { return d.F16(out, x, n, nil) }},
 		{"bf16", nb + nb/2, func() error { return d.BF16(out, x, n, nil) }},

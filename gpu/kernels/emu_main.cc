@@ -7,7 +7,8 @@
 //	"int8" n bsize, then n f32    -> n u8 codes, ceil(n/bsize) f32 scales, u32 bad
 //	"topk" n k, then n u32        -> k u32 indices, k u32 elements
 //	"efad" n, then 2n f32 (g, r)  -> n f32
-//	"dgcc" n nesterov, f32 m, then 3n f32 (g, u, res) -> n f32 u, n f32 c
+//	"dgcc" n nesterov, f32 m, f32 scale, then 3n f32 (g, u, res) -> n f32 u, n f32 c
+//	"sums" n bsize, then n f32    -> ceil(n/bsize) f64
 //	"gath" n start stride num, then n u32 -> num u32
 //	"cnge" n t, then n u32         -> u32
 //	"stag" n k, then n u32 x, k u32 idx -> k u32 taken, n u32 x after put(idx, taken+1), n u32 x with NaNs zeroed
@@ -35,7 +36,8 @@ KERNEL void tp_topk_count(const u32 *x, u64 n, const u32 *st, u32 *cnt);
 KERNEL void tp_topk_offsets(const u32 *cnt, u64 ntiles, const u32 *st, u32 *off);
 KERNEL void tp_topk_compact(const u32 *x, u64 n, const u32 *st, const u32 *off, u32 *idx, u32 *val);
 KERNEL void tp_add_f32(const float *g, const float *res, float *c, u64 n);
-KERNEL void tp_dgc_compensate(const float *g, float *u, const float *res, float *c, u64 n, float m, u32 nesterov);
+KERNEL void tp_dgc_compensate(const float *g, float *u, const float *res, float *c, u64 n, float m, u32 nesterov, float scale);
+KERNEL void tp_sumsq_blocks(const float *g, u64 n, u32 bsize, double *part);
 KERNEL void tp_gather(const u32 *x, u64 start, u64 stride, u64 num, u32 *smp);
 KERNEL void tp_count_ge(const u32 *x, u64 n, u32 t, u32 *count);
 KERNEL void tp_take(const u32 *src, const u32 *idx, u64 k, u32 *dst);
@@ -102,12 +104,18 @@ int main() {
     writev(c);
   } else if (!memcmp(op, "dgcc", 4)) {
     u32 nesterov = (u32)readv<u64>(1)[0];
-    float m = readv<float>(1)[0];
+    auto ms = readv<float>(2);
     auto g = readv<float>(n), u = readv<float>(n), r = readv<float>(n);
     std::vector<float> c(n);
-    tp_launch(tp_dgc_compensate, G, B, (const float *)g.data(), u.data(), (const float *)r.data(), c.data(), n, m, nesterov);
+    tp_launch(tp_dgc_compensate, G, B, (const float *)g.data(), u.data(), (const float *)r.data(), c.data(), n, ms[0], nesterov, ms[1]);
     writev(u);
     writev(c);
+  } else if (!memcmp(op, "sums", 4)) {
+    u32 bsize = (u32)readv<u64>(1)[0];
+    auto g = readv<float>(n);
+    std::vector<double> part((n + bsize - 1) / bsize);
+    tp_launch(tp_sumsq_blocks, G, B, (const float *)g.data(), n, bsize, part.data());
+    writev(part);
   } else if (!memcmp(op, "gath", 4)) {
     auto p = readv<u64>(3);
     auto x = readv<u32>(n);

@@ -272,16 +272,17 @@ KERNEL void tp_scatter_zero(float *res, const u32 *idx, u64 k) {
 // ---- DGC (gradient.DGC.Compensate, internal/topk.Sampled) ----
 
 // Momentum correction, fused with error-feedback compensation
-// (DGC.Compensate without clipping): with gi = g[i],
+// (DGC.Compensate): with gi = scale*g[i] (scale < 1 where the gradient is
+// clipped),
 //
 //	u[i] = m*u[i] + gi;       v = u[i]          (nesterov 0)
 //	u[i] = m*(u[i] + gi);     v = u[i] + gi     (nesterov 1)
 //	c[i] = v + res[i]                           (res may be 0: none)
 //
 // each product and sum rounded to float32 on its own.
-KERNEL void tp_dgc_compensate(const float *g, float *u, const float *res, float *c, u64 n, float m, u32 nesterov) {
+KERNEL void tp_dgc_compensate(const float *g, float *u, const float *res, float *c, u64 n, float m, u32 nesterov, float scale) {
   for (u64 i = gid(); i < n; i += gstride()) {
-    float gi = g[i], v;
+    float gi = scale * g[i], v;
     if (nesterov) {
       float ui = m * (u[i] + gi);
       u[i] = ui;
@@ -294,6 +295,23 @@ KERNEL void tp_dgc_compensate(const float *g, float *u, const float *res, float 
     }
     if (res) v = v + res[i];
     c[i] = v;
+  }
+}
+
+// part[j] = the sum, in element order and in float64, of the squares of
+// block j of bsize elements of g (gradient.SumSquares's blocks; the host
+// adds the blocks' sums in order).
+KERNEL void tp_sumsq_blocks(const float *g, u64 n, u32 bsize, double *part) {
+  u64 nb = (n + bsize - 1) / bsize;
+  for (u64 j = gid(); j < nb; j += gstride()) {
+    u64 lo = j * bsize, hi = lo + bsize < n ? lo + bsize : n;
+    double b = 0;
+    for (u64 i = lo; i < hi; i++) {
+      double x = (double)g[i];
+      double sq = x * x;
+      b = b + sq;
+    }
+    part[j] = b;
   }
 }
 
