@@ -13,6 +13,11 @@ import (
 func bind() error {
 	h, err := purego.Dlopen(libraryName, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
+		if err.Error() == "" {
+			// dlerror's message is per thread and may be gone by the
+			// time it is read (seen under the race detector).
+			return noDevice(libraryName+": dlopen failed (the library is missing or does not load)", nil)
+		}
 		return noDevice("", err)
 	}
 	addrs := make([]uintptr, len(symbols))
