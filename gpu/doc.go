@@ -33,7 +33,12 @@
 // (from pinned memory without a staging copy) or device pointers the
 // caller owns (AppendDevice). What it does not take (DGC with clipping, a
 // lossy tail, other compressors) NewSender refuses with
-// codec.ErrUnsupported, for the CPU's Sender.
+// codec.ErrUnsupported, for the CPU's Sender. Device.AppendTensor does the
+// same for the lossy stages: a tensor on the device coded by a recipe that
+// starts with fp16, bf16 or int8(B) is converted there, and only the
+// converted bytes cross to the host for the rest of the recipe; the frame
+// is byte for byte the codec's. gradient.Outbox.SetDevice and a profile's
+// device (UseDevice) put updates on the GPU.
 //
 // # Finding a device
 //
