@@ -236,21 +236,7 @@ func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, sm
 	if k <= 0 {
 		return 0, nil
 	}
-	ratio := opt.SampleRatio
-	if !(ratio >= 0.01) {
-		ratio = 0.01
-	}
-	upper, lower := opt.UpperBound, opt.LowerBound
-	if upper == 0 {
-		upper = 1.3
-	}
-	if lower == 0 {
-		lower = 0.8
-	}
-	iters := opt.MaxIters
-	if iters == 0 {
-		iters = 10
-	}
+	ratio, upper, lower, iters := opt.Resolved()
 	exact := func() (int, error) { return k, s.Exact(idx, val, x, n, k, st) }
 	if k == n {
 		return exact() // every element: Exact gives them all, in order

@@ -33,6 +33,28 @@ type SampleOptions struct {
 	NoResample bool
 }
 
+// Resolved returns the options in effect: the sample ratio clamped to
+// [0.01, 1] (0 or NaN: 0.01), the bounds (0: 1.3 and 0.8) and the
+// adaptations (0: 10, negative: none).
+func (opt SampleOptions) Resolved() (ratio, upper, lower float64, iters int) {
+	ratio = min(opt.SampleRatio, 1)
+	if !(ratio >= 0.01) {
+		ratio = 0.01
+	}
+	upper, lower = opt.UpperBound, opt.LowerBound
+	if upper == 0 {
+		upper = 1.3
+	}
+	if lower == 0 {
+		lower = 0.8
+	}
+	iters = opt.MaxIters
+	if iters == 0 {
+		iters = 10
+	}
+	return ratio, upper, lower, iters
+}
+
 // Sampled sizes below which Sampled is Exact: a sample of 1% of them is
 // too small to place the threshold well, and Exact is cheap there (see
 // BenchmarkSampledSmall).
@@ -96,21 +118,7 @@ func Sampled(dst []uint32, x []float32, k int, s *Scratch, opt SampleOptions) []
 	if k == n {
 		return appendAll(dst, n)
 	}
-	ratio := opt.SampleRatio
-	if !(ratio >= 0.01) {
-		ratio = 0.01
-	}
-	upper, lower := opt.UpperBound, opt.LowerBound
-	if upper == 0 {
-		upper = 1.3
-	}
-	if lower == 0 {
-		lower = 0.8
-	}
-	iters := opt.MaxIters
-	if iters == 0 {
-		iters = 10
-	}
+	ratio, upper, lower, iters := opt.Resolved()
 
 	stride, _, ks := SampleParams(n, k, ratio)
 	if stride == 0 {
