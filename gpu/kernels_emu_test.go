@@ -17,6 +17,7 @@ import (
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/internal/float16"
 	"github.com/tensorpress/tensorpress/internal/topk"
+	"github.com/tensorpress/tensorpress/sparse"
 	_ "github.com/tensorpress/tensorpress/lossy"
 )
 
@@ -271,7 +272,7 @@ func TestPTXUpToDate(t *testing.T) {
 	}
 	for _, name := range []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
 		"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero",
-		"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks"} {
+		"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks", "tp_pack_sizes", "tp_scan", "tp_pack"} {
 		if !bytes.Contains(kernelsPTX, []byte(".visible .entry "+name+"(")) {
 			t.Errorf("the PTX has no kernel %s", name)
 		}
@@ -410,6 +411,38 @@ func TestEmulatedStaging(t *testing.T) {
 		}
 		if g := binary.LittleEndian.Uint32(got[4*(k+n+i):]); g != nz {
 			t.Fatalf("NaN zero: element %d: %#08x, want %#08x", i, g, nz)
+		}
+	}
+}
+
+func TestEmulatedPack(t *testing.T) {
+	exe := emulator(t)
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, k := range []int{1, 127, 128, 129, 5000} {
+		// Increasing positions with gaps of every size, and a run of
+		// consecutive ones (a block of width 1, and of width 0 after idx[0]).
+		idx := make([]uint32, k)
+		var p uint32
+		for i := range idx {
+			switch {
+			case i > 200 && i < 500:
+				p++
+			case i%97 == 0:
+				p += 1 + rng.Uint32N(1<<20)
+			default:
+				p += 1 + rng.Uint32N(300)
+			}
+			idx[i] = p
+		}
+		got := run(t, exe, "pack", []uint64{uint64(k)}, u32bytes(idx))
+		d := make([]uint32, k)
+		var prev uint32
+		for i, x := range idx {
+			d[i], prev = x-prev, x
+		}
+		want := sparse.AppendBitpack(nil, d)
+		if total := binary.LittleEndian.Uint32(got); int(total) != len(want) || !bytes.Equal(got[4:], want) {
+			t.Fatalf("k %d: %d bytes, want %d; equal %t", k, total, len(want), bytes.Equal(got[4:], want))
 		}
 	}
 }

@@ -9,6 +9,7 @@
 //	"efad" n, then 2n f32 (g, r)  -> n f32
 //	"dgcc" n nesterov, f32 m, f32 scale, then 3n f32 (g, u, res) -> n f32 u, n f32 c
 //	"sums" n bsize, then n f32    -> ceil(n/bsize) f64
+//	"pack" k, then k u32 (increasing) -> u32 total, then total bytes (delta, bitpack)
 //	"gath" n start stride num, then n u32 -> num u32
 //	"cnge" n t, then n u32         -> u32
 //	"stag" n k, then n u32 x, k u32 idx -> k u32 taken, n u32 x after put(idx, taken+1), n u32 x with NaNs zeroed
@@ -43,6 +44,9 @@ KERNEL void tp_count_ge(const u32 *x, u64 n, u32 t, u32 *count);
 KERNEL void tp_take(const u32 *src, const u32 *idx, u64 k, u32 *dst);
 KERNEL void tp_put(u32 *dst, const u32 *idx, u64 k, const u32 *src);
 KERNEL void tp_nan_zero(u32 *c, u64 n);
+KERNEL void tp_pack_sizes(const u32 *idx, u64 k, u32 *size);
+KERNEL void tp_scan(const u32 *in, u64 n, u32 *off);
+KERNEL void tp_pack(const u32 *idx, u64 k, const u32 *off, u8 *out);
 
 template <class T> static std::vector<T> readv(size_t n) {
   std::vector<T> v(n);
@@ -116,6 +120,16 @@ int main() {
     std::vector<double> part((n + bsize - 1) / bsize);
     tp_launch(tp_sumsq_blocks, G, B, (const float *)g.data(), n, bsize, part.data());
     writev(part);
+  } else if (!memcmp(op, "pack", 4)) {
+    auto idx = readv<u32>(n);
+    u64 nb = (n + 127) / 128;
+    std::vector<u32> size(nb), off(nb + 1);
+    tp_launch(tp_pack_sizes, G, B, (const u32 *)idx.data(), n, size.data());
+    tp_launch(tp_scan, 1u, B, (const u32 *)size.data(), nb, off.data());
+    std::vector<u8> out(off[nb]);
+    tp_launch(tp_pack, G, B, (const u32 *)idx.data(), n, (const u32 *)off.data(), out.data());
+    writev(std::vector<u32>{off[nb]});
+    writev(out);
   } else if (!memcmp(op, "gath", 4)) {
     auto p = readv<u64>(3);
     auto x = readv<u32>(n);

@@ -352,3 +352,70 @@ KERNEL void tp_nan_zero(u32 *c, u64 n) {
   for (u64 i = gid(); i < n; i += gstride())
     if ((c[i] & 0x7fffffff) > 0x7f800000u) c[i] = 0;
 }
+
+// ---- index coding (sparse: delta, then bitpack) ----
+
+#define TP_PACK_BLOCK 128
+
+// The delta of idx at i: idx[0], then idx[i] - idx[i-1] (wrapping).
+static __device__ inline u32 delta_at(const u32 *idx, u64 i) { return i == 0 ? idx[0] : idx[i] - idx[i - 1]; }
+
+// size[j] = the bytes of pack block j of the deltas of idx (k values): a
+// width byte, then its values at the bit length of their OR
+// (sparse.AppendBitpack).
+KERNEL void tp_pack_sizes(const u32 *idx, u64 k, u32 *size) {
+  u64 nb = (k + TP_PACK_BLOCK - 1) / TP_PACK_BLOCK;
+  for (u64 j = gid(); j < nb; j += gstride()) {
+    u64 lo = j * TP_PACK_BLOCK, hi = lo + TP_PACK_BLOCK < k ? lo + TP_PACK_BLOCK : k;
+    u32 o = 0;
+    for (u64 i = lo; i < hi; i++) o |= delta_at(idx, i);
+    u32 w = o ? 32 - __builtin_clz(o) : 0;
+    size[j] = 1 + (u32)((w * (hi - lo) + 7) / 8);
+  }
+}
+
+// tp_scan (one CUDA block): off[j] = in[0] + ... + in[j-1], and off[n] the
+// total.
+KERNEL void tp_scan(const u32 *in, u64 n, u32 *off) {
+  __shared__ u32 s[TP_BLOCK_THREADS];
+  __shared__ u32 carry;
+  if (threadIdx.x == 0) carry = 0;
+  sync_block();
+  for (u64 base = 0; base < n; base += blockDim.x) {
+    u64 j = base + threadIdx.x;
+    u32 v = j < n ? in[j] : 0;
+    u32 inc = block_scan(s, v);
+    if (j < n) off[j] = carry + inc - v;
+    sync_block();
+    if (threadIdx.x == blockDim.x - 1) carry += inc;
+    sync_block();
+  }
+  if (threadIdx.x == 0) off[n] = carry;
+}
+
+// tp_pack writes pack block j of the deltas of idx at out + off[j]:
+// sparse.AppendBitpack's bytes.
+KERNEL void tp_pack(const u32 *idx, u64 k, const u32 *off, u8 *out) {
+  u64 nb = (k + TP_PACK_BLOCK - 1) / TP_PACK_BLOCK;
+  for (u64 j = gid(); j < nb; j += gstride()) {
+    u64 lo = j * TP_PACK_BLOCK, hi = lo + TP_PACK_BLOCK < k ? lo + TP_PACK_BLOCK : k;
+    u32 o = 0;
+    for (u64 i = lo; i < hi; i++) o |= delta_at(idx, i);
+    u32 w = o ? 32 - __builtin_clz(o) : 0;
+    u8 *p = out + off[j];
+    *p++ = (u8)w;
+    if (w == 0) continue;
+    u64 acc = 0;
+    u32 nbits = 0;
+    for (u64 i = lo; i < hi; i++) {
+      acc |= (u64)delta_at(idx, i) << nbits;
+      nbits += w;
+      while (nbits >= 8) {
+        *p++ = (u8)acc;
+        acc >>= 8;
+        nbits -= 8;
+      }
+    }
+    if (nbits > 0) *p = (u8)acc;
+  }
+}
