@@ -27,7 +27,9 @@
 //
 // Sender is gradient.Sender's TopK and DGC on the device: compensation,
 // selection and the staged residual stay there across steps, only the
-// selected indices and values come back, and the frame built from them
+// selected values and their positions come back (the positions already
+// delta-coded and bit-packed on the device where the tail starts with
+// idx:delta,bitpack, as the default tail does), and the frame built from them
 // is byte for byte what gradient.Sender writes for the same gradients,
 // commits and aborts; receivers need no GPU. It takes host gradients
 // (from pinned memory without a staging copy) or device pointers the

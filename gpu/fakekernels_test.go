@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/tensorpress/tensorpress/internal/float16"
+	"github.com/tensorpress/tensorpress/sparse"
 )
 
 // fakeKernels compute, for the fake driver, what the kernels of
@@ -328,6 +329,57 @@ func init() {
 		}
 		return true
 	}
+	// deltas reads k increasing u32 at parameter 0 as their deltas.
+	deltas := func(k *fakeLaunch, n uint64) []uint32 {
+		idx := k.mem(0, 4*n)
+		if idx == nil {
+			return nil
+		}
+		d := make([]uint32, n)
+		var prev uint32
+		for i := range n {
+			x := binary.LittleEndian.Uint32(idx[4*i:])
+			d[i], prev = x-prev, x
+		}
+		return d
+	}
+	fakeKernels["tp_pack_sizes"] = func(k *fakeLaunch) bool {
+		n := k.u64(1)
+		nb := (n + 127) / 128
+		d, size := deltas(k, n), k.mem(2, 4*nb)
+		if d == nil || size == nil {
+			return false
+		}
+		for j := range nb {
+			binary.LittleEndian.PutUint32(size[4*j:], uint32(sparse.BitpackLen(d[128*j:min(n, 128*j+128)])))
+		}
+		return true
+	}
+	fakeKernels["tp_scan"] = func(k *fakeLaunch) bool {
+		n := k.u64(1)
+		in, off := k.mem(0, 4*n), k.mem(2, 4*n+4)
+		if in == nil || off == nil {
+			return false
+		}
+		var sum uint32
+		for j := range n {
+			binary.LittleEndian.PutUint32(off[4*j:], sum)
+			sum += binary.LittleEndian.Uint32(in[4*j:])
+		}
+		binary.LittleEndian.PutUint32(off[4*n:], sum)
+		return true
+	}
+	fakeKernels["tp_pack"] = func(k *fakeLaunch) bool {
+		n := k.u64(1)
+		d := deltas(k, n)
+		packed := sparse.AppendBitpack(nil, d)
+		out := k.mem(3, uint64(len(packed)))
+		if d == nil || out == nil {
+			return false
+		}
+		copy(out, packed)
+		return true
+	}
 	fakeKernels["tp_nan_zero"] = func(k *fakeLaunch) bool {
 		n := k.u64(1)
 		c := k.mem(0, 4*n)
@@ -377,4 +429,5 @@ var fakeKernelParams = map[string]int{
 	"tp_topk_find": 4, "tp_topk_count": 4, "tp_topk_offsets": 4, "tp_topk_compact": 6, "tp_add_f32": 4,
 	"tp_scatter_zero": 3, "tp_dgc_compensate": 8, "tp_gather": 5, "tp_count_ge": 4,
 	"tp_take": 4, "tp_put": 4, "tp_nan_zero": 2, "tp_sumsq_blocks": 4,
+	"tp_pack_sizes": 3, "tp_scan": 3, "tp_pack": 4,
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/internal/float16"
 	"github.com/tensorpress/tensorpress/internal/topk"
-	"github.com/tensorpress/tensorpress/sparse"
 	_ "github.com/tensorpress/tensorpress/lossy"
+	"github.com/tensorpress/tensorpress/sparse"
 )
 
 // The kernels of kernels/kernels.cu, compiled for the host with

@@ -48,7 +48,7 @@ func (d *Device) kernel(name string) (*Function, error) {
 // kernelNames are the kernels of kernels.ptx.
 var kernelNames = []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
 	"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero",
-	"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks"}
+	"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks", "tp_pack_sizes", "tp_scan", "tp_pack"}
 
 const threads = 256 // TP_BLOCK_THREADS
 
@@ -393,4 +393,33 @@ func (d *Device) Put(dst, idx, src Ptr, k int, s *Stream) error {
 // NaNZero sets the NaNs among c's n float32 to 0.
 func (d *Device) NaNZero(c Ptr, n int, s *Stream) error {
 	return d.launch("tp_nan_zero", grid(n), s, c, uint64(n))
+}
+
+// PackIndices codes k increasing positions at idx as the sparse stages
+// "delta, bitpack" do (sparse.AppendBitpack of their deltas) into out,
+// which has room for 5 bytes a position, using size (room for 8 bytes a
+// block of 128, and 4 more); it returns the coded length.
+func (d *Device) PackIndices(out, idx Ptr, k int, size Ptr, s *Stream) (int, error) {
+	if k == 0 {
+		return 0, nil
+	}
+	nb := (k + 127) / 128
+	off := size + Ptr(4*nb)
+	if err := d.launch("tp_pack_sizes", grid(nb), s, idx, uint64(k), size); err != nil {
+		return 0, err
+	}
+	if err := d.launch("tp_scan", 1, s, size, uint64(nb), off); err != nil {
+		return 0, err
+	}
+	if err := d.launch("tp_pack", grid(nb), s, idx, uint64(k), off, out); err != nil {
+		return 0, err
+	}
+	if err := syncStream(d, s); err != nil {
+		return 0, err
+	}
+	var total [4]byte
+	if err := d.CopyDtoH(total[:], off+Ptr(4*nb)); err != nil {
+		return 0, err
+	}
+	return int(getU32(total[:])), nil
 }

@@ -39,12 +39,16 @@ type Sender struct {
 	states  map[string]*devState
 	pending []*devState
 
+	packs bool // the tail starts with idx:delta,bitpack: done on the device
+
 	// Scratch, grown to the largest tensor.
-	capN    int
-	g, smp  Ptr    // the gradient copied in; DGC's sample
-	in, out []byte // pinned: the gradient on its way in; indices and values back
-	phantom []byte // the frame encoder's input: never read (gradient.Preselected)
-	val     Ptr    // the selected values
+	capN     int
+	g, smp   Ptr    // the gradient copied in; DGC's sample
+	pack     Ptr    // the coded positions (5 bytes an element)
+	packSize Ptr    // PackIndices's block sizes and offsets
+	in, out  []byte // pinned: the gradient on its way in; values and positions back
+	phantom  []byte // the frame encoder's input: never read (gradient.Preselected)
+	val      Ptr    // the selected values
 }
 
 // devState is one tensor's error-feedback state on the device.
@@ -81,6 +85,11 @@ func (d *Device) NewSender(c gradient.Compressor, tail *codec.Recipe) (*Sender, 
 	}
 	if s.tail.Lossy() {
 		return nil, fmt.Errorf("%w: gpu: tail %q is lossy: the GPU keeps the residual of exact values only", codec.ErrUnsupported, s.tail)
+	}
+	if st := s.tail.Steps; len(st) > 0 {
+		sel, ops := st[0].Sel, st[0].Ops
+		s.packs = !sel.Star && len(sel.Slots) == 1 && !sel.Slots[0].Ranged && sel.Slots[0].Name == "idx" &&
+			len(ops) == 2 && ops[0].Stage().Name == "delta" && ops[1].Stage().Name == "bitpack"
 	}
 	var err error
 	if s.enc, err = codec.NewEncoder(); err != nil {
@@ -194,13 +203,27 @@ func (s *Sender) append(dst []byte, t *codec.Tensor, n int, g Ptr) ([]byte, erro
 			return dst, err
 		}
 	}
-	if 8*k > len(s.out) {
+	if 9*k+1024 > len(s.out) {
 		return dst, fmt.Errorf("gpu: %d selected of %d elements", k, n)
 	}
-	if err := s.d.CopyDtoHAsync(s.out[:4*k], st.idx, nil); err != nil {
+	// The values, and the positions: coded on the device where the tail
+	// codes them with delta and bitpack first (about half the bytes to
+	// copy, and the host's coding of them done), else as they are.
+	packed := -1
+	if s.packs {
+		if packed, err = s.d.PackIndices(s.pack, st.idx, k, s.packSize, nil); err != nil {
+			return dst, err
+		}
+	}
+	if err := s.d.CopyDtoHAsync(s.out[:4*k], s.val, nil); err != nil {
 		return dst, err
 	}
-	if err := s.d.CopyDtoHAsync(s.out[4*k:8*k], s.val, nil); err != nil {
+	if packed >= 0 {
+		err = s.d.CopyDtoHAsync(s.out[4*k:4*k+packed], s.pack, nil)
+	} else {
+		err = s.d.CopyDtoHAsync(s.out[4*k:8*k], st.idx, nil)
+	}
+	if err != nil {
 		return dst, err
 	}
 	// Momentum factor masking, undone on Abort.
@@ -215,13 +238,30 @@ func (s *Sender) append(dst []byte, t *codec.Tensor, n int, g Ptr) ([]byte, erro
 	if err := s.d.Synchronize(); err != nil {
 		return dst, err
 	}
-	pos, _ := view.As[uint32](s.out[:4*k])
-	val, _ := view.As[float32](s.out[4*k : 8*k])
-	op, err := gradient.Preselected(s.comp, n, s.epoch, pos, val)
-	if err != nil {
-		return dst, err
+	val, _ := view.As[float32](s.out[:4*k])
+	var r *codec.Recipe
+	if packed >= 0 {
+		// The ops of the frame with their outputs made here: the
+		// positions are not needed on the host (their segment before
+		// packing is never read).
+		op, err := gradient.Preselected(s.comp, n, s.epoch, nil, nil)
+		if err != nil {
+			return dst, err
+		}
+		unread := s.phantom[:4*k]
+		first := s.tail.Steps[0]
+		r = &codec.Recipe{Steps: append([]codec.Step{
+			{Ops: []codec.Op{done{Op: op, outs: [][]byte{unread, s.out[:4*k]}}}},
+			{Sel: first.Sel, Ops: []codec.Op{done{Op: first.Ops[0], outs: [][]byte{unread}}, done{Op: first.Ops[1], outs: [][]byte{s.out[4*k : 4*k+packed]}}}},
+		}, s.tail.Steps[1:]...)}
+	} else {
+		pos, _ := view.As[uint32](s.out[4*k : 8*k])
+		op, err := gradient.Preselected(s.comp, n, s.epoch, pos, val)
+		if err != nil {
+			return dst, err
+		}
+		r = &codec.Recipe{Steps: append([]codec.Step{{Ops: []codec.Op{op}}}, s.tail.Steps...)}
 	}
-	r := &codec.Recipe{Steps: append([]codec.Step{{Ops: []codec.Op{op}}}, s.tail.Steps...)}
 	ct := &codec.Tensor{Name: t.Name, DType: codec.F32, Shape: t.Shape, Tags: t.Tags, Version: t.Version, Base: t.Base, Data: s.phantom[:4*n]}
 	out, err := s.enc.AppendTensor(dst, ct, r)
 	if err != nil {
@@ -379,10 +419,16 @@ func (s *Sender) grow(n int) error {
 	if s.val, err = s.d.Alloc(4 * n); err != nil {
 		return err
 	}
+	if s.pack, err = s.d.Alloc(5*n + 1024); err != nil {
+		return err
+	}
+	if s.packSize, err = s.d.Alloc(8*(n/128+1) + 4); err != nil {
+		return err
+	}
 	if s.in, err = s.d.AllocHost(4 * n); err != nil {
 		return err
 	}
-	if s.out, err = s.d.AllocHost(8 * n); err != nil {
+	if s.out, err = s.d.AllocHost(9*n + 1024); err != nil {
 		return err
 	}
 	s.phantom = make([]byte, 4*n) // the encoder's input: its length counts, its bytes are not read
@@ -392,7 +438,7 @@ func (s *Sender) grow(n int) error {
 
 func (s *Sender) freeScratch() error {
 	var errs []error
-	for _, p := range []*Ptr{&s.g, &s.smp, &s.val} {
+	for _, p := range []*Ptr{&s.g, &s.smp, &s.val, &s.pack, &s.packSize} {
 		if *p != 0 {
 			errs = append(errs, s.d.Free(*p))
 			*p = 0

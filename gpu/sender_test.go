@@ -234,3 +234,31 @@ func TestUseDeviceWithoutGPU(t *testing.T) {
 		t.Errorf("cuda: %v", err)
 	}
 }
+
+// TestFakeSenderTails: tails that do not start with idx:delta,bitpack take
+// the positions to the host as they are; the frames are the CPU's.
+func TestFakeSenderTails(t *testing.T) {
+	f := installFake(t, 1)
+	d := openFake(t, f)
+	rng := rand.New(rand.NewPCG(44, 44))
+	for _, text := range []string{"idx:varint | val:shuffle | *:zstd(1)", "*:zstd(1)", "idx:delta,bitpack | *:raw"} {
+		tail := codec.MustParseRecipe(text)
+		c := gradient.TopK{Ratio: 0.02}
+		cpu, _ := gradient.NewSender(c, gradient.WithTail(tail))
+		dev, err := d.NewSender(c, tail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			g := codec.FromFloat32("w", f32s(finite(rng, 30000)), 300, 100)
+			want, _ := cpu.Append(nil, g)
+			got, err := dev.Append(nil, g)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("%s: %v; the frames differ: %t", text, err, !bytes.Equal(got, want))
+			}
+			cpu.Commit()
+			dev.Commit()
+		}
+		dev.Close()
+	}
+}
