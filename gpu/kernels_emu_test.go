@@ -132,11 +132,18 @@ func TestEmulatedHalf(t *testing.T) {
 // codes and the scales, read from the segments of its frame.
 func int8Reference(t *testing.T, x []float32, bsize int) (q, scale []byte, err error) {
 	t.Helper()
+	return blockReference(t, x, fmt.Sprintf("int8(%d)", bsize))
+}
+
+// blockReference is what the lossy block stage of recipe text (int8(B),
+// nf4(B), fp4(B)) stores for x: its codes and scales.
+func blockReference(t *testing.T, x []float32, text string) (q, scale []byte, err error) {
+	t.Helper()
 	enc, err := codec.NewEncoder()
 	if err != nil {
 		t.Fatal(err)
 	}
-	frame, err := enc.AppendTensor(nil, codec.FromFloat32("x", x, int64(len(x))), codec.MustParseRecipe(fmt.Sprintf("int8(%d)", bsize)))
+	frame, err := enc.AppendTensor(nil, codec.FromFloat32("x", x, int64(len(x))), codec.MustParseRecipe(text))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -272,7 +279,7 @@ func TestPTXUpToDate(t *testing.T) {
 	}
 	for _, name := range []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
 		"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero",
-		"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks", "tp_pack_sizes", "tp_scan", "tp_pack"} {
+		"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks", "tp_pack_sizes", "tp_scan", "tp_pack", "tp_q4_blocks"} {
 		if !bytes.Contains(kernelsPTX, []byte(".visible .entry "+name+"(")) {
 			t.Errorf("the PTX has no kernel %s", name)
 		}
@@ -443,6 +450,47 @@ func TestEmulatedPack(t *testing.T) {
 		want := sparse.AppendBitpack(nil, d)
 		if total := binary.LittleEndian.Uint32(got); int(total) != len(want) || !bytes.Equal(got[4:], want) {
 			t.Fatalf("k %d: %d bytes, want %d; equal %t", k, total, len(want), bytes.Equal(got[4:], want))
+		}
+	}
+}
+
+// blockData returns n floats in blocks of bsize, each block at its own
+// scale: ordinary, tiny (below 2^-100) or zero.
+func blockData(rng *rand.Rand, n, bsize int) []float32 {
+	x := make([]float32, n)
+	var s float64
+	for i := range x {
+		if i%bsize == 0 {
+			switch rng.IntN(5) {
+			case 0:
+				s = 0
+			case 1:
+				s = 0x1p-110
+			default:
+				s = math.Pow(2, float64(rng.IntN(20)-10))
+			}
+		}
+		x[i] = float32(rng.NormFloat64() * s)
+	}
+	return x
+}
+
+func TestEmulatedQ4(t *testing.T) {
+	exe := emulator(t)
+	rng := rand.New(rand.NewPCG(10, 10))
+	for _, fp4 := range []uint64{0, 1} {
+		kind := []string{"nf4", "fp4"}[fp4]
+		for _, c := range []struct{ n, bsize int }{{1, 64}, {1001, 64}, {4099, 256}} {
+			x := blockData(rng, c.n, c.bsize)
+			got := run(t, exe, "q4  ", []uint64{uint64(c.n), uint64(c.bsize), fp4}, u32bytes(floatsBits(x)))
+			nq, nb := (c.n+1)/2, (c.n+c.bsize-1)/c.bsize
+			wq, ws, err := blockReference(t, x, fmt.Sprintf("%s(%d)", kind, c.bsize))
+			if err != nil || binary.LittleEndian.Uint32(got[nq+4*nb:]) != 0 {
+				t.Fatalf("%s n=%d: %v, bad %d", kind, c.n, err, binary.LittleEndian.Uint32(got[nq+4*nb:]))
+			}
+			if !bytes.Equal(got[:nq], wq) || !bytes.Equal(got[nq:nq+4*nb], ws) {
+				t.Fatalf("%s n=%d B=%d: codes or scales differ from the stage's", kind, c.n, c.bsize)
+			}
 		}
 	}
 }

@@ -9,6 +9,7 @@
 //	"efad" n, then 2n f32 (g, r)  -> n f32
 //	"dgcc" n nesterov, f32 m, f32 scale, then 3n f32 (g, u, res) -> n f32 u, n f32 c
 //	"sums" n bsize, then n f32    -> ceil(n/bsize) f64
+//	"q4  " n bsize fp4, then n f32 -> ceil(n/2) u8 codes, ceil(n/bsize) f32 scales, u32 bad
 //	"pack" k, then k u32 (increasing) -> u32 total, then total bytes (delta, bitpack)
 //	"gath" n start stride num, then n u32 -> num u32
 //	"cnge" n t, then n u32         -> u32
@@ -47,6 +48,7 @@ KERNEL void tp_nan_zero(u32 *c, u64 n);
 KERNEL void tp_pack_sizes(const u32 *idx, u64 k, u32 *size);
 KERNEL void tp_scan(const u32 *in, u64 n, u32 *off);
 KERNEL void tp_pack(const u32 *idx, u64 k, const u32 *off, u8 *out);
+KERNEL void tp_q4_blocks(const float *x, u8 *q, float *scale, u64 n, u32 bsize, u32 fp4, u32 *bad);
 
 template <class T> static std::vector<T> readv(size_t n) {
   std::vector<T> v(n);
@@ -120,6 +122,17 @@ int main() {
     std::vector<double> part((n + bsize - 1) / bsize);
     tp_launch(tp_sumsq_blocks, G, B, (const float *)g.data(), n, bsize, part.data());
     writev(part);
+  } else if (!memcmp(op, "q4  ", 4)) {
+    auto p = readv<u64>(2);
+    u32 bsize = (u32)p[0], fp4 = (u32)p[1];
+    auto x = readv<float>(n);
+    std::vector<u8> q((n + 1) / 2);
+    std::vector<float> scale((n + bsize - 1) / bsize);
+    std::vector<u32> bad(1);
+    tp_launch(tp_q4_blocks, G, B, (const float *)x.data(), q.data(), scale.data(), n, bsize, fp4, bad.data());
+    writev(q);
+    writev(scale);
+    writev(bad);
   } else if (!memcmp(op, "pack", 4)) {
     auto idx = readv<u32>(n);
     u64 nb = (n + 127) / 128;

@@ -419,3 +419,85 @@ KERNEL void tp_pack(const u32 *idx, u64 k, const u32 *off, u8 *out) {
     if (nbits > 0) *p = (u8)acc;
   }
 }
+
+// ---- blockwise 4-bit (lossy.nf4Quantize, fp4Quantize) ----
+
+// The midpoints between consecutive codebook entries, float32(float32(c_i
+// + c_i+1) * 0.5) as package lossy computes them: nf4's 15, fp4's 7
+// (between its magnitudes).
+static __device__ const float nf4_mid[15] = {
+    -0x1.b239bp-01f, -0x1.38a4ep-01f, -0x1.d709p-02f, -0x1.5bd4ecp-02f, -0x1.e079d8p-03f,
+    -0x1.1a7178p-03f, -0x1.74f0e2p-05f, 0x1.45f5fep-05f, 0x1.ec90c4p-04f, 0x1.a0cfcp-03f,
+    0x1.2b05a8p-02f, 0x1.8ea7f2p-02f, 0x1.00da08p-01f, 0x1.491b5ep-01f, 0x1.b913b4p-01f};
+static __device__ const float fp4_mid[7] = {0x1.555556p-09f, 0x1.6p-04f, 0x1.aaaaacp-03f, 0x1.2aaaacp-02f,
+                                            0x1.aaaaacp-02f, 0x1.2aaaacp-01f, 0x1.aaaaacp-01f};
+
+// The code of y: nf4, the midpoints below y; fp4, those below |y|, with
+// the sign bit of y as bit 3.
+static __device__ inline u32 code4(float y, u32 fp4) {
+  u32 c = 0;
+  if (fp4) {
+    float a = f32_from(f32_bits(y) & 0x7fffffff);
+    for (int i = 0; i < 7; i++) c += a > fp4_mid[i];
+    return c | (f32_bits(y) >> 31) << 3;
+  }
+  for (int i = 0; i < 15; i++) c += y > nf4_mid[i];
+  return c;
+}
+
+// Block j (one CUDA block each) of bsize elements of x (a multiple of 8;
+// the last block may be shorter): scale[j] its absmax, q its codes two a
+// byte (element 2i in the low nibble), as nf4Quantize (fp4 0) or
+// fp4Quantize (fp4 1) make them. A block holding a NaN or Inf sets bad[0].
+KERNEL void tp_q4_blocks(const float *x, u8 *q, float *scale, u64 n, u32 bsize, u32 fp4, u32 *bad) {
+  __shared__ u32 red[TP_BLOCK_THREADS];
+  u64 nblocks = (n + bsize - 1) / bsize;
+  for (u64 j = blockIdx.x; j < nblocks; j += gridDim.x) {
+    u64 lo = j * bsize, hi = lo + bsize < n ? lo + bsize : n;
+    u32 m = 0;
+    for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      u32 k = f32_bits(x[i]) & 0x7fffffff;
+      m = k > m ? k : m;
+    }
+    red[threadIdx.x] = m;
+    sync_block();
+    for (u32 s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s && red[threadIdx.x + s] > red[threadIdx.x]) red[threadIdx.x] = red[threadIdx.x + s];
+      sync_block();
+    }
+    m = red[0];
+    sync_block();
+    if (m >= 0x7f800000u) {
+      if (threadIdx.x == 0) {
+        atomic_or_u32(bad, 1);
+        scale[j] = 0;
+      }
+      continue;
+    }
+    if (threadIdx.x == 0) scale[j] = f32_from(m);
+    float a = f32_from(m), inv = 0, pre = 1;
+    if (m != 0) {
+      if (m < (127u - 100u) << 23) {
+        inv = 1.0f / (a * 0x1p100f);
+        pre = 0x1p100f;
+      } else {
+        inv = 1.0f / a;
+      }
+    }
+    u64 pairs = (hi - lo + 1) / 2;
+    for (u64 p = threadIdx.x; p < pairs; p += blockDim.x) {
+      u64 i = lo + 2 * p;
+      u32 c;
+      if (m == 0) {
+        c = fp4 ? 0 : (i + 1 < hi ? 0x77 : 0x07);
+      } else if (pre != 1) {
+        c = code4((x[i] * pre) * inv, fp4);
+        if (i + 1 < hi) c |= code4((x[i + 1] * pre) * inv, fp4) << 4;
+      } else {
+        c = code4(x[i] * inv, fp4);
+        if (i + 1 < hi) c |= code4(x[i + 1] * inv, fp4) << 4;
+      }
+      q[i / 2] = (u8)c;
+    }
+  }
+}
