@@ -13,8 +13,9 @@
 //
 // The kernels (kernels/kernels.cu, compiled to PTX by clang-14 with go
 // generate and embedded) compute what the CPU code computes, bit for bit:
-// fp16 and bf16 conversion (F16, BF16: internal/float16), blockwise int8
-// (Int8Blocks: the lossy int8 stage's codes and scales), exact top-k by
+// fp16 and bf16 conversion (F16, BF16: internal/float16), blockwise int8,
+// nf4 and fp4 (Int8Blocks, Q4Blocks: the lossy stages' codes and scales),
+// exact top-k by
 // magnitude with ties to the lower index (Selector.Exact: topk.Exact, a
 // radix selection in three histogram passes and an ordered compaction),
 // DGC's sampled threshold and its adaptations (Selector.Sampled:
@@ -37,7 +38,8 @@
 // lossy tail, other compressors) NewSender refuses with
 // codec.ErrUnsupported, for the CPU's Sender. Device.AppendTensor does the
 // same for the lossy stages: a tensor on the device coded by a recipe that
-// starts with fp16, bf16 or int8(B) is converted there, and only the
+// starts with fp16, bf16, int8(B), nf4(B) or fp4(B) is converted there,
+// and only the
 // converted bytes cross to the host for the rest of the recipe; the frame
 // is byte for byte the codec's. gradient.Outbox.SetDevice and a profile's
 // device (UseDevice) put updates on the GPU.

@@ -10,7 +10,7 @@ import (
 // AppendTensor appends to dst the frame, made by enc, of tensor t whose n
 // float32 are at x on the device (t gives the name, shape and tags;
 // t.Data is not read), coded by recipe r. The first step of r must be one
-// op on the whole tensor among fp16, bf16 and int8(B): it runs on the
+// op on the whole tensor among fp16, bf16, int8(B), nf4(B) and fp4(B): it runs on the
 // device, and only its output (half or a quarter of the bytes) crosses to
 // the host, where the rest of r runs. The frame is byte for byte
 // enc.AppendTensor's for the same data. Other recipes give
@@ -38,15 +38,19 @@ func (d *Device) AppendTensor(enc *codec.Encoder, dst []byte, t *codec.Tensor, x
 		out := make([]byte, 2*n)
 		outs = [][]byte{out}
 		err = d.half(out, x, n, name == "bf16")
-	case "int8":
+	case "int8", "nf4", "fp4":
 		be, ok := op.(interface{ BlockElems() int })
 		if !ok {
 			return dst, fmt.Errorf("%w: gpu: %v has no block size", codec.ErrUnsupported, op)
 		}
 		b := be.BlockElems()
-		q, scale := make([]byte, n), make([]byte, 4*((n+b-1)/b))
+		nq := n
+		if name != "int8" {
+			nq = (n + 1) / 2
+		}
+		q, scale := make([]byte, nq), make([]byte, 4*((n+b-1)/b))
 		outs = [][]byte{q, scale}
-		err = d.int8(q, scale, x, n, b)
+		err = d.blocks(name, q, scale, x, n, b)
 	default:
 		return dst, fmt.Errorf("%w: gpu: %v runs on the CPU only", codec.ErrUnsupported, op)
 	}
@@ -107,17 +111,23 @@ func (d *Device) half(out []byte, x Ptr, n int, bf bool) error {
 	return err
 }
 
-// int8 quantizes n float32 at x in blocks of b into q and scale.
-func (d *Device) int8(q, scale []byte, x Ptr, n, b int) error {
+// blocks quantizes n float32 at x in blocks of b into q and scale, with
+// the kind name (int8, nf4, fp4).
+func (d *Device) blocks(name string, q, scale []byte, x Ptr, n, b int) error {
 	nb := (n + b - 1) / b
-	a := (n + 3) &^ 3 // the scales and the flag start 4-byte aligned
+	a := (len(q) + 3) &^ 3 // the scales and the flag start 4-byte aligned
 	buf, err := d.Alloc(a + 4*nb + 4)
 	if err != nil {
 		return err
 	}
 	defer d.Free(buf)
 	qp, sp, bad := buf, buf+Ptr(a), buf+Ptr(a+4*nb)
-	if err := d.Int8Blocks(qp, sp, x, n, b, bad, nil); err != nil {
+	if name == "int8" {
+		err = d.Int8Blocks(qp, sp, x, n, b, bad, nil)
+	} else {
+		err = d.Q4Blocks(qp, sp, x, n, b, name == "fp4", bad, nil)
+	}
+	if err != nil {
 		return err
 	}
 	if err := d.Synchronize(); err != nil {

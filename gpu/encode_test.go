@@ -25,7 +25,7 @@ func testAppendTensor(t *testing.T, d *Device) {
 		tn := codec.FromFloat32("layer.weight", f32s(x), int64(n))
 		tn.Tags.Extra = []codec.Tag{{Key: "k", Value: "v"}}
 		xp := upload(t, d, u32bytes(x))
-		for _, text := range []string{"fp16", "bf16 | *:zstd(1)", "fp16 | shuffle2 | *:huff0", "int8(64)", "int8(4096) | q:zstd(3)"} {
+		for _, text := range []string{"fp16", "bf16 | *:zstd(1)", "fp16 | shuffle2 | *:huff0", "int8(64)", "int8(4096) | q:zstd(3)", "nf4(64)", "fp4(128) | *:zstd(1)", "nf4 | q:huff0"} {
 			r := codec.MustParseRecipe(text)
 			want, err := enc.AppendTensor(nil, tn, r)
 			if err != nil {
@@ -47,7 +47,10 @@ func testAppendTensor(t *testing.T, d *Device) {
 	if _, err := d.AppendTensor(enc, nil, tn, xp, codec.MustParseRecipe("int8(64)")); !errors.Is(err, ErrNonFinite) {
 		t.Errorf("an infinity: %v", err)
 	}
-	for _, text := range []string{"zstd(1)", "shuffle4 | *:zstd(1)", "nf4(64)"} {
+	if _, err := d.AppendTensor(enc, nil, tn, xp, codec.MustParseRecipe("nf4(64)")); !errors.Is(err, ErrNonFinite) {
+		t.Errorf("an infinity, nf4: %v", err)
+	}
+	for _, text := range []string{"zstd(1)", "shuffle4 | *:zstd(1)", "qsgd(127)"} {
 		if _, err := d.AppendTensor(enc, nil, tn, xp, codec.MustParseRecipe(text)); !errors.Is(err, codec.ErrUnsupported) {
 			t.Errorf("%s: %v", text, err)
 		}

@@ -1,11 +1,16 @@
 package gpu
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"unsafe"
 
+	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/float16"
+	_ "github.com/tensorpress/tensorpress/lossy"
 	"github.com/tensorpress/tensorpress/sparse"
 )
 
@@ -380,6 +385,50 @@ func init() {
 		copy(out, packed)
 		return true
 	}
+	fakeKernels["tp_q4_blocks"] = func(k *fakeLaunch) bool {
+		n, bsize, fp4 := k.u64(3), uint64(k.u32(4)), k.u32(5) != 0
+		nb := (n + bsize - 1) / bsize
+		x, q, scale, bad := k.mem(0, 4*n), k.mem(1, (n+1)/2), k.mem(2, 4*nb), k.mem(6, 4)
+		if x == nil || q == nil || scale == nil || bad == nil {
+			return false
+		}
+		xs := make([]float32, n)
+		for i := range xs {
+			xs[i] = math.Float32frombits(binary.LittleEndian.Uint32(x[4*i:]))
+		}
+		kind := "nf4"
+		if fp4 {
+			kind = "fp4"
+		}
+		// The stage itself, block by block (blocks are whole bytes).
+		enc, _ := codec.NewEncoder()
+		r := codec.MustParseRecipe(fmt.Sprintf("%s(%d)", kind, bsize))
+		for j := range nb {
+			lo, hi := j*bsize, min(n, j*bsize+bsize)
+			frame, err := enc.AppendTensor(nil, codec.FromFloat32("x", xs[lo:hi], int64(hi-lo)), r)
+			if err != nil {
+				binary.LittleEndian.PutUint32(bad, 1)
+				binary.LittleEndian.PutUint32(scale[4*j:], 0)
+				continue
+			}
+			br := bufio.NewReader(bytes.NewReader(frame))
+			h, _, err := codec.ReadFrameHeader(br, br, codec.Limits{}, nil)
+			if err != nil {
+				return false
+			}
+			payload := frame[h.HeaderLen:]
+			for _, sg := range h.Entries[0].Stored {
+				switch sg.Name {
+				case "q":
+					copy(q[lo/2:], payload[:sg.Len])
+				case "scale":
+					copy(scale[4*j:], payload[:sg.Len])
+				}
+				payload = payload[sg.Len:]
+			}
+		}
+		return true
+	}
 	fakeKernels["tp_nan_zero"] = func(k *fakeLaunch) bool {
 		n := k.u64(1)
 		c := k.mem(0, 4*n)
@@ -429,5 +478,5 @@ var fakeKernelParams = map[string]int{
 	"tp_topk_find": 4, "tp_topk_count": 4, "tp_topk_offsets": 4, "tp_topk_compact": 6, "tp_add_f32": 4,
 	"tp_scatter_zero": 3, "tp_dgc_compensate": 8, "tp_gather": 5, "tp_count_ge": 4,
 	"tp_take": 4, "tp_put": 4, "tp_nan_zero": 2, "tp_sumsq_blocks": 4,
-	"tp_pack_sizes": 3, "tp_scan": 3, "tp_pack": 4,
+	"tp_pack_sizes": 3, "tp_scan": 3, "tp_pack": 4, "tp_q4_blocks": 7,
 }

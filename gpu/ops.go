@@ -48,7 +48,7 @@ func (d *Device) kernel(name string) (*Function, error) {
 // kernelNames are the kernels of kernels.ptx.
 var kernelNames = []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
 	"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero",
-	"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks", "tp_pack_sizes", "tp_scan", "tp_pack"}
+	"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks", "tp_pack_sizes", "tp_scan", "tp_pack", "tp_q4_blocks"}
 
 const threads = 256 // TP_BLOCK_THREADS
 
@@ -88,6 +88,25 @@ func (d *Device) Int8Blocks(q, scale, x Ptr, n, bsize int, bad Ptr, s *Stream) e
 	}
 	blocks := uint32(min((n+bsize-1)/bsize, 132*16))
 	return d.launch("tp_int8_blocks", max(blocks, 1), s, x, q, scale, uint64(n), uint32(bsize), bad)
+}
+
+// Q4Blocks quantizes x (n float32) as the lossy nf4(bsize) stage does (or
+// fp4(bsize), fp4 true): q gets (n+1)/2 bytes of codes, two a byte,
+// scale one absmax per block; bad as for Int8Blocks. bsize is a multiple
+// of 8.
+func (d *Device) Q4Blocks(q, scale, x Ptr, n, bsize int, fp4 bool, bad Ptr, s *Stream) error {
+	if bsize <= 0 || bsize%8 != 0 {
+		return fmt.Errorf("gpu: Q4Blocks: block size %d: want a multiple of 8", bsize)
+	}
+	if err := d.launch("tp_zero", 1, s, bad, uint64(1)); err != nil {
+		return err
+	}
+	var f uint32
+	if fp4 {
+		f = 1
+	}
+	blocks := uint32(min((n+bsize-1)/bsize, 132*16))
+	return d.launch("tp_q4_blocks", max(blocks, 1), s, x, q, scale, uint64(n), uint32(bsize), f, bad)
 }
 
 // Selector selects by magnitude on the device, as package topk does on
