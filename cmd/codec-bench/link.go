@@ -906,15 +906,16 @@ func writeChangeTable(w io.Writer, rows []*changeRow) {
 
 // plotLink draws the speedup over plain TCP (plain TCP's seconds over
 // the chain's, at the same link and rate) against the link rate, one line
-// per chain and link, the rate logarithmic; unshaped links are drawn at
-// 10 Gbit/s.
+// per chain and link, the rate logarithmic with whole labels; unshaped
+// links are drawn at 10 Gbit/s, labelled so. The legend has a column of
+// its own, outside the data.
 func plotLink(path string, rows []*linkRow) error {
 	p := plot.New()
-	p.Title.Text = "tensorpress link: speedup over plain TCP against link rate (unshaped at 10 Gbit/s)"
-	p.X.Label.Text = "link rate, bit/s (log scale)"
-	p.Y.Label.Text = "speedup over plain TCP (plain TCP seconds / chain seconds)"
+	p.Title.Text = "tensorpress link: speedup over plain TCP"
+	p.X.Label.Text = "link rate"
+	p.Y.Label.Text = "speedup over plain TCP (its time / this time)"
 	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.X.Tick.Marker = rateTicks{unshaped: 10e9}
 	p.Add(plotter.NewGrid())
 	type at struct {
 		link string
@@ -929,6 +930,7 @@ func plotLink(path string, rows []*linkRow) error {
 	type key struct{ link, chain string }
 	lines := map[key]plotter.XYs{}
 	var order []key
+	links := map[string]bool{}
 	for _, r := range rows {
 		base, ok := plain[at{r.Link, r.Rate}]
 		if !ok || !(r.Seconds > 0) {
@@ -938,6 +940,7 @@ func plotLink(path string, rows []*linkRow) error {
 		if link == "loopback" {
 			link = "sim" // the sim link's unshaped rate
 		}
+		links[link] = true
 		k := key{link, r.Chain}
 		if _, ok := lines[k]; !ok {
 			order = append(order, k)
@@ -948,9 +951,14 @@ func plotLink(path string, rows []*linkRow) error {
 		}
 		lines[k] = append(lines[k], plotter.XY{X: x, Y: base / r.Seconds})
 	}
+	leg := plot.NewLegend()
+	ymin, ymax := 1.0, 1.0
 	for i, k := range order {
 		xys := lines[k]
 		sort.Slice(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
+		for _, xy := range xys {
+			ymin, ymax = min(ymin, xy.Y), max(ymax, xy.Y)
+		}
 		l, pts, err := plotter.NewLinePoints(xys)
 		if err != nil {
 			return err
@@ -959,10 +967,14 @@ func plotLink(path string, rows []*linkRow) error {
 		pts.Color = plotutil.Color(i)
 		pts.Shape = plotutil.Shape(i)
 		p.Add(l, pts)
-		p.Legend.Add(k.link+": "+k.chain, l, pts)
+		name := k.chain
+		if len(links) > 1 {
+			name = k.link + ": " + k.chain
+		}
+		leg.Add(name, l, pts)
 	}
-	p.Legend.Top = true // speedups are largest on slow links, at the left
-	if err := p.Save(10*vg.Inch, 6*vg.Inch, path); err != nil {
+	p.Y.Min, p.Y.Max = min(ymin, 1)*0.9, max(ymax, 1)*1.1
+	if err := saveWithLegend(p, leg, 9*vg.Inch, 6*vg.Inch, 2.6*vg.Inch, path); err != nil {
 		return fmt.Errorf("--plot: %w", err)
 	}
 	return nil

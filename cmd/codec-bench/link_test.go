@@ -494,3 +494,36 @@ func nothingLeft(t *testing.T, before int) {
 		t.Errorf("child processes left: %s", kids)
 	}
 }
+
+// TestPlotLink draws the speedup plot from rows: the rate axis has whole
+// labels and the legend names every chain.
+func TestPlotLink(t *testing.T) {
+	var rows []*linkRow
+	for _, rate := range []float64{1e6, 10e6, 100e6, 1e9, 0} {
+		rows = append(rows, &linkRow{Link: "sim", Rate: rate, Chain: "plain TCP", Seconds: 10, IsPlainTCP: true})
+		for i, c := range []string{"autotune", "zstd -1 (the tool)", "*:zstd(1)"} {
+			rows = append(rows, &linkRow{Link: "sim", Rate: rate, Chain: c, Seconds: 10 / (1 + float64(i+1)*1e8/(rate+1e7))})
+		}
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"link.svg", "link.png"} {
+		path := filepath.Join(dir, name)
+		if err := plotLink(path, rows); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || len(b) == 0 {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if name == "link.svg" {
+			for _, want := range []string{"1 Mbit/s", "100 Mbit/s", "1 Gbit/s", "unshaped", "autotune", "zstd -1 (the tool)"} {
+				if !strings.Contains(string(b), want) {
+					t.Errorf("the plot has no %q", want)
+				}
+			}
+		}
+	}
+	if os.Getenv("PLOT_OUT") != "" {
+		plotLink(os.Getenv("PLOT_OUT"), rows)
+	}
+}
