@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/tensorpress/tensorpress/autotune"
+	"github.com/tensorpress/tensorpress/hub"
+	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/profile"
+	"github.com/tensorpress/tensorpress/tensorfile"
+)
+
+const hubText = `
+hub serves the model versions in --dir to many clients over gRPC (the Hub
+service of package hub: batched, pull-based fetches, each chunk encoded
+once for all, deltas against the version a client holds, resumable).
+
+Layout of --dir: one subdirectory per version, named by its number (1, 2,
+...), holding either one .safetensors file or .npy files (one tensor
+each, named by the file's base name). Files are read when chunks are
+encoded, not held in memory; do not change them while they are served.
+The newest --retention versions are served.
+
+Chunks are coded as the --profile's rules say (lossless unless a rule
+allows lossy coding and the client does not require lossless), else
+lossless by data class. TLS with --tls-cert and --tls-key. SIGTERM or
+SIGINT stops it: streams in flight get --drain to finish, then are cut
+(Unavailable), and the clients resume on the next hub.
+`
+
+func cmdHub(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("hub", "hub --dir DIR [flags]", hubText, stderr)
+	dir := fs.String("dir", "", "`directory` of versions (required)")
+	listen := fs.String("listen", "127.0.0.1:7077", "`address` to listen on (host:port)")
+	prof := fs.String("profile", "", "YAML profile `file` (default: lossless, by data class)")
+	certFile := fs.String("tls-cert", "", "TLS certificate `file` (PEM), with --tls-key")
+	keyFile := fs.String("tls-key", "", "TLS key `file` (PEM)")
+	retention := fs.Int("retention", hub.DefaultRetention, "versions kept (the newest)")
+	cache := fs.Int64("cache", hub.DefaultCacheBytes, "encoded chunks kept for the next clients, in `bytes`")
+	drain := fs.Duration("drain", 10*time.Second, "time streams get to finish at shutdown")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case *dir == "":
+		return usagef("--dir is required")
+	case (*certFile == "") != (*keyFile == ""):
+		return usagef("--tls-cert and --tls-key go together")
+	case *retention < 1:
+		return usagef("--retention %d: want at least 1", *retention)
+	}
+	opts := []hub.Option{hub.WithRetention(*retention), hub.WithCacheBytes(*cache)}
+	if *prof != "" {
+		p, err := profile.LoadFile(*prof)
+		if err != nil {
+			return err
+		}
+		tu, err := autotune.New(autotune.WithProfile(p))
+		if err != nil {
+			return err
+		}
+		opts = append(opts, hub.WithPolicy(tu))
+	}
+	h, err := hub.New(opts...)
+	if err != nil {
+		return err
+	}
+	closers, err := publishDir(h, *dir, *retention)
+	defer func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	sopts := []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if *certFile != "" {
+		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	s := grpc.NewServer(sopts...)
+	hubpb.RegisterHubServer(s, hub.NewServer(h))
+	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	for _, v := range h.Versions() {
+		log.Info("serving", "version", v.Version, "tensors", v.Tensors, "bytes", v.Bytes)
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "tls", *certFile != "")
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("stopping", "drain", *drain)
+	done := make(chan struct{})
+	go func() {
+		s.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(*drain):
+		log.Info("drain over: cutting the streams left")
+		s.Stop()
+		<-done
+	}
+	return nil
+}
+
+// hubContext is the context a hub runs in until a signal: tests end it.
+var hubContext = context.Background
+
+// publishDir publishes the newest keep versions of dir into h and returns
+// the files to close when the hub ends.
+func publishDir(h *hub.Hub, dir string, keep int) ([]io.Closer, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var versions []uint64
+	for _, e := range ents {
+		if v, err := strconv.ParseUint(e.Name(), 10, 64); err == nil && v > 0 && e.IsDir() {
+			versions = append(versions, v)
+		}
+	}
+	if len(versions) == 0 {
+		return nil, fmt.Errorf("%s: no version directories (1, 2, ...)", dir)
+	}
+	sort.Slice(versions, func(i, j int) bool { return versions[i] < versions[j] })
+	versions = versions[max(0, len(versions)-keep):]
+	var closers []io.Closer
+	for _, v := range versions {
+		c, err := publishVersion(h, v, filepath.Join(dir, strconv.FormatUint(v, 10)))
+		closers = append(closers, c...)
+		if err != nil {
+			return closers, fmt.Errorf("version %d: %w", v, err)
+		}
+	}
+	return closers, nil
+}
+
+func publishVersion(h *hub.Hub, v uint64, dir string) ([]io.Closer, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var st, npy []string
+	for _, e := range ents {
+		switch {
+		case strings.HasSuffix(e.Name(), ".safetensors"):
+			st = append(st, e.Name())
+		case strings.HasSuffix(e.Name(), ".npy"):
+			npy = append(npy, e.Name())
+		}
+	}
+	switch {
+	case len(st) == 1 && len(npy) == 0:
+		f, err := tensorfile.OpenSafetensorsFile(filepath.Join(dir, st[0]))
+		if err != nil {
+			return nil, err
+		}
+		return []io.Closer{f}, h.PublishSafetensors(v, f.Safetensors)
+	case len(st) == 0 && len(npy) > 0:
+		var closers []io.Closer
+		var files []hub.NpyFile
+		for _, name := range npy {
+			f, err := os.Open(filepath.Join(dir, name))
+			if err != nil {
+				return closers, err
+			}
+			closers = append(closers, f)
+			fi, err := f.Stat()
+			if err != nil {
+				return closers, err
+			}
+			files = append(files, hub.NpyFile{Name: strings.TrimSuffix(name, ".npy"), R: f, Size: fi.Size()})
+		}
+		return closers, h.PublishNpy(v, files)
+	}
+	return nil, fmt.Errorf("%s: want one .safetensors file or .npy files, found %d and %d", dir, len(st), len(npy))
+}

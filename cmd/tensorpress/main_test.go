@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/tensorfile"
+	"github.com/tensorpress/tensorpress/testvectors"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func model(seed uint64) []*codec.Tensor {
+	rng := rand.New(rand.NewPCG(1, 1)) // the same shapes for every seed
+	var ts []*codec.Tensor
+	for i := range 9 {
+		n := 100 + rng.IntN(3000)
+		if i%3 == 0 {
+			n = 300000 // several chunks
+		}
+		ts = append(ts, testvectors.Normal(fmt.Sprintf("layers.%d.weight", i), n, 0.02, seed*100+uint64(i)))
+	}
+	return ts
+}
+
+// startHub runs 'tensorpress hub' on dir and returns its address and a
+// function that stops it (as SIGTERM does) and waits.
+func startHub(t *testing.T, args ...string) (string, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	hubContext = func() context.Context { return ctx }
+	var errb syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(append([]string{"hub", "--listen", "127.0.0.1:0"}, args...), new(bytes.Buffer), &errb) }()
+	re := regexp.MustCompile(`addr=(\S+)`)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(errb.String()); m != nil {
+			return m[1], func() {
+				cancel()
+				if code := <-done; code != 0 {
+					t.Errorf("hub: exit %d: %s", code, errb.String())
+				}
+			}
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("hub: exit %d: %s", code, errb.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hub did not start: %s", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func fetch(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := run(append([]string{"fetch"}, args...), &out, &errb); code != 0 {
+		t.Fatalf("fetch %v: exit %d: %s", args, code, errb.String())
+	}
+	return out.String()
+}
+
+// TestHubFetch serves two versions from a directory (a safetensors file,
+// then .npy files) and fetches them: to a safetensors file, to .npy files
+// chunk by chunk, and as deltas against the first; every tensor bit for
+// bit.
+func TestHubFetch(t *testing.T) {
+	dir := t.TempDir()
+	m1, m2 := model(1), model(2)
+	if err := os.MkdirAll(filepath.Join(dir, "models", "1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Create(filepath.Join(dir, "models", "1", "model.safetensors"))
+	if err := tensorfile.WriteSafetensors(f, m1, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	os.MkdirAll(filepath.Join(dir, "models", "2"), 0o755)
+	for _, x := range m2 {
+		f, _ := os.Create(filepath.Join(dir, "models", "2", x.Name+".npy"))
+		if err := tensorfile.WriteNpy(f, x); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	addr, stop := startHub(t, "--dir", filepath.Join(dir, "models"))
+	defer stop()
+
+	check := func(path string, want []*codec.Tensor) {
+		t.Helper()
+		st, err := tensorfile.OpenSafetensorsFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		for _, x := range want {
+			got, err := st.Read(x.Name)
+			if err != nil || !bytes.Equal(got.Data, x.Data) {
+				t.Fatalf("%s: %q: %v", path, x.Name, err)
+			}
+		}
+	}
+	v1 := filepath.Join(dir, "v1.safetensors")
+	out := fetch(t, "--hub", addr, "--version", "1", "--out", v1)
+	check(v1, m1)
+	if !strings.Contains(out, "version 1: 9 tensors") {
+		t.Errorf("fetch said %q", out)
+	}
+	npyDir := filepath.Join(dir, "v2")
+	fetch(t, "--hub", addr, "--out", npyDir)
+	for _, x := range m2 {
+		f, err := os.Open(filepath.Join(npyDir, x.Name+".npy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tensorfile.ReadNpy(f)
+		f.Close()
+		if err != nil || !bytes.Equal(got.Data, x.Data) {
+			t.Fatalf("%s.npy: %v", x.Name, err)
+		}
+	}
+	v2 := filepath.Join(dir, "v2.safetensors")
+	out = fetch(t, "--hub", addr, "--base", v1, "--out", v2)
+	check(v2, m2)
+	if !strings.Contains(out, "9 as deltas") {
+		t.Errorf("fetch with --base said %q", out)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "Commands:"},
+		{[]string{"-h"}, 0, "hub"},
+		{[]string{"hub", "-h"}, 0, "--dir"},
+		{[]string{"fetch", "-h"}, 0, "--base"},
+		{[]string{"hub"}, 2, "--dir is required"},
+		{[]string{"fetch", "--hub", "x:1"}, 2, "--out is required"},
+		{[]string{"fetch", "--hub", "x:1", "--out", "d", "--base", "b.safetensors"}, 2, "needs a .safetensors --out"},
+		{[]string{"hub", "--dir", "/nonexistent"}, 1, "no such file"},
+		{[]string{"nope"}, 2, "unknown command"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(c.args, &out, &errb)
+		if code != c.code || !strings.Contains(out.String()+errb.String(), c.want) {
+			t.Errorf("%v: exit %d, want %d; output %q", c.args, code, c.code, out.String()+errb.String())
+		}
+	}
+}
