@@ -57,6 +57,10 @@
 // default 4 MiB receive limit at the default chunk size; uploads of large
 // tensors need grpc.MaxRecvMsgSize on the server.
 //
+// Metrics: Collector exports the Hub's Stats (fetches, chunks and bytes
+// sent, encodes and their time, uploads, refused updates, open streams)
+// for Prometheus, read at each scrape.
+//
 // Guarantees:
 //   - A client's memory is bounded by its credit (chunks in flight) and
 //     the tensors it keeps; the hub's by the cache bound plus, per fetch,

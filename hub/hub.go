@@ -44,21 +44,44 @@ type Hub struct {
 	cache     *cache
 	enc       *codec.Encoder
 
-	encodes atomic.Int64 // chunks encoded
-	sent    atomic.Int64 // chunks sent
-	fetches atomic.Int64 // fetch RPCs served
+	encodes     atomic.Int64 // chunks encoded
+	encodeNanos atomic.Int64
+	sent        atomic.Int64 // chunks sent
+	bytesSent   atomic.Int64
+	rawSent     atomic.Int64
+	fetches     atomic.Int64 // fetch RPCs served
+	active      atomic.Int64 // fetch streams open
+	updates     atomic.Int64 // upload frames added
+	updateBytes atomic.Int64
+	uploads     atomic.Int64 // upload streams open
+	badUpdates  [2]atomic.Int64
 }
 
 // Stats counts what a Hub has done.
 type Stats struct {
-	Fetches    int64 // fetch RPCs
-	ChunksSent int64 // chunks sent to clients
-	Encodes    int64 // chunks encoded (the rest came from the cache)
+	Fetches       int64   // fetch RPCs
+	ActiveFetches int64   // fetch streams open now
+	ChunksSent    int64   // chunks sent to clients
+	BytesSent     int64   // their frames' bytes
+	RawBytesSent  int64   // their tensors' decoded bytes
+	Encodes       int64   // chunks encoded (the rest came from the cache)
+	EncodeSeconds float64 // time spent encoding them
+	Updates       int64   // uploaded updates added into a round's sum
+	UpdateBytes   int64   // their frames' bytes
+	ActiveUploads int64   // upload streams open now
+	// Refused updates: malformed (InvalidArgument) and over the limits
+	// (ResourceExhausted).
+	MalformedUpdates, OversizedUpdates int64
 }
 
 // Stats returns the Hub's counters.
 func (h *Hub) Stats() Stats {
-	return Stats{Fetches: h.fetches.Load(), ChunksSent: h.sent.Load(), Encodes: h.encodes.Load()}
+	return Stats{
+		Fetches: h.fetches.Load(), ActiveFetches: h.active.Load(), ChunksSent: h.sent.Load(),
+		BytesSent: h.bytesSent.Load(), RawBytesSent: h.rawSent.Load(), Encodes: h.encodes.Load(),
+		EncodeSeconds: float64(h.encodeNanos.Load()) / 1e9, Updates: h.updates.Load(), UpdateBytes: h.updateBytes.Load(),
+		ActiveUploads: h.uploads.Load(), MalformedUpdates: h.badUpdates[0].Load(), OversizedUpdates: h.badUpdates[1].Load(),
+	}
 }
 
 // version is a published model version.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -44,6 +45,18 @@ type item struct {
 	tensors []*codec.Tensor // the batch, or the one tensor
 	offset  int             // first element (one tensor)
 	count   int             // elements (one tensor; 0 for a batch)
+}
+
+// rawBytes is the decoded size of the item's tensors.
+func (it *item) rawBytes() int64 {
+	if it.count > 0 {
+		return int64(it.count) * int64(it.tensors[0].DType.Size())
+	}
+	var n int64
+	for _, t := range it.tensors {
+		n += t.NumBytes()
+	}
+	return n
 }
 
 // key names the item's encoded frames in the cache.
@@ -100,6 +113,7 @@ func (h *Hub) plan(ts []*codec.Tensor) []item {
 // difference from its base.
 func (h *Hub) encode(cur *version, it *item, base *version, lossless bool) ([]byte, error) {
 	h.encodes.Add(1)
+	defer func(t0 time.Time) { h.encodeNanos.Add(int64(time.Since(t0))) }(time.Now())
 	var s scratch
 	defer s.release()
 	one := func(t *codec.Tensor, off, count int) (*codec.Tensor, *codec.Recipe, error) {
@@ -403,6 +417,8 @@ func (s *Server) Versions(context.Context, *hubpb.VersionsRequest) (*hubpb.Versi
 // Fetch implements hubpb.HubServer.
 func (s *Server) Fetch(st hubpb.Hub_FetchServer) error {
 	s.h.fetches.Add(1)
+	s.h.active.Add(1)
+	defer s.h.active.Add(-1)
 	first, err := st.Recv()
 	if err != nil {
 		return err
@@ -493,6 +509,10 @@ func (s *Server) Fetch(st hubpb.Hub_FetchServer) error {
 			return err
 		}
 		s.h.sent.Add(1)
+		s.h.bytesSent.Add(int64(len(c.Frames)))
+		if len(plan) > 0 {
+			s.h.rawSent.Add(plan[seq-1].rawBytes())
+		}
 		credit--
 	}
 	return nil

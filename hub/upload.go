@@ -126,6 +126,8 @@ func (h *Hub) DropRound(id uint64) {
 // Upload implements hubpb.HubServer: each message's frame is added into
 // its round's sum and acknowledged, in order.
 func (s *Server) Upload(st hubpb.Hub_UploadServer) error {
+	s.h.uploads.Add(1)
+	defer s.h.uploads.Add(-1)
 	recv, err := gradient.NewReceiver()
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
@@ -139,6 +141,7 @@ func (s *Server) Upload(st hubpb.Hub_UploadServer) error {
 			return err
 		}
 		if len(m.Frame) == 0 {
+			s.h.badUpdates[0].Add(1)
 			return status.Errorf(codes.InvalidArgument, "hub: upload message %d holds no frame", seq)
 		}
 		w := m.Weight
@@ -147,10 +150,14 @@ func (s *Server) Upload(st hubpb.Hub_UploadServer) error {
 		}
 		if _, err := s.h.round(m.Round).add(recv, m.Frame, w); err != nil {
 			if errors.Is(err, codec.ErrLimit) {
+				s.h.badUpdates[1].Add(1)
 				return status.Errorf(codes.ResourceExhausted, "hub: upload message %d: %v", seq, err)
 			}
+			s.h.badUpdates[0].Add(1)
 			return status.Errorf(codes.InvalidArgument, "hub: upload message %d: %v", seq, err)
 		}
+		s.h.updates.Add(1)
+		s.h.updateBytes.Add(int64(len(m.Frame)))
 		if err := st.Send(&hubpb.UploadAck{Seq: seq}); err != nil {
 			return err
 		}

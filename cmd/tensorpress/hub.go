@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,6 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -40,7 +44,9 @@ The newest --retention versions are served.
 
 Chunks are coded as the --profile's rules say (lossless unless a rule
 allows lossy coding and the client does not require lossless), else
-lossless by data class. TLS with --tls-cert and --tls-key. SIGTERM or
+lossless by data class. TLS with --tls-cert and --tls-key. --metrics serves
+Prometheus metrics (/metrics: package hub's Collector, Go and process
+metrics) and /healthz. SIGTERM or
 SIGINT stops it: streams in flight get --drain to finish, then are cut
 (Unavailable), and the clients resume on the next hub.
 `
@@ -55,6 +61,7 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	retention := fs.Int("retention", hub.DefaultRetention, "versions kept (the newest)")
 	cache := fs.Int64("cache", hub.DefaultCacheBytes, "encoded chunks kept for the next clients, in `bytes`")
 	drain := fs.Duration("drain", 10*time.Second, "time streams get to finish at shutdown")
+	metricsAddr := fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (default: none)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -115,7 +122,27 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 		log.Info("serving", "version", v.Version, "tensors", v.Tensors, "bytes", v.Bytes)
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "tls", *certFile != "")
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
+	if *metricsAddr != "" {
+		mln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(hub.Collector(h), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := hs.Serve(mln); err != http.ErrServerClosed {
+				errc <- err
+			}
+		}()
+		defer hs.Close()
+		log.Info("metrics", "addr", mln.Addr().String())
+	}
 	go func() { errc <- s.Serve(ln) }()
 	select {
 	case err := <-errc:

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -55,17 +58,27 @@ func model(seed uint64) []*codec.Tensor {
 
 // startHub runs 'tensorpress hub' on dir and returns its address and a
 // function that stops it (as SIGTERM does) and waits.
+var metricsAddr string
+
 func startHub(t *testing.T, args ...string) (string, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	hubContext = func() context.Context { return ctx }
 	var errb syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(append([]string{"hub", "--listen", "127.0.0.1:0"}, args...), new(bytes.Buffer), &errb) }()
-	re := regexp.MustCompile(`addr=(\S+)`)
+	go func() {
+		done <- run(append([]string{"hub", "--listen", "127.0.0.1:0"}, args...), new(bytes.Buffer), &errb)
+	}()
+	re := regexp.MustCompile(`msg=listening addr=(\S+)`)
+	mre := regexp.MustCompile(`msg=metrics addr=(\S+)`)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if m := re.FindStringSubmatch(errb.String()); m != nil {
+		m := re.FindStringSubmatch(errb.String())
+		mm := mre.FindStringSubmatch(errb.String())
+		if m != nil && (mm != nil || !slices.Contains(args, "--metrics")) {
+			if mm != nil {
+				metricsAddr = mm[1]
+			}
 			return m[1], func() {
 				cancel()
 				if code := <-done; code != 0 {
@@ -117,7 +130,7 @@ func TestHubFetch(t *testing.T) {
 		}
 		f.Close()
 	}
-	addr, stop := startHub(t, "--dir", filepath.Join(dir, "models"))
+	addr, stop := startHub(t, "--dir", filepath.Join(dir, "models"), "--metrics", "127.0.0.1:0")
 	defer stop()
 
 	check := func(path string, want []*codec.Tensor) {
@@ -158,6 +171,18 @@ func TestHubFetch(t *testing.T) {
 	check(v2, m2)
 	if !strings.Contains(out, "9 as deltas") {
 		t.Errorf("fetch with --base said %q", out)
+	}
+	// /healthz and /metrics answer.
+	for path, want := range map[string]string{"/healthz": "ok", "/metrics": "tensorpress_hub_fetches_total 3"} {
+		resp, err := http.Get("http://" + metricsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s: no %q in %.300s", path, want, b)
+		}
 	}
 }
 
