@@ -7,12 +7,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
 	"io"
 	"math"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -331,15 +336,23 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	clients := fl.Int("clients", 8, "clients fetching at once")
 	tensors := fl.Int("tensors", 160, "tensors in the synthetic model")
 	rtt := fl.Duration("rtt", 10*time.Millisecond, "round trip of the simulated link, half on what each side sends (0: none)")
-	rateFlag := fl.String("rate", "100Mbit", "`rate` of what the server sends on each client's connection over the simulated link (bits per second with a unit: 100Mbit, 1Gbit; 0: unlimited)")
+	rateFlag := fl.String("rate", "100Mbit", "`rates` of what the server sends on each client's connection over the simulated link, comma-separated (bits per second with a unit: 100Mbit, 1Gbit; 0: unlimited)")
+	plotOut := fl.String("plot", "", "plot each baseline's time over the hub's against the link rate to `FILE` (.svg or .png)")
 	loopback := fl.Bool("loopback", true, "also run every mode over plain loopback, without the simulated link")
 	format := fl.String("format", "table", "output: table or json (JSON Lines)")
 	if _, err := fl.parse(args, 0, 0); err != nil {
 		return err
 	}
-	rate, err := parseRate("--rate", *rateFlag)
-	if err != nil {
-		return err
+	var rates []float64
+	for _, p := range strings.Split(*rateFlag, ",") {
+		r, err := parseRate("--rate", p)
+		if err != nil {
+			return err
+		}
+		rates = append(rates, r)
+	}
+	if *plotOut != "" && !strings.HasSuffix(*plotOut, ".svg") && !strings.HasSuffix(*plotOut, ".png") {
+		return usagef("--plot %q: want a .svg or .png file", *plotOut)
 	}
 	switch {
 	case *clients < 1 || *clients > 1024:
@@ -351,9 +364,17 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	case *format != "table" && *format != "json":
 		return usagef("--format %q: want table or json", *format)
 	}
-	links := []hubLink{{rate, *rtt}}
-	if *loopback && links[0] != (hubLink{}) {
-		links = []hubLink{{}, links[0]}
+	var links []hubLink
+	if *loopback {
+		links = append(links, hubLink{})
+	}
+	for _, r := range rates {
+		if l := (hubLink{r, *rtt}); l != (hubLink{}) {
+			links = append(links, l)
+		}
+	}
+	if len(links) == 0 {
+		links = []hubLink{{}}
 	}
 	var size int64
 	for i := range *tensors {
@@ -374,6 +395,11 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 			}
 			r.VsHub = r.Seconds / hubSecs
 			rows = append(rows, r)
+		}
+	}
+	if *plotOut != "" {
+		if err := plotHub(*plotOut, rows); err != nil {
+			return err
 		}
 	}
 	if *format == "json" {
@@ -474,4 +500,50 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// plotHub draws each baseline's time over the hub's (how much faster the
+// hub is) against the link rate, one line per baseline, loopback at the
+// right as "unshaped", the legend outside the data.
+func plotHub(path string, rows []*hubRow) error {
+	p := plot.New()
+	p.Title.Text = "tensorpress hub: time of one RPC per tensor over the hub's"
+	p.X.Label.Text = "link rate (each client's connection)"
+	p.Y.Label.Text = "baseline time / hub time"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = rateTicks{unshaped: 10e9}
+	p.Add(plotter.NewGrid())
+	lines := map[string]plotter.XYs{}
+	var order []string
+	for _, r := range rows {
+		if r.Mode == "hub" || !(r.VsHub > 0) {
+			continue
+		}
+		x := r.Rate
+		if x == 0 {
+			x = 10e9
+		}
+		if _, ok := lines[r.Mode]; !ok {
+			order = append(order, r.Mode)
+		}
+		lines[r.Mode] = append(lines[r.Mode], plotter.XY{X: x, Y: r.VsHub})
+	}
+	leg := plot.NewLegend()
+	names := map[string]string{"per-tensor": "one RPC per tensor, plain bytes", "per-tensor-gzip": "one RPC per tensor, gzip"}
+	for i, mode := range order {
+		xys := lines[mode]
+		sort.Slice(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
+		l, pts, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return err
+		}
+		l.Color, pts.Color, pts.Shape = plotutil.Color(i), plotutil.Color(i), plotutil.Shape(i)
+		p.Add(l, pts)
+		leg.Add(names[mode], l, pts)
+	}
+	p.Y.Min = 0
+	if err := saveWithLegend(p, leg, 8*vg.Inch, 5*vg.Inch, 2.6*vg.Inch, path); err != nil {
+		return fmt.Errorf("--plot: %w", err)
+	}
+	return nil
 }

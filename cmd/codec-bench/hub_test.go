@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -97,6 +99,28 @@ func TestHubCommandLinks(t *testing.T) {
 	for _, bad := range [][]string{{"hub", "--rate", "fast"}, {"hub", "--rate", "-1Mbit"}} {
 		if code := run(bad, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+}
+
+// TestHubCommandPlot: several rates in one run, and the plot of the
+// baselines' time over the hub's.
+func TestHubCommandPlot(t *testing.T) {
+	plot := filepath.Join(t.TempDir(), "hub.svg")
+	var out, errb bytes.Buffer
+	if code := run([]string{"hub", "--clients", "2", "--tensors", "8", "--rtt", "2ms", "--rate", "50Mbit,1Gbit", "--plot", plot, "--format", "json"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.Bytes())
+	}
+	if n := strings.Count(out.String(), "\n"); n != 9 {
+		t.Errorf("%d rows, want 9 (3 links x 3 modes)", n)
+	}
+	b, err := os.ReadFile(plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"one RPC per tensor, gzip", "1 Gbit/s", "unshaped"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the plot has no %q", want)
 		}
 	}
 }
