@@ -503,15 +503,15 @@ func peakRSS() int64 {
 }
 
 // plotHub draws each baseline's time over the hub's (how much faster the
-// hub is) against the link rate, one line per baseline, loopback at the
-// right as "unshaped", the legend outside the data.
+// hub is) against the link rate, one line per baseline, loopback (no
+// simulated link) at the right, the legend outside the data.
 func plotHub(path string, rows []*hubRow) error {
 	p := plot.New()
 	p.Title.Text = "tensorpress hub: time of one RPC per tensor over the hub's"
 	p.X.Label.Text = "link rate (each client's connection)"
 	p.Y.Label.Text = "baseline time / hub time"
 	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = rateTicks{unshaped: 10e9}
+	p.X.Tick.Marker = rateTicks{unshaped: 10e9, label: "loopback, no RTT"}
 	p.Add(plotter.NewGrid())
 	lines := map[string]plotter.XYs{}
 	var order []string

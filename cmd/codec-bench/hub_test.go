@@ -118,7 +118,7 @@ func TestHubCommandPlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"one RPC per tensor, gzip", "1 Gbit/s", "unshaped"} {
+	for _, want := range []string{"one RPC per tensor, gzip", "1 Gbit/s", "loopback, no RTT"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the plot has no %q", want)
 		}

@@ -82,7 +82,10 @@ func plotFL(path string, rows []*flRow, cfg fl.Config) error {
 // rateTicks marks a link-rate axis (bit/s, logarithmic) at each power of
 // ten with a whole label ("1 Mbit/s", "10 Gbit/s"), and at 2..9 times it
 // without one; unshaped, the axis's right end, reads "unshaped".
-type rateTicks struct{ unshaped float64 }
+type rateTicks struct {
+	unshaped float64
+	label    string // of the unshaped tick (default "unshaped")
+}
 
 func (t rateTicks) Ticks(lo, hi float64) []plot.Tick {
 	var ticks []plot.Tick
@@ -97,6 +100,9 @@ func (t rateTicks) Ticks(lo, hi float64) []plot.Tick {
 				tk.Label = wholeRate(v)
 				if t.unshaped != 0 && v == t.unshaped {
 					tk.Label = "unshaped"
+					if t.label != "" {
+						tk.Label = t.label
+					}
 				}
 			}
 			ticks = append(ticks, tk)
