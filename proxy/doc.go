@@ -1,0 +1,100 @@
+// Package proxy is the core of a gRPC sidecar proxy that compresses the
+// traffic of an application over a slow link, without any change to the
+// application:
+//
+//	app client ──► local proxy ══ hop: one gRPC connection, tensorpress ══► remote proxy ──► app server
+//
+// The application's client talks to the local proxy as if it were the
+// server. The local proxy forwards each call, under the same full method
+// name, over one multiplexed connection (the hop) to the remote proxy,
+// which calls the real server. Neither proxy needs the application's
+// generated code: messages are opaque bytes, received into gRPC's buffers
+// (mem.BufferSlice) and sent on from them without a copy.
+//
+// A local proxy:
+//
+//	hop, err := grpc.NewClient("remote-host:7000", grpc.WithTransportCredentials(creds))
+//	...
+//	opts, err := proxy.ServerOptions(hop, proxy.WithCallOptions(grpc.UseCompressor(rpc.Name)))
+//	...
+//	srv := grpc.NewServer(opts...)
+//	err = srv.Serve(ln) // where the application's client connects
+//
+// The remote proxy is the same with a connection to the application's
+// server and without the compressor. Importing this package registers the
+// "tensorpress" compressor (package rpc), so the remote proxy reads what
+// the local one sends, and answers in kind: gRPC compresses a response as
+// its request was.
+//
+// # What passes through
+//
+//   - Every shape of call (unary, server streaming, client streaming,
+//     bidirectional), all on one path: each call is forwarded as a
+//     bidirectional stream, both directions pumped at once; the end of the
+//     client's messages half-closes the outgoing call. Messages arrive in
+//     order, bit for bit, from 0 bytes up to the limit.
+//   - The request metadata, less the keys each leg of a call sets for
+//     itself: pseudo-headers (":authority": the server sees the remote
+//     proxy's target), "content-type" (its subtype does pass:
+//     "application/grpc+json" stays so), "user-agent" (gRPC writes its
+//     connection's own, so the server sees the remote proxy's;
+//     grpc.WithUserAgent on that connection prefixes it), "te", and every
+//     "grpc-" key, which gRPC reserves ("grpc-accept-encoding",
+//     "grpc-timeout", ...).
+//   - The server's response header, sent on when the server sends it
+//     (before its first message, or alone), and its trailer, less the same
+//     keys.
+//   - The deadline: the incoming call's context is the parent of the
+//     outgoing one. gRPC sends the time left, which each receiver adds to
+//     its own clock, so the server's deadline is later than the client's
+//     by the transit time of the legs, as on any gRPC hop.
+//   - Cancellation: a client that cancels, or whose deadline passes, ends
+//     the call at the server, whose context is then done.
+//   - The status: code, message and details, unchanged. A proxy that
+//     cannot reach the next one or the server answers Unavailable.
+//   - Flow control: one message in flight per direction per call. A proxy
+//     receives a message, sends it on and frees it before it receives the
+//     next, so a slow reader at one end slows the writer at the other
+//     through gRPC's flow control on each leg, and nothing piles up in a
+//     proxy.
+//
+// # What does not
+//
+//   - Transport security: each proxy terminates TLS, and the gRPC
+//     connection, on each of its sides. The server sees the remote proxy as
+//     its peer (peer.FromContext) with its credentials; per-call
+//     credentials carried in metadata ("authorization") pass as metadata.
+//   - The application's compression: gRPC decompresses each message where
+//     it is received. A message the application's client compresses (gzip)
+//     is decompressed by the local proxy, crosses the hop with tensorpress
+//     and reaches the server uncompressed; the answer is compressed again
+//     by the local proxy, as the request was. The local proxy must link
+//     the compressors the application uses (import
+//     google.golang.org/grpc/encoding/gzip), or gRPC refuses such calls
+//     with Unimplemented.
+//   - Services registered on a proxy's own server (a health check) are
+//     answered there, with the proto codec, not forwarded.
+//   - The application's connection settings (retries, load balancing,
+//     service config) apply to its own leg only; the hop's are those of
+//     the connection given to ServerOptions.
+//
+// # Limits
+//
+//   - A message is at most DefaultMaxMessageSize (256 MiB) each way, unless
+//     WithMaxMessageSize says otherwise; gRPC applies the limit after
+//     decompression too, and fails a larger message with
+//     ResourceExhausted. The application's own limits still apply at its
+//     ends: a gRPC client or server left at the default receives at most
+//     4 MiB, whatever the proxies allow.
+//   - gRPC holds each message whole, so a proxy holds up to two messages
+//     per call (one each way), plus what the flow-control windows of its
+//     connections hold.
+//
+// # Concurrency
+//
+// The handler of Forward and the options of ServerOptions serve any number
+// of concurrent calls. Each call uses one goroutine besides its handler's,
+// the one that forwards the client's messages; when the server ends a call
+// while the client is still sending, the handler returns at once and that
+// goroutine ends as soon as gRPC closes the client's stream.
+package proxy

@@ -1,0 +1,257 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	// Registers the "tensorpress" compressor, so that a proxy's server
+	// reads what the other side's proxy sends on the hop.
+	_ "github.com/tensorpress/tensorpress/rpc"
+)
+
+// DefaultMaxMessageSize is the largest message a proxy forwards unless
+// WithMaxMessageSize says otherwise: 256 MiB, each way, on both of its legs.
+const DefaultMaxMessageSize = 256 << 20
+
+// ErrBadOption is returned by ServerOptions for an option value out of
+// range.
+var ErrBadOption = errors.New("proxy: bad option")
+
+// bidi describes every outgoing call: both sides may stream, so that one
+// path forwards unary, server-streaming, client-streaming and
+// bidirectional calls alike.
+var bidi = grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+
+// Forward returns a stream handler, for grpc.UnknownServiceHandler, that
+// forwards every call it receives to conn under the same full method name.
+//
+// Each outgoing call carries the incoming request metadata (less the
+// headers of the hop itself, see the package comment), the incoming
+// call's deadline and cancellation (its context is the parent), and its
+// content-subtype. Its call options are the pass-through codec,
+// DefaultMaxMessageSize for sending and receiving, then opts: a later
+// grpc.MaxCallRecvMsgSize or grpc.MaxCallSendMsgSize in opts wins, and
+// grpc.UseCompressor(rpc.Name) compresses the hop.
+//
+// The server that runs the handler must use the pass-through codec too:
+// use ServerOptions, which does both.
+func Forward(conn grpc.ClientConnInterface, opts ...grpc.CallOption) grpc.StreamHandler {
+	base := []grpc.CallOption{
+		grpc.ForceCodecV2(passThrough{}),
+		grpc.MaxCallRecvMsgSize(DefaultMaxMessageSize),
+		grpc.MaxCallSendMsgSize(DefaultMaxMessageSize),
+	}
+	f := &forwarder{conn: conn, opts: append(base, opts...)}
+	return f.handle
+}
+
+// Option configures ServerOptions.
+type Option func(*config) error
+
+type config struct {
+	maxMsg int
+	calls  []grpc.CallOption
+}
+
+// WithMaxMessageSize sets the largest message, in bytes, the proxy
+// forwards in either direction (DefaultMaxMessageSize by default): its
+// server's receive and send limits and those of its outgoing calls. gRPC
+// applies the receive limit to a message after decompression too. A larger
+// message fails the call with codes.ResourceExhausted. The application's
+// own limits still apply at its ends: a client or server left at gRPC's
+// default receives at most 4 MiB, whatever the proxies allow.
+func WithMaxMessageSize(n int) Option {
+	return func(c *config) error {
+		if n <= 0 || n > math.MaxInt32 {
+			return fmt.Errorf("%w: message size %d, want 1 to %d", ErrBadOption, n, math.MaxInt32)
+		}
+		c.maxMsg = n
+		return nil
+	}
+}
+
+// WithCallOptions adds opts to every outgoing call, after the proxy's own
+// (see Forward): on the side that sends over the slow link,
+// grpc.UseCompressor(rpc.Name).
+func WithCallOptions(opts ...grpc.CallOption) Option {
+	return func(c *config) error {
+		c.calls = append(c.calls, opts...)
+		return nil
+	}
+}
+
+// ServerOptions returns the options of a proxy's gRPC server: every call
+// to a service the server does not register is forwarded to conn (Forward)
+// with the pass-through codec, within the message size limit.
+//
+// Services registered on the same server are served there, not forwarded;
+// their messages go through the registered proto codec.
+func ServerOptions(conn grpc.ClientConnInterface, opts ...Option) ([]grpc.ServerOption, error) {
+	c := config{maxMsg: DefaultMaxMessageSize}
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	calls := append([]grpc.CallOption{
+		grpc.MaxCallRecvMsgSize(c.maxMsg),
+		grpc.MaxCallSendMsgSize(c.maxMsg),
+	}, c.calls...)
+	return []grpc.ServerOption{
+		grpc.UnknownServiceHandler(Forward(conn, calls...)),
+		grpc.ForceServerCodecV2(passThrough{}),
+		grpc.MaxRecvMsgSize(c.maxMsg),
+		grpc.MaxSendMsgSize(c.maxMsg),
+	}, nil
+}
+
+type forwarder struct {
+	conn grpc.ClientConnInterface
+	opts []grpc.CallOption
+}
+
+// handle forwards one call. The client's messages go out from a goroutine
+// (up) while this one brings the server's back (down), one message in
+// flight each way: a message is received, sent on, then freed before the
+// next is received, so a slow reader at either end slows the writer at the
+// other through gRPC's flow control, and nothing piles up in the proxy.
+//
+// When the server ends the call while the client is still sending, the
+// handler returns at once (that ends the client's stream); up then returns
+// as soon as its pending RecvMsg fails, which gRPC makes it do when it
+// closes the stream.
+func (f *forwarder) handle(_ any, in grpc.ServerStream) error {
+	method, ok := grpc.MethodFromServerStream(in)
+	if !ok {
+		return status.Error(codes.Internal, "proxy: no method name in the stream")
+	}
+	ctx, cancel := context.WithCancel(in.Context())
+	defer cancel()
+
+	opts := f.opts
+	md, _ := metadata.FromIncomingContext(ctx)
+	if sub := contentSubtype(md); sub != "" {
+		opts = append([]grpc.CallOption{grpc.CallContentSubtype(sub)}, opts...)
+	}
+	out, err := f.conn.NewStream(metadata.NewOutgoingContext(ctx, forwardable(md)), &bidi, method, opts...)
+	if err != nil {
+		return err
+	}
+
+	upErr := make(chan error, 1)
+	go func() {
+		err := up(in, out)
+		upErr <- err // before cancel: down must find it when it sees the cancellation
+		if err != nil {
+			cancel()
+		}
+	}()
+	err = down(in, out)
+	select {
+	case e := <-upErr:
+		if e != nil {
+			return e // the client's side failed first (a message over the limit)
+		}
+	default:
+	}
+	return err
+}
+
+// up forwards the client's messages to the server, then half-closes. A
+// send that fails with io.EOF (the server ended the call) ends it quietly:
+// the server's status comes to down.
+func up(in grpc.ServerStream, out grpc.ClientStream) error {
+	for {
+		var m mem.BufferSlice
+		if err := in.RecvMsg(&m); err != nil {
+			if err == io.EOF {
+				out.CloseSend()
+				return nil
+			}
+			return err
+		}
+		err := out.SendMsg(&m)
+		m.Free()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err // ended the outgoing call (a message over its limit)
+		}
+	}
+}
+
+// down forwards the server's header, messages and trailer to the client
+// and returns the server's status.
+func down(in grpc.ServerStream, out grpc.ClientStream) error {
+	// Header waits for the server's header; it is nil when the server
+	// answered with a status only (the status comes to RecvMsg).
+	if md, _ := out.Header(); md != nil {
+		if err := in.SendHeader(forwardable(md)); err != nil {
+			return err
+		}
+	}
+	for {
+		var m mem.BufferSlice
+		if err := out.RecvMsg(&m); err != nil {
+			in.SetTrailer(forwardable(out.Trailer()))
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		err := in.SendMsg(&m)
+		m.Free()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// forwardable returns the metadata of md that the proxy passes on: all but
+// the pseudo-headers (":authority"), the HTTP headers gRPC sets per
+// connection ("content-type", "user-agent", "te", "host") and the
+// "grpc-" keys, which gRPC reserves and each leg sets for itself
+// ("grpc-accept-encoding", "grpc-status-details-bin", ...).
+func forwardable(md metadata.MD) metadata.MD {
+	out := make(metadata.MD, len(md))
+	for k, v := range md {
+		if hopHeader(k) {
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func hopHeader(k string) bool {
+	switch k {
+	case "content-type", "user-agent", "te", "host", "connection":
+		return true
+	}
+	return strings.HasPrefix(k, ":") || strings.HasPrefix(k, "grpc-")
+}
+
+// contentSubtype returns the subtype of the incoming call's content-type
+// ("json" of "application/grpc+json"), "" for plain "application/grpc".
+func contentSubtype(md metadata.MD) string {
+	ct := md.Get("content-type")
+	if len(ct) == 0 {
+		return ""
+	}
+	rest, ok := strings.CutPrefix(ct[0], "application/grpc")
+	if !ok || rest == "" || (rest[0] != '+' && rest[0] != ';') {
+		return ""
+	}
+	return rest[1:]
+}
