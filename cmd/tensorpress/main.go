@@ -3,6 +3,7 @@
 //
 //	tensorpress hub [flags]     serve model versions from a directory to many clients (gRPC)
 //	tensorpress fetch [flags]   pull a model version from a hub to disk, or its delta against a local copy
+//	tensorpress proxy [flags]   a gRPC sidecar on each side of a slow link, for any application
 //
 // Run 'tensorpress COMMAND -h' for the flags of each. Exit status: 0 on
 // success, 1 when a command fails, 2 on a usage error.
@@ -28,6 +29,7 @@ type command struct {
 var commands = []command{
 	{"hub", "serve model versions from a directory to many clients over gRPC", cmdHub},
 	{"fetch", "pull a model version from a hub to disk, or its delta against a local copy", cmdFetch},
+	{"proxy", "a gRPC sidecar, one on each side of a slow link, compressing any application's calls", cmdProxy},
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
