@@ -201,6 +201,9 @@ func TestUsage(t *testing.T) {
 		{[]string{"fetch", "--hub", "x:1", "--out", "d", "--base", "b.safetensors"}, 2, "needs a .safetensors --out"},
 		{[]string{"hub", "--dir", "/nonexistent"}, 1, "no such file"},
 		{[]string{"nope"}, 2, "unknown command"},
+		{[]string{"proxy", "-h"}, 0, "--side"},
+		{[]string{"proxy", "--listen", ":0", "--to", "x:1"}, 2, "want local or remote"},
+		{[]string{"proxy", "--side", "local", "--to", "x:1"}, 2, "--listen is required"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(c.args, &out, &errb)
