@@ -134,4 +134,3 @@ func (p *runningProxy) wait(t *testing.T) {
 		t.Errorf("proxy: exit %d: %s", code, p.errb.String())
 	}
 }
-

@@ -2,7 +2,9 @@
 """A Python gRPC peer of the proxy test: no tensorpress code, no protoc.
 
   peer.py server           serve demo.Tensors on 127.0.0.1 (port printed as "PORT n")
-  peer.py client TARGET    call it through TARGET and print what it saw
+  peer.py client TARGET SIZES     call it through TARGET and print what it saw
+  peer.py exchange TARGET W G R   send the bytes of files W (weights) and G
+                                  (gradients) R times each, print "TIME s"
 
 Methods (bytes in, bytes out, generic handlers):
   Echo    unary: the request back, its SHA-256 in the trailer "sha256"
@@ -90,8 +92,24 @@ def client(target, sizes):
     time.sleep(0.5)  # the server's handler notices
 
 
+def exchange(target, wfile, gfile, rounds):
+    ch = grpc.insecure_channel(target, options=OPTS)
+    echo = ch.unary_unary("/demo.Tensors/Echo")
+    w, g = open(wfile, "rb").read(), open(gfile, "rb").read()
+    echo(b"warm-up", timeout=60)
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        for m in (w, g):
+            if echo(m, timeout=600) != m:
+                print("MISMATCH", flush=True)
+                return
+    print("TIME", time.perf_counter() - t0, flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "server":
         serve()
+    elif sys.argv[1] == "exchange":
+        exchange(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:
         client(sys.argv[2], [int(s) for s in sys.argv[3].split(",")])

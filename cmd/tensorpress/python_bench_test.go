@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tensorpress/tensorpress/internal/netsim"
+	"github.com/tensorpress/tensorpress/tensorfile"
+)
+
+// BenchmarkPythonProxy: a Python grpcio client sends a real model's
+// weights and a real client update (the FL run's snapshot,
+// testvectors/fl: 438 KB each, float32) to a Python server and gets them
+// back, 5 rounds, over a simulated link (the same relay, both ways at the
+// rate, half the RTT each way), directly and through the two proxies
+// (the link between them). It reports, per link, the time through the
+// proxies over the direct time (below 1: the proxies win).
+//
+//	go test -run '^$' -bench PythonProxy -benchtime 1x ./cmd/tensorpress
+func BenchmarkPythonProxy(b *testing.B) {
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import grpc, numpy").Run(); err != nil {
+		b.Skipf("needs %s with grpcio and numpy: %v", py, err)
+	}
+	dir := b.TempDir()
+	var files []string
+	for _, name := range []string{"weights", "update"} {
+		st, err := tensorfile.OpenSafetensorsFile(filepath.Join("..", "..", "testvectors", "fl", name+".safetensors"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var raw []byte
+		for _, ti := range st.Tensors() {
+			x, err := st.Read(ti.Name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			raw = append(raw, x.Data...)
+		}
+		st.Close()
+		f := filepath.Join(dir, name+".f32")
+		if err := os.WriteFile(f, raw, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	srv := exec.Command(py, "testdata/peer.py", "server")
+	stdin, _ := srv.StdinPipe()
+	out, _ := srv.StdoutPipe()
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		srv.Wait()
+	}()
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "PORT ") {
+		b.Fatalf("server: %q", sc.Text())
+	}
+	serverAddr := "127.0.0.1:" + strings.TrimPrefix(sc.Text(), "PORT ")
+	go io.Copy(io.Discard, out)
+
+	exchange := func(target string) float64 {
+		res, err := exec.Command(py, "testdata/peer.py", "exchange", target, files[0], files[1], "5").Output()
+		if err != nil {
+			b.Fatalf("client: %v: %s", err, res)
+		}
+		secs, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(string(res), "TIME")), 64)
+		if err != nil {
+			b.Fatalf("client said %q", res)
+		}
+		return secs
+	}
+	for b.Loop() {
+		for _, l := range []struct {
+			name string
+			link netsim.Link
+		}{
+			{"loopback", netsim.Link{}},
+			{"100Mbit", netsim.Link{Rate: 100e6 / 8, Latency: 5e6}},
+			{"10Mbit", netsim.Link{Rate: 10e6 / 8, Latency: 5e6}},
+		} {
+			// Direct: client -> link -> server.
+			direct := startRelay(b, serverAddr, l.link)
+			d := exchange(direct.addr)
+			direct.close()
+			// Through the proxies: client -> local -> link -> remote -> server.
+			ctx, cancel := context.WithCancel(context.Background())
+			hubContext = func() context.Context { return ctx }
+			remote := startProxyB(b, "remote", serverAddr)
+			relay := startRelay(b, remote.addr, l.link)
+			local := startProxyB(b, "local", relay.addr)
+			p := exchange(local.addr)
+			cancel()
+			<-local.done
+			relay.close()
+			<-remote.done
+			b.Logf("%s: direct %.3f s, through the proxies %.3f s: %.2fx", l.name, d, p, p/d)
+			b.ReportMetric(p/d, "proxied/direct-"+l.name)
+		}
+	}
+}
+
+func startProxyB(b *testing.B, side, to string) *runningProxy {
+	b.Helper()
+	p := &runningProxy{done: make(chan int, 1), errb: new(syncBuffer)}
+	go func() {
+		p.done <- run([]string{"proxy", "--side", side, "--listen", "127.0.0.1:0", "--to", to}, new(bytes.Buffer), p.errb)
+	}()
+	for range 2000 {
+		if i := strings.Index(p.errb.String(), "msg=listening addr="); i >= 0 {
+			f := strings.Fields(p.errb.String()[i+len("msg=listening addr="):])
+			p.addr = f[0]
+			return p
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Fatalf("%s proxy did not start: %s", side, p.errb.String())
+	return nil
+}
+
+// relay forwards connections to target across a simulated link, both
+// directions shaped.
+type relay struct {
+	addr string
+	ln   net.Listener
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	cs   []net.Conn
+}
+
+func startRelay(b *testing.B, target string, l netsim.Link) *relay {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &relay{addr: ln.Addr().String(), ln: ln}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			var a, z net.Conn = c, s
+			if l != (netsim.Link{}) {
+				a, z = netsim.Shape(c, l), netsim.Shape(s, l)
+			}
+			r.mu.Lock()
+			r.cs = append(r.cs, a, z)
+			r.mu.Unlock()
+			r.wg.Add(2)
+			go func() { defer r.wg.Done(); io.Copy(z, c); z.Close() }()
+			go func() { defer r.wg.Done(); io.Copy(a, s); a.Close() }()
+		}
+	}()
+	return r
+}
+
+func (r *relay) close() {
+	r.ln.Close()
+	r.mu.Lock()
+	for _, c := range r.cs {
+		c.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
