@@ -143,13 +143,19 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 		defer hs.Close()
 		log.Info("metrics", "addr", mln.Addr().String())
 	}
+	return serve(ctx, s, ln, errc, *drain, log)
+}
+
+// serve runs s on ln until ctx ends (or s, or errc, fails), then stops it
+// gracefully: calls in flight get drain to finish, and are cut after.
+func serve(ctx context.Context, s *grpc.Server, ln net.Listener, errc chan error, drain time.Duration, log *slog.Logger) error {
 	go func() { errc <- s.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("stopping", "drain", *drain)
+	log.Info("stopping", "drain", drain)
 	done := make(chan struct{})
 	go func() {
 		s.GracefulStop()
@@ -157,15 +163,16 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	}()
 	select {
 	case <-done:
-	case <-time.After(*drain):
-		log.Info("drain over: cutting the streams left")
+	case <-time.After(drain):
+		log.Info("drain over: cutting the calls left")
 		s.Stop()
 		<-done
 	}
 	return nil
 }
 
-// hubContext is the context a hub runs in until a signal: tests end it.
+// hubContext is the context a hub or proxy runs in until a signal: tests
+// end it.
 var hubContext = context.Background
 
 // publishDir publishes the newest keep versions of dir into h and returns

@@ -79,24 +79,5 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	log.Info("listening", "addr", ln.Addr().String(), "side", *side, "to", *to)
-	errc := make(chan error, 1)
-	go func() { errc <- s.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("stopping", "drain", *drain)
-	done := make(chan struct{})
-	go func() {
-		s.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(*drain):
-		s.Stop()
-		<-done
-	}
-	return nil
+	return serve(ctx, s, ln, make(chan error, 1), *drain, log)
 }
