@@ -53,6 +53,25 @@ static __device__ inline i32 round_clamp127(float y) {
   return r < -127 ? -127 : (r > 127 ? 127 : r);
 }
 
+// block_absmax returns, to every thread of the block, the largest
+// magnitude bits of x[lo:hi] (lossy.absmaxBits), reduced in red.
+static __device__ inline u32 block_absmax(const float *x, u64 lo, u64 hi, u32 *red) {
+  u32 m = 0;
+  for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    u32 k = f32_bits(x[i]) & 0x7fffffff;
+    m = k > m ? k : m;
+  }
+  red[threadIdx.x] = m;
+  sync_block();
+  for (u32 s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s && red[threadIdx.x + s] > red[threadIdx.x]) red[threadIdx.x] = red[threadIdx.x + s];
+    sync_block();
+  }
+  m = red[0];
+  sync_block(); // red is reused by the next block
+  return m;
+}
+
 // Block j (one CUDA block each, blockDim TP_BLOCK_THREADS) of bsize
 // elements of x (the last may be shorter): scale[j] is its absmax and
 // q its codes, as int8Quantize gives them. A block holding a NaN or Inf
@@ -62,19 +81,7 @@ KERNEL void tp_int8_blocks(const float *x, u8 *q, float *scale, u64 n, u32 bsize
   u64 nblocks = (n + bsize - 1) / bsize;
   for (u64 j = blockIdx.x; j < nblocks; j += gridDim.x) {
     u64 lo = j * bsize, hi = lo + bsize < n ? lo + bsize : n;
-    u32 m = 0;
-    for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      u32 k = f32_bits(x[i]) & 0x7fffffff;
-      m = k > m ? k : m;
-    }
-    red[threadIdx.x] = m;
-    sync_block();
-    for (u32 s = blockDim.x / 2; s > 0; s >>= 1) {
-      if (threadIdx.x < s && red[threadIdx.x + s] > red[threadIdx.x]) red[threadIdx.x] = red[threadIdx.x + s];
-      sync_block();
-    }
-    m = red[0];
-    sync_block(); // red is reused by the next block
+    u32 m = block_absmax(x, lo, hi, red);
     if (m >= 0x7f800000u) {
       if (threadIdx.x == 0) {
         atomic_or_u32(bad, 1);
@@ -454,19 +461,7 @@ KERNEL void tp_q4_blocks(const float *x, u8 *q, float *scale, u64 n, u32 bsize, 
   u64 nblocks = (n + bsize - 1) / bsize;
   for (u64 j = blockIdx.x; j < nblocks; j += gridDim.x) {
     u64 lo = j * bsize, hi = lo + bsize < n ? lo + bsize : n;
-    u32 m = 0;
-    for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      u32 k = f32_bits(x[i]) & 0x7fffffff;
-      m = k > m ? k : m;
-    }
-    red[threadIdx.x] = m;
-    sync_block();
-    for (u32 s = blockDim.x / 2; s > 0; s >>= 1) {
-      if (threadIdx.x < s && red[threadIdx.x + s] > red[threadIdx.x]) red[threadIdx.x] = red[threadIdx.x + s];
-      sync_block();
-    }
-    m = red[0];
-    sync_block();
+    u32 m = block_absmax(x, lo, hi, red);
     if (m >= 0x7f800000u) {
       if (threadIdx.x == 0) {
         atomic_or_u32(bad, 1);
