@@ -27,23 +27,6 @@ import (
 // bit. This checks their logic on a machine without a GPU; the PTX and
 // the driver are checked by the device tests.
 
-// emulator builds the emulation program into the test's temporary
-// directory, or skips the test when there is no clang++-14.
-func emulator(t *testing.T) string {
-	t.Helper()
-	cxx, err := exec.LookPath("clang++-14")
-	if err != nil {
-		t.Skipf("kernel emulation needs clang++-14 (Debian's clang-14; make test installs it): %v", err)
-	}
-	exe := filepath.Join(t.TempDir(), "emu")
-	out, err := exec.Command(cxx, "-std=c++20", "-O1", "-pthread", "-ffp-contract=off", "-DTP_EMULATE", "-Ikernels",
-		"-x", "c++", "kernels/kernels.cu", "-x", "c++", "kernels/emu_main.cc", "-o", exe).CombinedOutput()
-	if err != nil {
-		t.Fatalf("building the kernel emulation: %v\n%s", err, out)
-	}
-	return exe
-}
-
 // run sends op, its numbers and data to the emulation exe and returns
 // what it writes.
 func run(t *testing.T, exe, op string, nums []uint64, data []byte) []byte {
