@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/proxy"
 	"github.com/tensorpress/tensorpress/rpc"
+	"github.com/tensorpress/tensorpress/transport"
 )
 
 const proxyText = `
@@ -37,6 +40,12 @@ For example, the client's machine runs
 and the server's
   tensorpress proxy --side remote --listen :7000 --to 127.0.0.1:50051
 SIGTERM or SIGINT stops a proxy: calls in flight get --drain to finish.
+
+--mode tcp forwards any byte stream instead (protocols that are not gRPC):
+each connection to the local proxy becomes one to the remote proxy that
+carries tensorpress frames (package transport: the autotuner picks each
+frame's recipe on the measured link), and one from the remote proxy to
+--to. Half-closes pass through; the bytes arrive as they were sent.
 `
 
 func cmdProxy(args []string, stdout, stderr io.Writer) error {
@@ -44,7 +53,8 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	side := fs.String("side", "", "`local` (beside the client) or `remote` (beside the server); required")
 	listen := fs.String("listen", "", "`address` to listen on (host:port); required")
 	to := fs.String("to", "", "`address` to forward to: the remote proxy, or the server; required")
-	maxMsg := fs.Int("max-message", proxy.DefaultMaxMessageSize, "largest message, in `bytes`, both ways")
+	mode := fs.String("mode", "grpc", "`grpc` (any gRPC service) or `tcp` (any byte stream, through package transport)")
+	maxMsg := fs.Int("max-message", proxy.DefaultMaxMessageSize, "largest message, in `bytes`, both ways (grpc)")
 	drain := fs.Duration("drain", 10*time.Second, "time calls get to finish at shutdown")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -56,6 +66,11 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 		return usagef("--listen is required")
 	case *to == "":
 		return usagef("--to is required")
+	case *mode != "grpc" && *mode != "tcp":
+		return usagef("--mode %q: want grpc or tcp", *mode)
+	}
+	if *mode == "tcp" {
+		return tcpProxy(*side, *listen, *to, *drain, stderr)
 	}
 	conn, err := grpc.NewClient(*to, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -80,4 +95,105 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	log.Info("listening", "addr", ln.Addr().String(), "side", *side, "to", *to)
 	return serve(ctx, s, ln, make(chan error, 1), *drain, log)
+}
+
+// tcpProxy forwards byte streams: on the local side each accepted
+// connection is carried to the remote proxy through transport.Wrap; on
+// the remote side each accepted connection is unwrapped and forwarded to
+// the server.
+func tcpProxy(side, listen, to string, drain time.Duration, stderr io.Writer) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	log.Info("listening", "addr", ln.Addr().String(), "side", side, "to", to, "mode", "tcp")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	track := func(c net.Conn, on bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if on {
+			open[c] = true
+		} else {
+			delete(open, c)
+		}
+	}
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("accept", "err", err)
+			}
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			track(c, true)
+			defer track(c, false)
+			if err := forwardTCP(side, c, to); err != nil {
+				log.Info("connection ended", "remote", c.RemoteAddr().String(), "err", err)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(drain):
+		mu.Lock()
+		for c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		<-done
+	}
+	return nil
+}
+
+// forwardTCP carries c to the next hop: wrapped in tensorpress frames
+// toward the remote proxy (local side), or unwrapped toward the server
+// (remote side).
+func forwardTCP(side string, c net.Conn, to string) error {
+	defer c.Close()
+	d, err := net.Dial("tcp", to)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	var in, out net.Conn = c, d // out: toward the server
+	var wrapped *transport.Conn
+	if side == "local" {
+		wrapped, err = transport.Wrap(d)
+		out = wrapped
+	} else {
+		wrapped, err = transport.Wrap(c)
+		in = wrapped
+	}
+	if err != nil {
+		return err
+	}
+	defer wrapped.Close()
+	errc := make(chan error, 2)
+	pipe := func(dst, src net.Conn) {
+		_, err := io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+		errc <- err
+	}
+	go pipe(out, in)
+	go pipe(in, out)
+	return errors.Join(<-errc, <-errc)
 }

@@ -4,10 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -133,4 +139,82 @@ func (p *runningProxy) wait(t *testing.T) {
 	if code := <-p.done; code != 0 {
 		t.Errorf("proxy: exit %d: %s", code, p.errb.String())
 	}
+}
+
+// TestTCPProxies: a byte stream through a local and a remote proxy in TCP
+// mode (tensorpress frames between them) reaches an echo server and comes
+// back as it was sent, half-closes passing through.
+func TestTCPProxies(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				io.Copy(c, c)
+				c.(*net.TCPConn).CloseWrite()
+				c.Close()
+			}()
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	hubContext = func() context.Context { return ctx }
+	remote := startProxyMode(t, "remote", ln.Addr().String(), "tcp")
+	local := startProxyMode(t, "local", remote.addr, "tcp")
+	defer func() {
+		cancel()
+		local.wait(t)
+		remote.wait(t)
+	}()
+	rng := rand.New(rand.NewPCG(61, 61))
+	msg := make([]byte, 8<<20)
+	for i := 0; i < len(msg); i += 4 {
+		binary.LittleEndian.PutUint32(msg[i:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
+	}
+	for range 2 { // two connections, one after the other
+		c, err := net.Dial("tcp", local.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.Write(msg)
+			c.(*net.TCPConn).CloseWrite()
+			errc <- err
+		}()
+		got, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || <-errc != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("%v; %d bytes back of %d, equal %t", err, len(got), len(msg), bytes.Equal(got, msg))
+		}
+	}
+}
+
+func startProxyMode(t *testing.T, side, to, mode string) *runningProxy {
+	t.Helper()
+	p := &runningProxy{done: make(chan int, 1), errb: new(syncBuffer)}
+	go func() {
+		p.done <- run([]string{"proxy", "--mode", mode, "--side", side, "--listen", "127.0.0.1:0", "--to", to}, new(bytes.Buffer), p.errb)
+	}()
+	re := regexp.MustCompile(`msg=listening addr=(\S+)`)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := re.FindStringSubmatch(p.errb.String()); m != nil {
+			p.addr = m[1]
+			return p
+		}
+	}
+	t.Fatalf("%s proxy did not start: %s", side, p.errb.String())
+	return nil
 }
