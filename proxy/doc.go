@@ -97,4 +97,9 @@
 // the one that forwards the client's messages; when the server ends a call
 // while the client is still sending, the handler returns at once and that
 // goroutine ends as soon as gRPC closes the client's stream.
+//
+// # Metrics
+//
+// WithStats counts calls and the application's messages and
+// bytes each way; Collector exports them for Prometheus.
 package proxy

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -46,13 +47,16 @@ var bidi = grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 // The server that runs the handler must use the pass-through codec too:
 // use ServerOptions, which does both.
 func Forward(conn grpc.ClientConnInterface, opts ...grpc.CallOption) grpc.StreamHandler {
+	return newForwarder(conn, new(Stats), opts).handle
+}
+
+func newForwarder(conn grpc.ClientConnInterface, st *Stats, opts []grpc.CallOption) *forwarder {
 	base := []grpc.CallOption{
 		grpc.ForceCodecV2(passThrough{}),
 		grpc.MaxCallRecvMsgSize(DefaultMaxMessageSize),
 		grpc.MaxCallSendMsgSize(DefaultMaxMessageSize),
 	}
-	f := &forwarder{conn: conn, opts: append(base, opts...)}
-	return f.handle
+	return &forwarder{conn: conn, opts: append(base, opts...), stats: st}
 }
 
 // Option configures ServerOptions.
@@ -61,6 +65,28 @@ type Option func(*config) error
 type config struct {
 	maxMsg int
 	calls  []grpc.CallOption
+	stats  *Stats
+}
+
+// Stats counts what a proxy forwarded: calls, and the messages and their
+// bytes (as the application sent them, before any compression on the hop)
+// from the clients to the servers (up) and back (down). Collector exports
+// it for Prometheus.
+type Stats struct {
+	Calls, Active            atomic.Int64
+	MessagesUp, MessagesDown atomic.Int64
+	BytesUp, BytesDown       atomic.Int64
+}
+
+// WithStats counts the proxy's forwarding in s.
+func WithStats(s *Stats) Option {
+	return func(c *config) error {
+		if s == nil {
+			return fmt.Errorf("%w: nil Stats", ErrBadOption)
+		}
+		c.stats = s
+		return nil
+	}
 }
 
 // WithMaxMessageSize sets the largest message, in bytes, the proxy
@@ -107,8 +133,12 @@ func ServerOptions(conn grpc.ClientConnInterface, opts ...Option) ([]grpc.Server
 		grpc.MaxCallRecvMsgSize(c.maxMsg),
 		grpc.MaxCallSendMsgSize(c.maxMsg),
 	}, c.calls...)
+	st := c.stats
+	if st == nil {
+		st = new(Stats)
+	}
 	return []grpc.ServerOption{
-		grpc.UnknownServiceHandler(Forward(conn, calls...)),
+		grpc.UnknownServiceHandler(newForwarder(conn, st, calls).handle),
 		grpc.ForceServerCodecV2(passThrough{}),
 		grpc.MaxRecvMsgSize(c.maxMsg),
 		grpc.MaxSendMsgSize(c.maxMsg),
@@ -116,8 +146,9 @@ func ServerOptions(conn grpc.ClientConnInterface, opts ...Option) ([]grpc.Server
 }
 
 type forwarder struct {
-	conn grpc.ClientConnInterface
-	opts []grpc.CallOption
+	conn  grpc.ClientConnInterface
+	opts  []grpc.CallOption
+	stats *Stats
 }
 
 // handle forwards one call. The client's messages go out from a goroutine
@@ -137,6 +168,9 @@ func (f *forwarder) handle(_ any, in grpc.ServerStream) error {
 	}
 	ctx, cancel := context.WithCancel(in.Context())
 	defer cancel()
+	f.stats.Calls.Add(1)
+	f.stats.Active.Add(1)
+	defer f.stats.Active.Add(-1)
 
 	opts := f.opts
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -150,13 +184,13 @@ func (f *forwarder) handle(_ any, in grpc.ServerStream) error {
 
 	upErr := make(chan error, 1)
 	go func() {
-		err := up(in, out)
+		err := up(in, out, f.stats)
 		upErr <- err // before cancel: down must find it when it sees the cancellation
 		if err != nil {
 			cancel()
 		}
 	}()
-	err = down(in, out)
+	err = down(in, out, f.stats)
 	select {
 	case e := <-upErr:
 		if e != nil {
@@ -170,7 +204,7 @@ func (f *forwarder) handle(_ any, in grpc.ServerStream) error {
 // up forwards the client's messages to the server, then half-closes. A
 // send that fails with io.EOF (the server ended the call) ends it quietly:
 // the server's status comes to down.
-func up(in grpc.ServerStream, out grpc.ClientStream) error {
+func up(in grpc.ServerStream, out grpc.ClientStream, st *Stats) error {
 	for {
 		var m mem.BufferSlice
 		if err := in.RecvMsg(&m); err != nil {
@@ -180,10 +214,15 @@ func up(in grpc.ServerStream, out grpc.ClientStream) error {
 			}
 			return err
 		}
+		n := m.Len()
 		err := out.SendMsg(&m)
 		m.Free()
 		if err == io.EOF {
 			return nil
+		}
+		if err == nil {
+			st.MessagesUp.Add(1)
+			st.BytesUp.Add(int64(n))
 		}
 		if err != nil {
 			return err // ended the outgoing call (a message over its limit)
@@ -193,7 +232,7 @@ func up(in grpc.ServerStream, out grpc.ClientStream) error {
 
 // down forwards the server's header, messages and trailer to the client
 // and returns the server's status.
-func down(in grpc.ServerStream, out grpc.ClientStream) error {
+func down(in grpc.ServerStream, out grpc.ClientStream, st *Stats) error {
 	// Header waits for the server's header; it is nil when the server
 	// answered with a status only (the status comes to RecvMsg).
 	if md, _ := out.Header(); md != nil {
@@ -210,11 +249,14 @@ func down(in grpc.ServerStream, out grpc.ClientStream) error {
 			}
 			return err
 		}
+		n := m.Len()
 		err := in.SendMsg(&m)
 		m.Free()
 		if err != nil {
 			return err
 		}
+		st.MessagesDown.Add(1)
+		st.BytesDown.Add(int64(n))
 	}
 }
 

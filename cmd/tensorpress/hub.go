@@ -124,26 +124,37 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	log.Info("listening", "addr", ln.Addr().String(), "tls", *certFile != "")
 	errc := make(chan error, 2)
 	if *metricsAddr != "" {
-		mln, err := net.Listen("tcp", *metricsAddr)
+		stopMetrics, err := serveMetrics(*metricsAddr, errc, log, hub.Collector(h))
 		if err != nil {
 			ln.Close()
 			return err
 		}
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(hub.Collector(h), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := hs.Serve(mln); err != http.ErrServerClosed {
-				errc <- err
-			}
-		}()
-		defer hs.Close()
-		log.Info("metrics", "addr", mln.Addr().String())
+		defer stopMetrics()
 	}
 	return serve(ctx, s, ln, errc, *drain, log)
+}
+
+// serveMetrics serves /metrics (c, Go and process metrics) and /healthz
+// on addr; a failure of the server goes to errc. The function it returns
+// stops it.
+func serveMetrics(addr string, errc chan error, log *slog.Logger, c prometheus.Collector) (func(), error) {
+	mln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(mln); err != http.ErrServerClosed {
+			errc <- err
+		}
+	}()
+	log.Info("metrics", "addr", mln.Addr().String())
+	return func() { hs.Close() }, nil
 }
 
 // serve runs s on ln until ctx ends (or s, or errc, fails), then stops it

@@ -56,6 +56,7 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	mode := fs.String("mode", "grpc", "`grpc` (any gRPC service) or `tcp` (any byte stream, through package transport)")
 	maxMsg := fs.Int("max-message", proxy.DefaultMaxMessageSize, "largest message, in `bytes`, both ways (grpc)")
 	drain := fs.Duration("drain", 10*time.Second, "time calls get to finish at shutdown")
+	metricsAddr := fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (grpc mode; default: none)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -77,7 +78,8 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	opts := []proxy.Option{proxy.WithMaxMessageSize(*maxMsg)}
+	var stats proxy.Stats
+	opts := []proxy.Option{proxy.WithMaxMessageSize(*maxMsg), proxy.WithStats(&stats)}
 	if *side == "local" {
 		opts = append(opts, proxy.WithCallOptions(grpc.UseCompressor(rpc.Name)))
 	}
@@ -94,7 +96,16 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	log.Info("listening", "addr", ln.Addr().String(), "side", *side, "to", *to)
-	return serve(ctx, s, ln, make(chan error, 1), *drain, log)
+	errc := make(chan error, 2)
+	if *metricsAddr != "" {
+		stopMetrics, err := serveMetrics(*metricsAddr, errc, log, proxy.Collector(&stats))
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stopMetrics()
+	}
+	return serve(ctx, s, ln, errc, *drain, log)
 }
 
 // tcpProxy forwards byte streams: on the local side each accepted

@@ -5,13 +5,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"github.com/prometheus/common/expfmt"
+	pmodel "github.com/prometheus/common/model"
 	"io"
 	"math"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -63,7 +67,7 @@ func TestPythonThroughProxies(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	hubContext = func() context.Context { return ctx }
 	remote := startProxy(t, "remote", serverAddr)
-	local := startProxy(t, "local", remote.addr)
+	local := startProxy(t, "local", remote.addr, "--metrics", "127.0.0.1:0")
 	defer func() {
 		cancel()
 		local.wait(t)
@@ -110,6 +114,39 @@ func TestPythonThroughProxies(t *testing.T) {
 	if !seen["SLOW deadline"] || !seen["SLOW cancelled"] {
 		t.Errorf("the server saw %v", seen)
 	}
+	// The local proxy's /metrics: the bytes it forwarded are the bytes
+	// the client sent and received (the echoes, the stream, and the two
+	// one-byte calls that got no answer).
+	m := regexp.MustCompile(`msg=metrics addr=(\S+)`).FindStringSubmatch(local.errb.String())
+	if m == nil {
+		t.Fatalf("no metrics address: %s", local.errb.String())
+	}
+	resp, err := http.Get("http://" + m[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(pmodel.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var echoed float64
+	for _, n := range strings.Split(sizes, ",") {
+		v, _ := strconv.ParseFloat(n, 64)
+		echoed += v
+	}
+	streamed := float64(1024 + 65536 + 1<<20 + 3<<20)
+	got := map[string]float64{}
+	for _, mt := range fams["tensorpress_proxy_bytes_total"].GetMetric() {
+		got[mt.GetLabel()[0].GetValue()] = mt.GetCounter().GetValue()
+	}
+	if got["up"] != echoed+streamed+2 || got["down"] != echoed+streamed {
+		t.Errorf("/metrics: bytes up %v, down %v; the client sent %v and received %v", got["up"], got["down"], echoed+streamed+2, echoed+streamed)
+	}
+	if c := fams["tensorpress_proxy_calls_total"].GetMetric()[0].GetCounter().GetValue(); c != float64(len(strings.Split(sizes, ","))+3) {
+		t.Errorf("calls %v", c)
+	}
 }
 
 type runningProxy struct {
@@ -118,11 +155,11 @@ type runningProxy struct {
 	errb *syncBuffer
 }
 
-func startProxy(t *testing.T, side, to string) *runningProxy {
+func startProxy(t *testing.T, side, to string, extra ...string) *runningProxy {
 	t.Helper()
 	p := &runningProxy{done: make(chan int, 1), errb: new(syncBuffer)}
 	go func() {
-		p.done <- run([]string{"proxy", "--side", side, "--listen", "127.0.0.1:0", "--to", to}, new(bytes.Buffer), p.errb)
+		p.done <- run(append([]string{"proxy", "--side", side, "--listen", "127.0.0.1:0", "--to", to}, extra...), new(bytes.Buffer), p.errb)
 	}()
 	re := regexp.MustCompile(`msg=listening addr=(\S+)`)
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
