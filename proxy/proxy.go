@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"strings"
 	"sync/atomic"
 
@@ -72,7 +73,12 @@ type config struct {
 // bytes (as the application sent them, before any compression on the hop)
 // from the clients to the servers (up) and back (down). Collector exports
 // it for Prometheus.
+//
+// HopOut and HopIn are for the caller to count the bytes its connection
+// toward the next proxy writes and reads (see CountingConn); Collector
+// exports them with the ratio of the application's bytes to them.
 type Stats struct {
+	HopOut, HopIn            atomic.Int64
 	Calls, Active            atomic.Int64
 	MessagesUp, MessagesDown atomic.Int64
 	BytesUp, BytesDown       atomic.Int64
@@ -296,4 +302,23 @@ func contentSubtype(md metadata.MD) string {
 		return ""
 	}
 	return rest[1:]
+}
+
+// CountingConn counts what c writes in out and what it reads in in (a
+// proxy's connection toward the next one, for Stats.HopOut and HopIn).
+type CountingConn struct {
+	net.Conn
+	Out, In *atomic.Int64
+}
+
+func (c CountingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.Out.Add(int64(n))
+	return n, err
+}
+
+func (c CountingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.In.Add(int64(n))
+	return n, err
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -73,12 +74,19 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	if *mode == "tcp" {
 		return tcpProxy(*side, *listen, *to, *drain, stderr)
 	}
-	conn, err := grpc.NewClient(*to, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	var stats proxy.Stats
+	conn, err := grpc.NewClient(*to, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return proxy.CountingConn{Conn: c, Out: &stats.HopOut, In: &stats.HopIn}, nil
+		}))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	var stats proxy.Stats
 	opts := []proxy.Option{proxy.WithMaxMessageSize(*maxMsg), proxy.WithStats(&stats)}
 	if *side == "local" {
 		opts = append(opts, proxy.WithCallOptions(grpc.UseCompressor(rpc.Name)))

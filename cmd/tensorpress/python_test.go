@@ -147,6 +147,16 @@ func TestPythonThroughProxies(t *testing.T) {
 	if c := fams["tensorpress_proxy_calls_total"].GetMetric()[0].GetCounter().GetValue(); c != float64(len(strings.Split(sizes, ","))+3) {
 		t.Errorf("calls %v", c)
 	}
+	hop := map[string]float64{}
+	for _, mt := range fams["tensorpress_proxy_hop_bytes_total"].GetMetric() {
+		hop[mt.GetLabel()[0].GetValue()] = mt.GetCounter().GetValue()
+	}
+	// The hop carries the messages coded, plus gRPC's framing: less than
+	// the float32 weights themselves, which code to about 85%.
+	if !(hop["out"] > 0 && hop["out"] < got["up"] && hop["in"] > 0 && hop["in"] < got["down"]) {
+		t.Errorf("hop bytes out %v in %v, for %v up and %v down", hop["out"], hop["in"], got["up"], got["down"])
+	}
+	t.Logf("the hop carried %.1f%% of the bytes up and %.1f%% of those down", 100*hop["out"]/got["up"], 100*hop["in"]/got["down"])
 }
 
 type runningProxy struct {
