@@ -72,6 +72,20 @@ static __device__ inline u32 block_absmax(const float *x, u64 lo, u64 hi, u32 *r
   return m;
 }
 
+// block_scale sets *m to the absmax bits of x[lo:hi] and *scale to its
+// float (the block's scale), and reports true; for a block holding a NaN
+// or an infinity it sets bad[0] and *scale to 0 and reports false (the
+// CPU refuses the block: errBlockNonFinite). Every thread must call it.
+static __device__ inline bool block_scale(const float *x, u64 lo, u64 hi, u32 *red, float *scale, u32 *bad, u32 *m) {
+  *m = block_absmax(x, lo, hi, red);
+  bool ok = *m < 0x7f800000u;
+  if (threadIdx.x == 0) {
+    if (!ok) atomic_or_u32(bad, 1);
+    *scale = ok ? f32_from(*m) : 0;
+  }
+  return ok;
+}
+
 // Block j (one CUDA block each, blockDim TP_BLOCK_THREADS) of bsize
 // elements of x (the last may be shorter): scale[j] is its absmax and
 // q its codes, as int8Quantize gives them. A block holding a NaN or Inf
@@ -81,16 +95,9 @@ KERNEL void tp_int8_blocks(const float *x, u8 *q, float *scale, u64 n, u32 bsize
   u64 nblocks = (n + bsize - 1) / bsize;
   for (u64 j = blockIdx.x; j < nblocks; j += gridDim.x) {
     u64 lo = j * bsize, hi = lo + bsize < n ? lo + bsize : n;
-    u32 m = block_absmax(x, lo, hi, red);
-    if (m >= 0x7f800000u) {
-      if (threadIdx.x == 0) {
-        atomic_or_u32(bad, 1);
-        scale[j] = 0;
-      }
-      continue;
-    }
+    u32 m;
+    if (!block_scale(x, lo, hi, red, &scale[j], bad, &m)) continue;
     float a = f32_from(m);
-    if (threadIdx.x == 0) scale[j] = a;
     if (m == 0) {
       for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) q[i] = 0;
     } else if (m < (127u - 100u) << 23) { // tiny: scaled by 2^100 first
@@ -461,15 +468,8 @@ KERNEL void tp_q4_blocks(const float *x, u8 *q, float *scale, u64 n, u32 bsize, 
   u64 nblocks = (n + bsize - 1) / bsize;
   for (u64 j = blockIdx.x; j < nblocks; j += gridDim.x) {
     u64 lo = j * bsize, hi = lo + bsize < n ? lo + bsize : n;
-    u32 m = block_absmax(x, lo, hi, red);
-    if (m >= 0x7f800000u) {
-      if (threadIdx.x == 0) {
-        atomic_or_u32(bad, 1);
-        scale[j] = 0;
-      }
-      continue;
-    }
-    if (threadIdx.x == 0) scale[j] = f32_from(m);
+    u32 m;
+    if (!block_scale(x, lo, hi, red, &scale[j], bad, &m)) continue;
     float a = f32_from(m), inv = 0, pre = 1;
     if (m != 0) {
       if (m < (127u - 100u) << 23) {
