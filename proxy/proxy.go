@@ -197,6 +197,12 @@ func (f *forwarder) handle(_ any, in grpc.ServerStream) error {
 		}
 	}()
 	err = down(in, out, f.stats)
+	if cerr := in.Context().Err(); cerr != nil && err != nil {
+		// The incoming call's deadline passed (or the client left): say
+		// so, whichever way it reached the outgoing call first (the up
+		// goroutine cancels it when the incoming stream ends).
+		return status.FromContextError(cerr).Err()
+	}
 	select {
 	case e := <-upErr:
 		if e != nil {
