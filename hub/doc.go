@@ -58,8 +58,10 @@
 // tensors need grpc.MaxRecvMsgSize on the server.
 //
 // Metrics: Collector exports the Hub's Stats (fetches, chunks and bytes
-// sent, encodes and their time, uploads, refused updates, open streams)
-// for Prometheus, read at each scrape.
+// sent, encodes and their time, cache hits, bytes before and after coding
+// by recipe, chunks and bytes by client host, uploads, refused updates by
+// reason, open streams) for Prometheus, read at each scrape. The recipe
+// and host labels are bounded (MaxAccounts).
 //
 // Guarantees:
 //   - A client's memory is bounded by its credit (chunks in flight) and

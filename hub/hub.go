@@ -55,6 +55,8 @@ type Hub struct {
 	updateBytes atomic.Int64
 	uploads     atomic.Int64 // upload streams open
 	badUpdates  [2]atomic.Int64
+	recipes     accounts // segment bytes before and after coding, by recipe
+	peers       accounts // chunks and bytes sent, by client host
 }
 
 // Stats counts what a Hub has done.
@@ -64,7 +66,8 @@ type Stats struct {
 	ChunksSent    int64   // chunks sent to clients
 	BytesSent     int64   // their frames' bytes
 	RawBytesSent  int64   // their tensors' decoded bytes
-	Encodes       int64   // chunks encoded (the rest came from the cache)
+	Encodes       int64   // chunks encoded
+	CacheHits     int64   // chunks taken from the cache of encoded chunks
 	EncodeSeconds float64 // time spent encoding them
 	Updates       int64   // uploaded updates added into a round's sum
 	UpdateBytes   int64   // their frames' bytes
@@ -72,15 +75,22 @@ type Stats struct {
 	// Refused updates: malformed (InvalidArgument) and over the limits
 	// (ResourceExhausted).
 	MalformedUpdates, OversizedUpdates int64
+	// Recipes: by recipe (its text, or "raw"), the bytes of the segments
+	// it coded, before (In) and after (Out); each chunk is counted when it
+	// is encoded, not each time the cache serves it. Peers: by client
+	// host, the chunks (In) and frames' bytes (Out) sent to it. At most
+	// MaxAccounts names each, the rest under Other.
+	Recipes, Peers map[string]Account
 }
 
 // Stats returns the Hub's counters.
 func (h *Hub) Stats() Stats {
 	return Stats{
 		Fetches: h.fetches.Load(), ActiveFetches: h.active.Load(), ChunksSent: h.sent.Load(),
-		BytesSent: h.bytesSent.Load(), RawBytesSent: h.rawSent.Load(), Encodes: h.encodes.Load(),
+		BytesSent: h.bytesSent.Load(), RawBytesSent: h.rawSent.Load(), Encodes: h.encodes.Load(), CacheHits: h.cache.hits.Load(),
 		EncodeSeconds: float64(h.encodeNanos.Load()) / 1e9, Updates: h.updates.Load(), UpdateBytes: h.updateBytes.Load(),
 		ActiveUploads: h.uploads.Load(), MalformedUpdates: h.badUpdates[0].Load(), OversizedUpdates: h.badUpdates[1].Load(),
+		Recipes: h.recipes.snapshot(), Peers: h.peers.snapshot(),
 	}
 }
 

@@ -11,13 +11,20 @@ import "github.com/prometheus/client_golang/prometheus"
 //	tensorpress_hub_chunks_sent_total           chunks sent
 //	tensorpress_hub_sent_bytes_total            their frames' bytes (protobuf and gRPC framing aside)
 //	tensorpress_hub_sent_raw_bytes_total        their tensors' decoded bytes
-//	tensorpress_hub_encodes_total               chunks encoded (sent minus encoded: served from the cache)
+//	tensorpress_hub_encodes_total               chunks encoded
+//	tensorpress_hub_cache_hits_total            chunks taken from the cache of encoded chunks
 //	tensorpress_hub_encode_seconds_total        time spent encoding
 //	tensorpress_hub_updates_total               uploaded updates added into a round's sum
 //	tensorpress_hub_update_bytes_total          their frames' bytes
 //	tensorpress_hub_active_uploads              upload streams open
 //	tensorpress_hub_refused_updates_total{reason="malformed"|"oversized"}
 //	tensorpress_hub_versions                    versions held
+//	tensorpress_hub_recipe_in_bytes_total{recipe}   bytes of the segments each recipe coded, before coding
+//	tensorpress_hub_recipe_out_bytes_total{recipe}  and after (frame headers aside; the ratio is in/out)
+//	tensorpress_hub_peer_chunks_total{peer}          chunks sent to each client host
+//	tensorpress_hub_peer_sent_bytes_total{peer}      their frames' bytes
+//
+// The recipe and peer labels are bounded (MaxAccounts, then "other").
 func Collector(h *Hub) prometheus.Collector { return collector{h} }
 
 type collector struct{ h *Hub }
@@ -27,7 +34,8 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var descs = struct {
-	fetches, active, chunks, sent, raw, encodes, encodeSecs, updates, updateBytes, uploads, refused, versions *prometheus.Desc
+	fetches, active, chunks, sent, raw, encodes, hits, encodeSecs, updates, updateBytes, uploads, refused, versions,
+	recipeIn, recipeOut, peerChunks, peerBytes *prometheus.Desc
 }{
 	fetches:     desc("fetches_total", "Fetch RPCs served."),
 	active:      desc("active_fetches", "Fetch streams open."),
@@ -35,17 +43,23 @@ var descs = struct {
 	sent:        desc("sent_bytes_total", "Bytes of the frames of the chunks sent (protobuf and gRPC framing aside)."),
 	raw:         desc("sent_raw_bytes_total", "Decoded bytes of the tensors in the chunks sent."),
 	encodes:     desc("encodes_total", "Chunks encoded; the chunks sent beyond them came from the cache."),
+	hits:        desc("cache_hits_total", "Chunks taken from the cache of encoded chunks."),
 	encodeSecs:  desc("encode_seconds_total", "Time spent encoding chunks."),
 	updates:     desc("updates_total", "Uploaded updates added into a round's sum."),
 	updateBytes: desc("update_bytes_total", "Bytes of the frames of the updates added."),
 	uploads:     desc("active_uploads", "Upload streams open."),
 	refused:     desc("refused_updates_total", "Uploaded updates refused, by reason.", "reason"),
 	versions:    desc("versions", "Model versions held."),
+	recipeIn:    desc("recipe_in_bytes_total", "Bytes of the segments each recipe coded, before coding.", "recipe"),
+	recipeOut:   desc("recipe_out_bytes_total", "Bytes of the segments each recipe coded, after coding (frame headers aside).", "recipe"),
+	peerChunks:  desc("peer_chunks_total", "Chunks sent, by client host.", "peer"),
+	peerBytes:   desc("peer_sent_bytes_total", "Bytes of the frames sent, by client host.", "peer"),
 }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descs.fetches, descs.active, descs.chunks, descs.sent, descs.raw, descs.encodes,
-		descs.encodeSecs, descs.updates, descs.updateBytes, descs.uploads, descs.refused, descs.versions} {
+		descs.hits, descs.encodeSecs, descs.updates, descs.updateBytes, descs.uploads, descs.refused, descs.versions,
+		descs.recipeIn, descs.recipeOut, descs.peerChunks, descs.peerBytes} {
 		ch <- d
 	}
 }
@@ -64,12 +78,21 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descs.sent, float64(s.BytesSent))
 	counter(descs.raw, float64(s.RawBytesSent))
 	counter(descs.encodes, float64(s.Encodes))
+	counter(descs.hits, float64(s.CacheHits))
 	counter(descs.encodeSecs, s.EncodeSeconds)
 	counter(descs.updates, float64(s.Updates))
 	counter(descs.updateBytes, float64(s.UpdateBytes))
 	gauge(descs.uploads, float64(s.ActiveUploads))
 	counter(descs.refused, float64(s.MalformedUpdates), "malformed")
 	counter(descs.refused, float64(s.OversizedUpdates), "oversized")
+	for r, a := range s.Recipes {
+		counter(descs.recipeIn, float64(a.In), r)
+		counter(descs.recipeOut, float64(a.Out), r)
+	}
+	for p, a := range s.Peers {
+		counter(descs.peerChunks, float64(a.In), p)
+		counter(descs.peerBytes, float64(a.Out), p)
+	}
 	c.h.mu.RLock()
 	n := len(c.h.versions)
 	c.h.mu.RUnlock()

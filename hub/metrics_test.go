@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -116,6 +117,7 @@ func TestMetrics(t *testing.T) {
 		{"tensorpress_hub_sent_bytes_total", float64(frameBytes)},
 		{"tensorpress_hub_sent_raw_bytes_total", float64(raw)},
 		{"tensorpress_hub_encodes_total", float64(chunks / 2)},
+		{"tensorpress_hub_cache_hits_total", float64(chunks / 2)},
 		{"tensorpress_hub_updates_total", float64(len(ups))},
 		{"tensorpress_hub_update_bytes_total", float64(sentUpdates)},
 		{"tensorpress_hub_versions", 1},
@@ -126,6 +128,25 @@ func TestMetrics(t *testing.T) {
 	}
 	if got := value("tensorpress_hub_refused_updates_total", "reason", "malformed"); got != 0 {
 		t.Errorf("refused: %v", got)
+	}
+	// By recipe: every byte of the encoded segments is under one recipe,
+	// and they are the frames' bytes less the headers. By peer: all the
+	// chunks went to this test's one client.
+	var in, out float64
+	for _, m := range fams["tensorpress_hub_recipe_out_bytes_total"].GetMetric() {
+		out += m.GetCounter().GetValue()
+	}
+	for _, m := range fams["tensorpress_hub_recipe_in_bytes_total"].GetMetric() {
+		in += m.GetCounter().GetValue()
+	}
+	if enc := float64(frameBytes) / 2; out <= 0.9*enc || out > enc || in != float64(raw)/2 {
+		t.Errorf("by recipe: %v bytes in, %v out; the encoded chunks hold %v raw bytes in %v frame bytes", in, out, raw/2, enc)
+	}
+	if ps := fams["tensorpress_hub_peer_sent_bytes_total"].GetMetric(); len(ps) != 1 || ps[0].GetCounter().GetValue() != float64(frameBytes) {
+		t.Errorf("by peer: %v, want one peer with %v bytes", ps, frameBytes)
+	}
+	if ps := fams["tensorpress_hub_peer_chunks_total"].GetMetric(); len(ps) != 1 || ps[0].GetCounter().GetValue() != float64(chunks) {
+		t.Errorf("by peer: %v, want one peer with %v chunks", ps, chunks)
 	}
 	if value("tensorpress_hub_encode_seconds_total") <= 0 {
 		t.Error("no encode time")
@@ -139,4 +160,16 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 		}
 	}
 	return false
+}
+
+// TestAccountsBounded: past MaxAccounts names, counts go under Other.
+func TestAccountsBounded(t *testing.T) {
+	var a accounts
+	for i := range MaxAccounts + 10 {
+		a.add(fmt.Sprint("10.0.0.", i), 1, 100)
+	}
+	m := a.snapshot()
+	if len(m) != MaxAccounts+1 || m[Other] != (Account{10, 1000}) {
+		t.Fatalf("%d names, other %+v", len(m), m[Other])
+	}
 }

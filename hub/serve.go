@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -152,13 +153,42 @@ func (h *Hub) encode(cur *version, it *item, base *version, lossless bool) ([]by
 				return nil, err
 			}
 		}
-		return h.enc.AppendTensors(nil, ts, rs)
+		return h.appendCounted(ts, rs)
 	}
 	ch, r, err := one(it.tensors[0], it.offset, it.count)
 	if err != nil {
 		return nil, err
 	}
-	return h.enc.AppendTensor(nil, ch, r)
+	return h.appendCounted([]*codec.Tensor{ch}, []*codec.Recipe{r})
+}
+
+// appendCounted encodes one frame of ts and counts its segments' bytes,
+// before and after coding, under the recipe of the tensor each belongs to.
+func (h *Hub) appendCounted(ts []*codec.Tensor, rs []*codec.Recipe) ([]byte, error) {
+	stats := make([]codec.SegmentStat, 0, 2*len(ts))
+	frame, stats, err := h.enc.AppendTensorsStats(nil, stats, ts, rs)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range ts {
+		var raw, stored int64
+		for _, st := range stats {
+			if st.Tensor == t.Name {
+				raw += int64(st.RawLen)
+				stored += int64(st.StoredLen)
+			}
+		}
+		h.recipes.add(recipeName(rs[i]), raw, stored)
+	}
+	return frame, nil
+}
+
+// recipeName is the label of r in Stats.Recipes: its text, or "raw".
+func recipeName(r *codec.Recipe) string {
+	if s := r.String(); s != "" {
+		return s
+	}
+	return "raw"
 }
 
 func elementwise(r *codec.Recipe) bool {
@@ -510,6 +540,7 @@ func (s *Server) Fetch(st hubpb.Hub_FetchServer) error {
 		}
 		s.h.sent.Add(1)
 		s.h.bytesSent.Add(int64(len(c.Frames)))
+		s.h.peers.add(peerName(ctx), 1, int64(len(c.Frames)))
 		if len(plan) > 0 {
 			s.h.rawSent.Add(plan[seq-1].rawBytes())
 		}
@@ -546,6 +577,7 @@ type cache struct {
 	bytes int64
 	m     map[string]*list.Element // of *centry
 	lru   list.List                // front: most recent
+	hits  atomic.Int64             // gets answered by an entry already there
 }
 
 type centry struct {
@@ -567,6 +599,7 @@ func (c *cache) get(v uint64, key string, encode func() ([]byte, error)) ([]byte
 		c.lru.MoveToFront(el)
 		e := el.Value.(*centry)
 		c.mu.Unlock()
+		c.hits.Add(1)
 		<-e.ready
 		return e.frames, e.err
 	}
