@@ -11,8 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,7 +38,10 @@ Layout of --dir: one subdirectory per version, named by its number (1, 2,
 ...), holding either one .safetensors file or .npy files (one tensor
 each, named by the file's base name). Files are read when chunks are
 encoded, not held in memory; do not change them while they are served.
-The newest --retention versions are served.
+The newest --retention versions are served. A version directory that
+appears later is published when --watch next looks: write it under
+another name (.5.tmp) and rename it to its number when it is complete
+(a version found incomplete is tried again at the next look).
 
 Chunks are coded as the --profile's rules say (lossless unless a rule
 allows lossy coding and the client does not require lossless), else
@@ -62,6 +63,7 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	cache := fs.Int64("cache", hub.DefaultCacheBytes, "encoded chunks kept for the next clients, in `bytes`")
 	drain := fs.Duration("drain", 10*time.Second, "time streams get to finish at shutdown")
 	metricsAddr := fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (default: none)")
+	watch := fs.Duration("watch", 2*time.Second, "how often --dir is looked at for new versions (0: never)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -89,13 +91,10 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	closers, err := publishDir(h, *dir, *retention)
-	defer func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	}()
-	if err != nil {
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	w := newDirWatcher(h, *dir, *retention, log)
+	defer w.Close()
+	if err := w.start(); err != nil {
 		return err
 	}
 	sopts := []grpc.ServerOption{
@@ -117,7 +116,14 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	hubpb.RegisterHubServer(s, hub.NewServer(h))
 	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if *watch > 0 {
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			w.run(ctx, *watch)
+		}()
+		defer func() { stop(); <-watched }() // before w.Close
+	}
 	for _, v := range h.Versions() {
 		log.Info("serving", "version", v.Version, "tensors", v.Tensors, "bytes", v.Bytes)
 	}
@@ -185,35 +191,6 @@ func serve(ctx context.Context, s *grpc.Server, ln net.Listener, errc chan error
 // hubContext is the context a hub or proxy runs in until a signal: tests
 // end it.
 var hubContext = context.Background
-
-// publishDir publishes the newest keep versions of dir into h and returns
-// the files to close when the hub ends.
-func publishDir(h *hub.Hub, dir string, keep int) ([]io.Closer, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var versions []uint64
-	for _, e := range ents {
-		if v, err := strconv.ParseUint(e.Name(), 10, 64); err == nil && v > 0 && e.IsDir() {
-			versions = append(versions, v)
-		}
-	}
-	if len(versions) == 0 {
-		return nil, fmt.Errorf("%s: no version directories (1, 2, ...)", dir)
-	}
-	sort.Slice(versions, func(i, j int) bool { return versions[i] < versions[j] })
-	versions = versions[max(0, len(versions)-keep):]
-	var closers []io.Closer
-	for _, v := range versions {
-		c, err := publishVersion(h, v, filepath.Join(dir, strconv.FormatUint(v, 10)))
-		closers = append(closers, c...)
-		if err != nil {
-			return closers, fmt.Errorf("version %d: %w", v, err)
-		}
-	}
-	return closers, nil
-}
 
 func publishVersion(h *hub.Hub, v uint64, dir string) ([]io.Closer, error) {
 	ents, err := os.ReadDir(dir)

@@ -130,7 +130,7 @@ func TestHubFetch(t *testing.T) {
 		}
 		f.Close()
 	}
-	addr, stop := startHub(t, "--dir", filepath.Join(dir, "models"), "--metrics", "127.0.0.1:0")
+	addr, stop := startHub(t, "--dir", filepath.Join(dir, "models"), "--metrics", "127.0.0.1:0", "--watch", "20ms")
 	defer stop()
 
 	check := func(path string, want []*codec.Tensor) {
@@ -172,8 +172,32 @@ func TestHubFetch(t *testing.T) {
 	if !strings.Contains(out, "9 as deltas") {
 		t.Errorf("fetch with --base said %q", out)
 	}
+	// A version written while the hub runs (under another name, then
+	// renamed) is served once the hub has looked.
+	m3 := model(3)
+	tmp := filepath.Join(dir, "models", ".3.tmp")
+	os.MkdirAll(tmp, 0o755)
+	f, _ = os.Create(filepath.Join(tmp, "model.safetensors"))
+	if err := tensorfile.WriteSafetensors(f, m3, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Rename(tmp, filepath.Join(dir, "models", "3")); err != nil {
+		t.Fatal(err)
+	}
+	v3 := filepath.Join(dir, "v3.safetensors")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var out, errb bytes.Buffer
+		if run([]string{"fetch", "--hub", addr, "--version", "3", "--out", v3}, &out, &errb) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("version 3 not served: %s", errb.String())
+		}
+	}
+	check(v3, m3)
 	// /healthz and /metrics answer.
-	for path, want := range map[string]string{"/healthz": "ok", "/metrics": "tensorpress_hub_fetches_total 3"} {
+	for path, want := range map[string]string{"/healthz": "ok", "/metrics": "tensorpress_hub_versions 3"} {
 		resp, err := http.Get("http://" + metricsAddr + path)
 		if err != nil {
 			t.Fatal(err)
