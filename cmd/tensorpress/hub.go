@@ -64,7 +64,12 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	drain := fs.Duration("drain", 10*time.Second, "time streams get to finish at shutdown")
 	metricsAddr := fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (default: none)")
 	watch := fs.Duration("watch", 2*time.Second, "how often --dir is looked at for new versions (0: never)")
+	newLog := logFlags(fs, stderr)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := newLog()
+	if err != nil {
 		return err
 	}
 	switch {
@@ -91,7 +96,6 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
 	w := newDirWatcher(h, *dir, *retention, log)
 	defer w.Close()
 	if err := w.start(); err != nil {

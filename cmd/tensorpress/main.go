@@ -88,9 +88,10 @@ func newFlags(name, synopsis, text string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: tensorpress %s\n\n%s\nFlags:\n", synopsis, strings.TrimSpace(text)+"\n")
+		fmt.Fprintf(stderr, "Usage: tensorpress %s\n\n%s\n%s\nFlags:\n", synopsis, strings.TrimSpace(text)+"\n", strings.TrimSpace(configText)+"\n")
 		fs.PrintDefaults()
 	}
+	fs.String("config", "", "YAML `file` of flag values (see above)")
 	return fs
 }
 
@@ -104,6 +105,11 @@ func parse(fs *flag.FlagSet, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if file := fs.Lookup("config").Value.String(); file != "" {
+		if err := readConfig(fs, file); err != nil {
+			return usagef("--config: %v", err)
+		}
 	}
 	return nil
 }

@@ -130,7 +130,10 @@ func TestHubFetch(t *testing.T) {
 		}
 		f.Close()
 	}
-	addr, stop := startHub(t, "--dir", filepath.Join(dir, "models"), "--metrics", "127.0.0.1:0", "--watch", "20ms")
+	// The directory and the poll interval from a config file.
+	conf := filepath.Join(dir, "hub.yaml")
+	os.WriteFile(conf, []byte("# the hub of TestHubFetch\ndir: "+filepath.Join(dir, "models")+"\nwatch: 20ms\nlog-level: debug\n"), 0o644)
+	addr, stop := startHub(t, "--config", conf, "--metrics", "127.0.0.1:0")
 	defer stop()
 
 	check := func(path string, want []*codec.Tensor) {
@@ -211,6 +214,18 @@ func TestHubFetch(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
+	dir := t.TempDir()
+	conf := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	badKey := conf("bad-key.yaml", "hub: x:1\nout: d\nnope: 1\n")
+	badValue := conf("bad-value.yaml", "retention: many\n")
+	notMap := conf("list.yaml", "- dir\n")
+	fromConf := conf("fetch.yaml", "hub: x:1\n")
 	for _, c := range []struct {
 		args []string
 		code int
@@ -228,6 +243,13 @@ func TestUsage(t *testing.T) {
 		{[]string{"proxy", "-h"}, 0, "--side"},
 		{[]string{"proxy", "--listen", ":0", "--to", "x:1"}, 2, "want local or remote"},
 		{[]string{"proxy", "--side", "local", "--to", "x:1"}, 2, "--listen is required"},
+		{[]string{"fetch", "--config", badKey}, 2, `bad-key.yaml:3:1: "nope" is not a flag of fetch`},
+		{[]string{"hub", "--config", badValue, "--dir", "d"}, 2, "bad-value.yaml:1:12: retention: parse error"},
+		{[]string{"hub", "--config", notMap}, 2, "list.yaml:1:1: want a map"},
+		{[]string{"fetch", "--config", fromConf}, 2, "--out is required"}, // --hub came from the file
+		{[]string{"fetch", "--config", filepath.Join(dir, "none.yaml")}, 2, "no such file"},
+		{[]string{"hub", "--dir", "d", "--log-level", "loud"}, 2, `--log-level "loud"`},
+		{[]string{"hub", "--dir", "d", "--log-format", "xml"}, 2, `--log-format "xml"`},
 	} {
 		var out, errb bytes.Buffer
 		code := run(c.args, &out, &errb)
