@@ -193,7 +193,7 @@ func floatNode(x float64) *yaml.Node {
 // sizeNode writes n with a binary unit when one divides it, else as an
 // integer.
 func sizeNode(n int64) *yaml.Node {
-	s := formatSize(n)
+	s := FormatSize(n)
 	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
 		return intNode(n)
 	}

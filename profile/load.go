@@ -333,7 +333,7 @@ func (d *decoder) size(n *yaml.Node, what string, lo, hi int64) (int64, error) {
 			err = fmt.Errorf("too large")
 		}
 	case "!!str":
-		v, err = parseSize(n.Value)
+		v, err = ParseSize(n.Value)
 	default:
 		return 0, errAt(n, "%s: want a size such as 65536, 64KiB or 1MiB, got %s", what, kindName(n))
 	}
@@ -341,7 +341,7 @@ func (d *decoder) size(n *yaml.Node, what string, lo, hi int64) (int64, error) {
 		return 0, errAt(n, "%s: %s: %v", what, quote(n.Value), err)
 	}
 	if v < lo || v > hi {
-		return 0, errAt(n, "%s: %s is outside [%s, %s]", what, quote(n.Value), formatSize(lo), formatSize(hi))
+		return 0, errAt(n, "%s: %s is outside [%s, %s]", what, quote(n.Value), FormatSize(lo), FormatSize(hi))
 	}
 	return v, nil
 }
@@ -439,10 +439,10 @@ func (d *decoder) profile(root *yaml.Node) (*Profile, error) {
 		chunkNode = limitsNode
 	}
 	if int64(p.ChunkSize) > p.Limits.MaxDecodedSize {
-		return nil, errAt(chunkNode, "chunk_size %s is more than limits.max_decoded_size %s: peers would refuse the frames", formatSize(int64(p.ChunkSize)), formatSize(p.Limits.MaxDecodedSize))
+		return nil, errAt(chunkNode, "chunk_size %s is more than limits.max_decoded_size %s: peers would refuse the frames", FormatSize(int64(p.ChunkSize)), FormatSize(p.Limits.MaxDecodedSize))
 	}
 	if int64(p.ChunkSize) > p.Limits.MaxFrameSize {
-		return nil, errAt(chunkNode, "chunk_size %s is more than limits.max_frame_size %s: peers would refuse frames stored raw", formatSize(int64(p.ChunkSize)), formatSize(p.Limits.MaxFrameSize))
+		return nil, errAt(chunkNode, "chunk_size %s is more than limits.max_frame_size %s: peers would refuse frames stored raw", FormatSize(int64(p.ChunkSize)), FormatSize(p.Limits.MaxFrameSize))
 	}
 	if rules != nil && !isNull(rules) {
 		if err := d.rules(rules, p); err != nil {

@@ -437,13 +437,13 @@ func TestUnits(t *testing.T) {
 		"2TiB": 2 << 40, "10KB": 10_000, "10kB": 10_000, "1MB": 1e6, "1GB": 1e9, "1TB": 1e12, "12B": 12,
 	}
 	for s, want := range sizes {
-		if got, err := parseSize(s); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", s, got, err, want)
+		if got, err := ParseSize(s); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", s, got, err, want)
 		}
 	}
 	for _, s := range []string{"", "KiB", "1..2", "-1", "1e3", "1 KiBs", "0.1B", "2000TiB", "1,5MiB", strings.Repeat("9", 40)} {
-		if got, err := parseSize(s); err == nil {
-			t.Errorf("parseSize(%q) = %d, want an error", s, got)
+		if got, err := ParseSize(s); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", s, got)
 		}
 	}
 	rates := map[string]int64{
@@ -464,8 +464,8 @@ func TestUnits(t *testing.T) {
 		if got, err := ParseRate(FormatRate(n)); err != nil || got != n {
 			t.Errorf("ParseRate(FormatRate(%d) = %q) = %d, %v", n, FormatRate(n), got, err)
 		}
-		if got, err := parseSize(formatSize(n)); err != nil || got != n {
-			t.Errorf("parseSize(formatSize(%d) = %q) = %d, %v", n, formatSize(n), got, err)
+		if got, err := ParseSize(FormatSize(n)); err != nil || got != n {
+			t.Errorf("ParseSize(FormatSize(%d) = %q) = %d, %v", n, FormatSize(n), got, err)
 		}
 	}
 }

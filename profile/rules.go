@@ -344,7 +344,7 @@ func (d *decoder) match(n *yaml.Node, what string, m *Match) error {
 		return err
 	})
 	if err == nil && m.MaxSize > 0 && m.MinSize > m.MaxSize {
-		err = errAt(sizeNode, "%s: min_size %s is more than max_size %s", what, formatSize(m.MinSize), formatSize(m.MaxSize))
+		err = errAt(sizeNode, "%s: min_size %s is more than max_size %s", what, FormatSize(m.MinSize), FormatSize(m.MaxSize))
 	}
 	return err
 }

@@ -96,10 +96,10 @@ func splitNumber(s string) (num, unit string, ok bool) {
 	return num, unit, true
 }
 
-// parseSize parses a byte count: an integer, or a number with a unit
+// ParseSize parses a byte count: an integer, or a number with a unit
 // ("64KiB", "1.5 MiB", "10MB"). The result must be a whole number of bytes
 // in [0, maxBytes].
-func parseSize(s string) (int64, error) {
+func ParseSize(s string) (int64, error) {
 	r, err := sizeQuantity.parse(s)
 	if err != nil {
 		return 0, err
@@ -113,9 +113,9 @@ func parseSize(s string) (int64, error) {
 	return r.Num().Int64(), nil
 }
 
-// formatSize writes n with the largest binary unit that divides it, so
-// that parseSize gives n back.
-func formatSize(n int64) string {
+// FormatSize writes n with the largest binary unit that divides it, so
+// that ParseSize gives n back.
+func FormatSize(n int64) string {
 	for _, u := range sizeUnits[:4] {
 		if n >= u.mul && n%u.mul == 0 {
 			return strconv.FormatInt(n/u.mul, 10) + u.name

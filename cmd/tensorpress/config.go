@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/tensorpress/tensorpress/profile"
 )
 
 const configText = `
@@ -81,4 +83,26 @@ func logFlags(fs *flag.FlagSet, w io.Writer) func() (*slog.Logger, error) {
 		}
 		return nil, usagef("--log-format %q: want text or json", *format)
 	}
+}
+
+// byteSize is a flag of a byte count, written as a number with or without
+// a unit ("256MiB", "64KiB", "1GB", "1048576").
+type byteSize int64
+
+func (b *byteSize) String() string { return profile.FormatSize(int64(*b)) }
+
+func (b *byteSize) Set(s string) error {
+	n, err := profile.ParseSize(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// sizeFlag defines a byteSize flag with a default value.
+func sizeFlag(fs *flag.FlagSet, name string, def int64, usage string) *int64 {
+	b := byteSize(def)
+	fs.Var(&b, name, usage)
+	return (*int64)(&b)
 }

@@ -45,11 +45,15 @@ another name (.5.tmp) and rename it to its number when it is complete
 
 Chunks are coded as the --profile's rules say (lossless unless a rule
 allows lossy coding and the client does not require lossless), else
-lossless by data class. TLS with --tls-cert and --tls-key. --metrics serves
-Prometheus metrics (/metrics: package hub's Collector, Go and process
-metrics) and /healthz. SIGTERM or
-SIGINT stops it: streams in flight get --drain to finish, then are cut
-(Unavailable), and the clients resume on the next hub.
+lossless by data class. TLS with --tls-cert and --tls-key.
+
+--metrics serves /healthz and Prometheus metrics on /metrics: fetches,
+chunks and bytes sent (by client host), bytes before and after coding by
+recipe, encode time, cache hits, uploads, refused updates, open streams,
+and the Go runtime's and the process's metrics.
+
+SIGTERM or SIGINT stops it: streams in flight get --drain to finish, then
+are cut (Unavailable), and the clients resume on the next hub.
 `
 
 func cmdHub(args []string, stdout, stderr io.Writer) error {
@@ -60,7 +64,7 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	certFile := fs.String("tls-cert", "", "TLS certificate `file` (PEM), with --tls-key")
 	keyFile := fs.String("tls-key", "", "TLS key `file` (PEM)")
 	retention := fs.Int("retention", hub.DefaultRetention, "versions kept (the newest)")
-	cache := fs.Int64("cache", hub.DefaultCacheBytes, "encoded chunks kept for the next clients, in `bytes`")
+	cache := sizeFlag(fs, "cache", hub.DefaultCacheBytes, "encoded chunks kept for the next clients, in `bytes` (256MiB, 1GiB)")
 	drain := fs.Duration("drain", 10*time.Second, "time streams get to finish at shutdown")
 	metricsAddr := fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (default: none)")
 	watch := fs.Duration("watch", 2*time.Second, "how often --dir is looked at for new versions (0: never)")

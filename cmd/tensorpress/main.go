@@ -97,8 +97,17 @@ func newFlags(name, synopsis, text string, stderr io.Writer) *flag.FlagSet {
 
 // parse parses args and refuses positional arguments.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	// The flag package prints the whole usage on any error; a mistyped
+	// flag gets one line instead (run prints it), -h the usage.
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage()
 			return err
 		}
 		return usagef("%v", err)

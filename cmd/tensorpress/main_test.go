@@ -249,6 +249,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"fetch", "--config", fromConf}, 2, "--out is required"}, // --hub came from the file
 		{[]string{"fetch", "--config", filepath.Join(dir, "none.yaml")}, 2, "no such file"},
 		{[]string{"hub", "--dir", "d", "--log-level", "loud"}, 2, `--log-level "loud"`},
+		{[]string{"hub", "--dir", "d", "--cache", "12XB"}, 2, `unknown size unit "XB"`},
 		{[]string{"hub", "--dir", "d", "--log-format", "xml"}, 2, `--log-format "xml"`},
 	} {
 		var out, errb bytes.Buffer
