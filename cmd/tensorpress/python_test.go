@@ -70,7 +70,7 @@ func TestPythonThroughProxies(t *testing.T) {
 	// The proxies talk over loopback, where they would send the messages
 	// as they are: a configured bandwidth makes them code the hop as over
 	// a wide-area link.
-	local := startProxy(t, "local", remote.addr, "--metrics", "127.0.0.1:0", "--bandwidth", "100Mbit")
+	local := startProxy(t, "local", remote.addr, "--metrics", "127.0.0.1:0", "--bandwidth", "10Mbit")
 	defer func() {
 		cancel()
 		local.wait(t)
@@ -184,8 +184,8 @@ func TestPythonThroughProxies(t *testing.T) {
 		fams["tensorpress_proxy_decode_seconds_total"].GetMetric()[0].GetCounter().GetValue() <= 0 {
 		t.Errorf("no time coding or decoding")
 	}
-	if l := fams["tensorpress_proxy_link_bits_per_second"].GetMetric(); len(l) != 1 || l[0].GetGauge().GetValue() != 100e6 {
-		t.Errorf("link estimate %v, want 100 Mbit/s as configured", l)
+	if l := fams["tensorpress_proxy_link_bits_per_second"].GetMetric(); len(l) != 1 || l[0].GetGauge().GetValue() != 10e6 {
+		t.Errorf("link estimate %v, want 10 Mbit/s as configured", l)
 	}
 	t.Logf("recipes: %v bytes in, %v out; hop framing %v bytes", recipeIn, recipeOut, hop["out"]-recipeOut)
 }
