@@ -715,3 +715,58 @@ func TestTunerHandBuiltProfile(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkSetRate: a rate set by the caller wins over the writes until it
+// is cleared, and a Tuner plans with it: plane coding for floats at 10
+// Mbit/s, raw once the link is set faster than any coder.
+func TestLinkSetRate(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := NewLink(0)
+	l.now = func() time.Time { return now }
+	for seq := range uint64(5) { // writes that never block: a lower bound
+		now = now.Add(10 * time.Millisecond)
+		l.ObserveWrite(seq, 100e3, 0)
+	}
+	if e := l.Estimate(); !e.Bound {
+		t.Fatalf("unblocked writes: %+v", e)
+	}
+	l.SetRate(1.25e6, "receiver")
+	if e := l.Estimate(); e.Bound || e.Bandwidth != 1.25e6 || e.Source != "receiver" || e.Kept {
+		t.Fatalf("set rate: %+v", e)
+	}
+	l.SetRate(0, "")
+	if e := l.Estimate(); !e.Bound {
+		t.Fatalf("cleared: %+v", e)
+	}
+
+	tu, err := New(WithLink(NewLink(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 256<<10)
+	rng := rand.New(rand.NewPCG(5, 5))
+	for i := 0; i < len(data); i += 4 {
+		binary.LittleEndian.PutUint32(data[i:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
+	}
+	choose := func(seq uint64) string {
+		fi := codec.FrameInfo{Seq: seq, Type: codec.FrameBytes, DType: codec.Byte, Len: len(data), First: true, Data: data}
+		r := tu.Choose(fi)
+		tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: seq, Len: len(data)}, Recipe: r, RawBytes: len(data), FrameBytes: len(data) * 5 / 6, Encode: 300 * time.Microsecond})
+		return recipeName(r)
+	}
+	tu.Link().SetRate(1.25e6, "receiver")
+	var got string
+	for seq := range uint64(10) {
+		got = choose(seq)
+	}
+	if got != "shuffle4 | plane3:huff0 | plane0..2:raw" {
+		t.Errorf("at 10 Mbit/s: %q", got)
+	}
+	tu.Link().SetRate(100e9, "receiver")
+	for seq := uint64(10); seq < 20; seq++ {
+		got = choose(seq)
+	}
+	if got != "raw" {
+		t.Errorf("at 800 Gbit/s: %q", got)
+	}
+}

@@ -75,7 +75,9 @@ type Link struct {
 
 	tcp      func() (tcpInfo, bool)
 	loopback bool // both ends on this host's loopback: the link is memory
-	now      func() time.Time
+
+	set Estimate // SetRate's, when its Bandwidth > 0
+	now func() time.Time
 }
 
 // notSentQueued is how many bytes waiting unsent in a TCP send buffer
@@ -193,6 +195,9 @@ func (l *Link) Estimate() Estimate {
 		// a memory copy: no compression can pay for itself.
 		return Estimate{Bandwidth: math.Inf(1), Source: "loopback", At: l.now()}
 	}
+	if l.set.Bandwidth > 0 {
+		return l.set
+	}
 	var rtt time.Duration
 	var ti tcpInfo
 	haveTCP := false
@@ -243,6 +248,24 @@ func (l *Link) Estimate() Estimate {
 	}
 	e.RTT = rtt
 	return e
+}
+
+// SetRate sets the link's bandwidth, in bytes per second, as the caller
+// measured it (source says how, for the estimate's Source) or was told:
+// Estimate returns it from now on, whatever the writes and the kernel
+// show, until the next SetRate; 0 goes back to the estimator's own
+// measurements. It is meant for writers whose writes never block on the
+// link, such as messages handed to gRPC, whose rate the receiver measures
+// (a proxy's hop). A loopback connection (UseConn) still counts as
+// unlimited.
+func (l *Link) SetRate(bw float64, source string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !(bw > 0) || math.IsInf(bw, 0) {
+		l.set = Estimate{}
+		return
+	}
+	l.set = Estimate{Bandwidth: bw, Source: source, At: l.now()}
 }
 
 // UseConn tells the estimator which connection it measures: on Linux TCP

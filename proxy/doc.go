@@ -26,6 +26,26 @@
 // the local one sends, and answers in kind: gRPC compresses a response as
 // its request was.
 //
+// # The hop, coded per connection
+//
+// A Hop (WithOutgoingHop on the local side, whose dialer wraps its
+// connection with Hop.Conn; WithIncomingHop on the remote side, whose
+// listener is Hop.Listener) replaces the compressor: the local proxy
+// marks each call, and each message of a marked call, both ways, starts
+// with a mark byte. On a connection between two machines the message
+// follows as tensorpress bytes frames (lossless, bit for bit), whose
+// recipe per frame an autotune.Tuner of that connection chooses for the
+// link's rate: plane coding for float runs, the sparse layout for mostly
+// zeros, zstd, or raw where the link is faster than the coders. The rate
+// is measured where the messages arrive (the time a message of 64 KiB or
+// more took to come in on the connection's reads) and reported to the
+// sender in the metadata of the next call (local to remote) or of the
+// response header (remote to local). On loopback the message follows as
+// it is, no copy: the proxies then cost their two extra gRPC legs only.
+// NewHop with a bandwidth plans with it instead, loopback included. Each
+// message is decoded whole into gRPC's pooled buffers, within the message
+// size limit (ResourceExhausted beyond it); frames are at most 1 MiB.
+//
 // # What passes through
 //
 //   - Every shape of call (unary, server streaming, client streaming,
@@ -100,6 +120,11 @@
 //
 // # Metrics
 //
-// WithStats counts calls and the application's messages and
-// bytes each way; Collector exports them for Prometheus.
+// WithStats counts calls and the application's messages and bytes each
+// way, the bytes on the hop, and with a Hop the bytes into and out of each
+// recipe, the coding and decoding time, the link estimate of each hop
+// connection, the autotuners' switches, the decoding errors by kind and
+// the hop's bytes per peer address (at most 64, then "other"); Collector
+// exports them for Prometheus. A proxy has no cache: each message is
+// coded once, for its one receiver.
 package proxy

@@ -8,17 +8,18 @@ import (
 	"math"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-
-	// Registers the "tensorpress" compressor, so that a proxy's server
-	// reads what the other side's proxy sends on the hop.
-	_ "github.com/tensorpress/tensorpress/rpc"
+	// Importing rpc registers the "tensorpress" compressor, so that a
+	// proxy's server reads what the other side's proxy sends on the hop
+	// with grpc.UseCompressor(rpc.Name).
 )
 
 // DefaultMaxMessageSize is the largest message a proxy forwards unless
@@ -57,16 +58,45 @@ func newForwarder(conn grpc.ClientConnInterface, st *Stats, opts []grpc.CallOpti
 		grpc.MaxCallRecvMsgSize(DefaultMaxMessageSize),
 		grpc.MaxCallSendMsgSize(DefaultMaxMessageSize),
 	}
-	return &forwarder{conn: conn, opts: append(base, opts...), stats: st}
+	return &forwarder{conn: conn, opts: append(base, opts...), stats: st, maxMsg: DefaultMaxMessageSize}
 }
 
 // Option configures ServerOptions.
 type Option func(*config) error
 
 type config struct {
-	maxMsg int
-	calls  []grpc.CallOption
-	stats  *Stats
+	maxMsg  int
+	calls   []grpc.CallOption
+	stats   *Stats
+	out, in *Hop
+}
+
+// WithOutgoingHop codes the messages the proxy sends to the next one with
+// h, whose connections its outgoing calls go on (the local side: its
+// dialer wraps each connection with Hop.Conn). Every call is marked as a
+// call between proxies; the next one must run the same version.
+func WithOutgoingHop(h *Hop) Option {
+	return func(c *config) error {
+		if h == nil {
+			return fmt.Errorf("%w: nil Hop", ErrBadOption)
+		}
+		c.out = h
+		return nil
+	}
+}
+
+// WithIncomingHop codes the responses to marked calls with h, whose
+// connections the calls come in on (the remote side: its listener is
+// Hop.Listener). Without it, a proxy still decodes marked calls, and codes
+// their responses by the kind of data, with no measurement.
+func WithIncomingHop(h *Hop) Option {
+	return func(c *config) error {
+		if h == nil {
+			return fmt.Errorf("%w: nil Hop", ErrBadOption)
+		}
+		c.in = h
+		return nil
+	}
 }
 
 // Stats counts what a proxy forwarded: calls, and the messages and their
@@ -77,11 +107,89 @@ type config struct {
 // HopOut and HopIn are for the caller to count the bytes its connection
 // toward the next proxy writes and reads (see CountingConn); Collector
 // exports them with the ratio of the application's bytes to them.
+//
+// With a Hop, it also counts what the Hop's coding did: bytes into and
+// out of each recipe (per frame; "none" for messages sent as they are),
+// the time spent coding and decoding, the autotuners' switches, decoding
+// errors by kind, and the hop's bytes per peer address (at most maxPeers
+// apart, the rest as "other").
 type Stats struct {
 	HopOut, HopIn            atomic.Int64
 	Calls, Active            atomic.Int64
 	MessagesUp, MessagesDown atomic.Int64
 	BytesUp, BytesDown       atomic.Int64
+	EncodeNanos, DecodeNanos atomic.Int64
+	Switches                 atomic.Int64
+
+	mu      sync.Mutex
+	recipes map[string]*recipeCount
+	peers   map[string]*peerCount
+	errs    map[string]*atomic.Int64
+	hops    []*Hop
+}
+
+func (s *Stats) recipe(name string) *recipeCount {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.recipes[name]
+	if r == nil {
+		if s.recipes == nil {
+			s.recipes = map[string]*recipeCount{}
+		}
+		r = new(recipeCount)
+		s.recipes[name] = r
+	}
+	return r
+}
+
+// peer returns the counts of the hop's peer at a (by IP address).
+func (s *Stats) peer(a net.Addr) (*peerCount, string) {
+	key := a.String()
+	if host, _, err := net.SplitHostPort(key); err == nil {
+		key = host
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.peers == nil {
+		s.peers = map[string]*peerCount{}
+	}
+	p := s.peers[key]
+	if p == nil {
+		if len(s.peers) >= maxPeers {
+			key = "other"
+			if p = s.peers[key]; p != nil {
+				return p, key
+			}
+		}
+		p = new(peerCount)
+		s.peers[key] = p
+	}
+	return p, key
+}
+
+func (s *Stats) decodeError(kind string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.errs == nil {
+		s.errs = map[string]*atomic.Int64{}
+	}
+	c := s.errs[kind]
+	if c == nil {
+		c = new(atomic.Int64)
+		s.errs[kind] = c
+	}
+	c.Add(1)
+}
+
+func (s *Stats) addHop(h *Hop) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range s.hops {
+		if x == h {
+			return
+		}
+	}
+	s.hops = append(s.hops, h)
 }
 
 // WithStats counts the proxy's forwarding in s.
@@ -143,8 +251,16 @@ func ServerOptions(conn grpc.ClientConnInterface, opts ...Option) ([]grpc.Server
 	if st == nil {
 		st = new(Stats)
 	}
+	f := newForwarder(conn, st, calls)
+	f.maxMsg, f.outHop, f.inHop = c.maxMsg, c.out, c.in
+	for _, h := range []*Hop{c.out, c.in} {
+		if h != nil {
+			h.setStats(st)
+			st.addHop(h)
+		}
+	}
 	return []grpc.ServerOption{
-		grpc.UnknownServiceHandler(newForwarder(conn, st, calls).handle),
+		grpc.UnknownServiceHandler(f.handle),
 		grpc.ForceServerCodecV2(passThrough{}),
 		grpc.MaxRecvMsgSize(c.maxMsg),
 		grpc.MaxSendMsgSize(c.maxMsg),
@@ -152,9 +268,45 @@ func ServerOptions(conn grpc.ClientConnInterface, opts ...Option) ([]grpc.Server
 }
 
 type forwarder struct {
-	conn  grpc.ClientConnInterface
-	opts  []grpc.CallOption
-	stats *Stats
+	conn          grpc.ClientConnInterface
+	opts          []grpc.CallOption
+	stats         *Stats
+	maxMsg        int
+	outHop, inHop *Hop
+}
+
+// leg is what one direction of a call does to each message besides
+// forwarding it: decode it from the hop (dec), code it for the hop (enc),
+// time its arrival on the hop (recv).
+type leg struct {
+	dec, enc *hopConn
+	decode   bool
+	encode   bool
+	recv     *hopConn
+	max      int
+}
+
+// apply returns the message to send for m (a reference of its own) and
+// the application's bytes in it.
+func (l leg) apply(m mem.BufferSlice, st *Stats) (mem.BufferSlice, int, error) {
+	if l.recv != nil {
+		l.recv.meter.message(m.Len() + 5) // gRPC's message header
+	}
+	var err error
+	if l.decode {
+		if m, err = decode(l.dec, m, l.max, st); err != nil {
+			return nil, 0, err
+		}
+	} else {
+		m.Ref()
+	}
+	n := m.Len()
+	if l.encode {
+		e, err := encode(l.enc, m, st)
+		m.Free()
+		return e, n, err
+	}
+	return m, n, nil
 }
 
 // handle forwards one call. The client's messages go out from a goroutine
@@ -183,20 +335,52 @@ func (f *forwarder) handle(_ any, in grpc.ServerStream) error {
 	if sub := contentSubtype(md); sub != "" {
 		opts = append([]grpc.CallOption{grpc.CallContentSubtype(sub)}, opts...)
 	}
-	out, err := f.conn.NewStream(metadata.NewOutgoingContext(ctx, forwardable(md)), &bidi, method, opts...)
+	omd := forwardable(md)
+	var upLeg, downLeg leg
+	var hc *hopConn // the hop's connection of this call
+	marked := len(md.Get(hopKey)) > 0
+	switch {
+	case f.outHop != nil:
+		// Local side: mark the call and tell the remote proxy the rate
+		// its responses arrive at.
+		hc = f.outHop.conn(nil)
+		omd = hopMD(omd, f.outHop.rateFor(hc), true)
+	case marked:
+		// Remote side: the messages come marked, and go back so.
+		if f.inHop != nil {
+			if p, ok := peer.FromContext(ctx); ok {
+				hc = f.inHop.conn(p.Addr)
+			}
+		}
+		hc.setRate(md.Get(rateKey))
+		upLeg = leg{decode: true, dec: hc, recv: hc, max: f.maxMsg}
+		downLeg = leg{encode: true, enc: hc}
+	}
+	out, err := f.conn.NewStream(metadata.NewOutgoingContext(ctx, omd), &bidi, method, opts...)
 	if err != nil {
 		return err
+	}
+	if f.outHop != nil {
+		if p, ok := peer.FromContext(out.Context()); ok {
+			hc = f.outHop.conn(p.Addr)
+		}
+		upLeg = leg{encode: true, enc: hc}
+		downLeg = leg{decode: true, dec: hc, recv: hc, max: f.maxMsg}
+	}
+	var header metadata.MD // added to the server's header
+	if marked && f.outHop == nil {
+		header = hopMD(metadata.MD{}, f.inHop.rateForConn(hc), false)
 	}
 
 	upErr := make(chan error, 1)
 	go func() {
-		err := up(in, out, f.stats)
+		err := up(in, out, f.stats, upLeg)
 		upErr <- err // before cancel: down must find it when it sees the cancellation
 		if err != nil {
 			cancel()
 		}
 	}()
-	err = down(in, out, f.stats)
+	err = down(in, out, f.stats, downLeg, header, f.outHop != nil, hc)
 	if cerr := in.Context().Err(); cerr != nil && err != nil {
 		// The incoming call's deadline passed (or the client left): say
 		// so, whichever way it reached the outgoing call first (the up
@@ -216,7 +400,7 @@ func (f *forwarder) handle(_ any, in grpc.ServerStream) error {
 // up forwards the client's messages to the server, then half-closes. A
 // send that fails with io.EOF (the server ended the call) ends it quietly:
 // the server's status comes to down.
-func up(in grpc.ServerStream, out grpc.ClientStream, st *Stats) error {
+func up(in grpc.ServerStream, out grpc.ClientStream, st *Stats, l leg) error {
 	for {
 		var m mem.BufferSlice
 		if err := in.RecvMsg(&m); err != nil {
@@ -226,9 +410,13 @@ func up(in grpc.ServerStream, out grpc.ClientStream, st *Stats) error {
 			}
 			return err
 		}
-		n := m.Len()
-		err := out.SendMsg(&m)
+		s, n, err := l.apply(m, st)
 		m.Free()
+		if err != nil {
+			return err
+		}
+		err = out.SendMsg(&s)
+		s.Free()
 		if err == io.EOF {
 			return nil
 		}
@@ -244,11 +432,17 @@ func up(in grpc.ServerStream, out grpc.ClientStream, st *Stats) error {
 
 // down forwards the server's header, messages and trailer to the client
 // and returns the server's status.
-func down(in grpc.ServerStream, out grpc.ClientStream, st *Stats) error {
+//
+// header is added to the server's header (the remote side's rate); a
+// local side (rates) takes the rate the remote proxy measured from it.
+func down(in grpc.ServerStream, out grpc.ClientStream, st *Stats, l leg, header metadata.MD, rates bool, hc *hopConn) error {
 	// Header waits for the server's header; it is nil when the server
 	// answered with a status only (the status comes to RecvMsg).
 	if md, _ := out.Header(); md != nil {
-		if err := in.SendHeader(forwardable(md)); err != nil {
+		if rates {
+			hc.setRate(md.Get(rateKey))
+		}
+		if err := in.SendHeader(metadata.Join(forwardable(md), header)); err != nil {
 			return err
 		}
 	}
@@ -261,9 +455,13 @@ func down(in grpc.ServerStream, out grpc.ClientStream, st *Stats) error {
 			}
 			return err
 		}
-		n := m.Len()
-		err := in.SendMsg(&m)
+		s, n, err := l.apply(m, st)
 		m.Free()
+		if err != nil {
+			return err
+		}
+		err = in.SendMsg(&s)
+		s.Free()
 		if err != nil {
 			return err
 		}
@@ -293,7 +491,7 @@ func hopHeader(k string) bool {
 	case "content-type", "user-agent", "te", "host", "connection":
 		return true
 	}
-	return strings.HasPrefix(k, ":") || strings.HasPrefix(k, "grpc-")
+	return strings.HasPrefix(k, ":") || strings.HasPrefix(k, "grpc-") || k == hopKey || k == rateKey
 }
 
 // contentSubtype returns the subtype of the incoming call's content-type

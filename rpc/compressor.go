@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tensorpress/tensorpress/autotune"
@@ -53,6 +54,13 @@ type Compressor struct {
 	cutter codec.Cutter
 	enc    *codec.Encoder
 
+	// A stateful policy (one that is not ByClass) is asked from one
+	// goroutine at a time, Cut and Choose together (codec.Policy's
+	// contract), and sees frame numbers that grow across the messages of
+	// all calls, as a Writer's do.
+	choose sync.Mutex
+	seq    atomic.Uint64
+
 	writers sync.Pool // *msgWriter
 	readers sync.Pool // *msgReader
 }
@@ -97,8 +105,11 @@ func WithChunkSize(n int) Option {
 // WithPolicy lets p choose each frame's recipe and observe the result
 // (default: ByClass). An autotune.Tuner is a policy that also cuts frames
 // where the kind of data changes; for it to measure the link, give it the
-// connection (Tuner.UseConn from a dialer), since writes into gRPC's
-// buffers never block.
+// connection (Tuner.UseConn from a dialer), or set the rate it measures
+// (Link.SetRate), since writes into gRPC's buffers never block. A policy
+// other than ByClass is asked (Cut, then Choose) from one goroutine at a
+// time, whatever the number of concurrent messages, with frame numbers
+// that grow across messages.
 func WithPolicy(p codec.Policy) Option {
 	return func(c *config) error {
 		if p == nil {
@@ -161,7 +172,7 @@ func (c *Compressor) Compress(w io.Writer) (io.WriteCloser, error) {
 	if mw == nil {
 		mw = &msgWriter{c: c}
 	}
-	mw.w, mw.err, mw.seq = w, nil, 0
+	mw.w, mw.err = w, nil
 	return mw, nil
 }
 
@@ -171,7 +182,6 @@ type msgWriter struct {
 	w   io.Writer
 	buf []byte // pending message bytes, less than a chunk
 	out []byte // frame buffer
-	seq uint64
 	err error
 }
 
@@ -212,17 +222,23 @@ func (m *msgWriter) flushBuf() {
 // frame writes one frame of a prefix of data (where the policy cuts, or
 // all of it) and returns the prefix's length.
 func (m *msgWriter) frame(data []byte) int {
+	_, stateless := m.c.policy.(ByClass)
+	if !stateless {
+		m.c.choose.Lock()
+	}
 	if m.c.cutter != nil {
 		if k := m.c.cutter.Cut(data); k > 0 && k < len(data) {
 			data = data[:k]
 		}
 	}
-	info := codec.FrameInfo{Seq: m.seq, Type: codec.FrameBytes, DType: codec.Byte, Len: len(data), First: true, Data: data}
+	info := codec.FrameInfo{Seq: m.c.seq.Add(1) - 1, Type: codec.FrameBytes, DType: codec.Byte, Len: len(data), First: true, Data: data}
 	r := m.c.policy.Choose(info)
+	if !stateless {
+		m.c.choose.Unlock()
+	}
 	if r.Lossy() {
 		r = nil // messages are bytes: always lossless
 	}
-	m.seq++
 	t0 := time.Now()
 	var stats []codec.SegmentStat
 	m.out, stats, m.err = m.c.enc.AppendBytesStats(m.out[:0], nil, data, r)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"net"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 
+	"github.com/tensorpress/tensorpress/autotune"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/grpctest"
 )
@@ -258,5 +260,53 @@ func TestOptions(t *testing.T) {
 	rd, _ = c.Decompress(&wire)
 	if _, err := io.ReadAll(rd); !errors.Is(err, codec.ErrLimit) {
 		t.Fatalf("a 1 MiB frame at a 4 KiB limit: %v", err)
+	}
+}
+
+// TestTunerConcurrent: a Compressor whose policy is an autotune.Tuner
+// serves concurrent messages (run with -race): each comes back bit for
+// bit, and the Tuner saw every frame under a number of its own.
+func TestTunerConcurrent(t *testing.T) {
+	tu, err := autotune.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCompressor(WithName("tensorpress-test-tuned"), WithPolicy(tu), WithChunkSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			msg := make([]byte, 300<<10)
+			for i := 0; i < len(msg); i += 4 {
+				binary.LittleEndian.PutUint32(msg[i:], uint32(g*977+i)&0x3c00ffff)
+			}
+			for range 5 {
+				var buf bytes.Buffer
+				w, _ := c.Compress(&buf)
+				w.Write(msg)
+				if err := w.Close(); err != nil {
+					errc <- err
+					return
+				}
+				r, _ := c.Decompress(&buf)
+				got, err := io.ReadAll(r)
+				r.(io.Closer).Close()
+				if err != nil || !bytes.Equal(got, msg) {
+					errc <- fmt.Errorf("message of %d bytes: %d back, %v", len(msg), len(got), err)
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.seq.Load(); n < 4*5*5 {
+		t.Errorf("%d frame numbers for at least 100 frames", n)
 	}
 }

@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,7 +20,6 @@ import (
 	_ "google.golang.org/grpc/encoding/gzip" // an application's gzip calls are accepted
 
 	"github.com/tensorpress/tensorpress/proxy"
-	"github.com/tensorpress/tensorpress/rpc"
 	"github.com/tensorpress/tensorpress/transport"
 )
 
@@ -31,10 +33,17 @@ pass through; messages arrive bit for bit (lossless: content-addressed
 objects, such as Flower's, keep their IDs).
 
   --side local:  listen for the application's client; --to is the remote proxy.
-                 Messages to the remote proxy go through the tensorpress
-                 compressor (float runs found inside the bytes are coded by
-                 class).
   --side remote: listen for the local proxy; --to is the application's server.
+
+Between the proxies each message goes as tensorpress frames, lossless, whose
+recipes an autotuner chooses per frame for the link (float runs found
+inside protobuf bytes fields coded by plane, mostly-zero data as
+positions, the rest with zstd, or stored raw where the link is faster
+than the coders); each proxy measures how fast the other's messages
+arrive and tells it. Where the two proxies talk over loopback, messages
+go as they are (one mark byte before each, no copy). --bandwidth gives
+the link's rate instead of measuring it (and codes on loopback too). Both
+proxies must run this version.
 
 For example, the client's machine runs
   tensorpress proxy --side local --listen 127.0.0.1:50051 --to server-host:7000
@@ -58,6 +67,7 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	maxMsg := fs.Int("max-message", proxy.DefaultMaxMessageSize, "largest message, in `bytes`, both ways (grpc)")
 	drain := fs.Duration("drain", 10*time.Second, "time calls get to finish at shutdown")
 	metricsAddr := fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (grpc mode; default: none)")
+	bwFlag := fs.String("bandwidth", "auto", "the link's `rate` between the proxies (10Mbit, 1Gbit; auto: measured), local side (the remote takes the local's)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -71,17 +81,29 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	case *mode != "grpc" && *mode != "tcp":
 		return usagef("--mode %q: want grpc or tcp", *mode)
 	}
+	bw, err := parseBandwidth(*bwFlag)
+	if err != nil {
+		return usagef("--bandwidth %q: %v", *bwFlag, err)
+	}
 	if *mode == "tcp" {
 		return tcpProxy(*side, *listen, *to, *drain, stderr)
 	}
 	var stats proxy.Stats
+	hop, err := proxy.NewHop(bw)
+	if err != nil {
+		return usagef("%v", err)
+	}
 	conn, err := grpc.NewClient(*to, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(hopWindow), grpc.WithInitialConnWindowSize(hopWindow),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 			if err != nil {
 				return nil, err
 			}
-			return proxy.CountingConn{Conn: c, Out: &stats.HopOut, In: &stats.HopIn}, nil
+			if *side == "local" {
+				return hop.Conn(c), nil
+			}
+			return c, nil
 		}))
 	if err != nil {
 		return err
@@ -89,7 +111,9 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	defer conn.Close()
 	opts := []proxy.Option{proxy.WithMaxMessageSize(*maxMsg), proxy.WithStats(&stats)}
 	if *side == "local" {
-		opts = append(opts, proxy.WithCallOptions(grpc.UseCompressor(rpc.Name)))
+		opts = append(opts, proxy.WithOutgoingHop(hop))
+	} else {
+		opts = append(opts, proxy.WithIncomingHop(hop))
 	}
 	sopts, err := proxy.ServerOptions(conn, opts...)
 	if err != nil {
@@ -98,6 +122,10 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
+	}
+	if *side == "remote" {
+		ln = hop.Listener(ln)
+		sopts = append(sopts, grpc.InitialWindowSize(hopWindow), grpc.InitialConnWindowSize(hopWindow))
 	}
 	s := grpc.NewServer(sopts...)
 	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
@@ -215,4 +243,30 @@ func forwardTCP(side string, c net.Conn, to string) error {
 	go pipe(out, in)
 	go pipe(in, out)
 	return errors.Join(<-errc, <-errc)
+}
+
+// hopWindow is the flow-control window of the connection between the
+// proxies, per stream and per connection: a message of a few megabytes
+// crosses without waiting for window updates (gRPC's default starts at
+// 64 KiB and grows with its bandwidth-delay estimate).
+const hopWindow = 8 << 20
+
+// parseBandwidth reads a rate in bits per second ("10Mbit", "1Gbit",
+// "500kbit", "1e9") as bytes per second; "auto" or "" is 0.
+func parseBandwidth(s string) (float64, error) {
+	if s == "auto" || s == "" {
+		return 0, nil
+	}
+	num, mult := strings.TrimSuffix(strings.ToLower(s), "bit"), 1.0
+	for suf, m := range map[string]float64{"k": 1e3, "m": 1e6, "g": 1e9} {
+		if rest, ok := strings.CutSuffix(num, suf); ok {
+			num, mult = rest, m
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || !(v > 0) || v*mult > 1e13 {
+		return 0, fmt.Errorf("want a rate such as 10Mbit or auto")
+	}
+	return v * mult / 8, nil
 }

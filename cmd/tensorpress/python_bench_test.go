@@ -27,6 +27,11 @@ import (
 // (the link between them). It reports, per link, the time through the
 // proxies over the direct time (below 1: the proxies win).
 //
+// The shaped links listen on an address of this host that is not a
+// loopback one (where it has one), as a link between two machines would:
+// the proxies then measure the link and code the hop; over the unshaped
+// loopback they send the messages as they are.
+//
 //	go test -run '^$' -bench PythonProxy -benchtime 1x ./cmd/tensorpress
 func BenchmarkPythonProxy(b *testing.B) {
 	py := "/usr/bin/python3"
@@ -94,14 +99,18 @@ func BenchmarkPythonProxy(b *testing.B) {
 			{"10Mbit", netsim.Link{Rate: 10e6 / 8, Latency: 5e6}},
 		} {
 			// Direct: client -> link -> server.
-			direct := startRelay(b, serverAddr, l.link)
+			host := "127.0.0.1"
+			if l.link != (netsim.Link{}) {
+				host = linkHost()
+			}
+			direct := startRelay(b, host, serverAddr, l.link)
 			d := exchange(direct.addr)
 			direct.close()
 			// Through the proxies: client -> local -> link -> remote -> server.
 			ctx, cancel := context.WithCancel(context.Background())
 			hubContext = func() context.Context { return ctx }
 			remote := startProxyB(b, "remote", serverAddr)
-			relay := startRelay(b, remote.addr, l.link)
+			relay := startRelay(b, host, remote.addr, l.link)
 			local := startProxyB(b, "local", relay.addr)
 			p := exchange(local.addr)
 			cancel()
@@ -142,8 +151,8 @@ type relay struct {
 	cs   []net.Conn
 }
 
-func startRelay(b *testing.B, target string, l netsim.Link) *relay {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func startRelay(b *testing.B, host, target string, l netsim.Link) *relay {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -184,4 +193,16 @@ func (r *relay) close() {
 	}
 	r.mu.Unlock()
 	r.wg.Wait()
+}
+
+// linkHost is an IPv4 address of this host that is not a loopback one,
+// else 127.0.0.1.
+func linkHost() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	return "127.0.0.1"
 }

@@ -67,7 +67,10 @@ func TestPythonThroughProxies(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	hubContext = func() context.Context { return ctx }
 	remote := startProxy(t, "remote", serverAddr)
-	local := startProxy(t, "local", remote.addr, "--metrics", "127.0.0.1:0")
+	// The proxies talk over loopback, where they would send the messages
+	// as they are: a configured bandwidth makes them code the hop as over
+	// a wide-area link.
+	local := startProxy(t, "local", remote.addr, "--metrics", "127.0.0.1:0", "--bandwidth", "10Mbit")
 	defer func() {
 		cancel()
 		local.wait(t)
@@ -157,6 +160,34 @@ func TestPythonThroughProxies(t *testing.T) {
 		t.Errorf("hop bytes out %v in %v, for %v up and %v down", hop["out"], hop["in"], got["up"], got["down"])
 	}
 	t.Logf("the hop carried %.1f%% of the bytes up and %.1f%% of those down", 100*hop["out"]/got["up"], 100*hop["in"]/got["down"])
+	// The bytes each recipe put on the hop add up to the hop's bytes out,
+	// less gRPC's framing: 5 bytes a message, 9 per HTTP/2 data frame (16
+	// KiB at least), and the headers of each call.
+	var recipeOut, recipeIn float64
+	for _, mt := range fams["tensorpress_proxy_recipe_bytes_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range mt.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		switch labels["direction"] {
+		case "out":
+			recipeOut += mt.GetCounter().GetValue()
+		case "in":
+			recipeIn += mt.GetCounter().GetValue()
+		}
+	}
+	calls := float64(len(strings.Split(sizes, ",")) + 3)
+	if framing := hop["out"] - recipeOut; recipeIn != got["up"] || framing < 0 || framing > hop["out"]*9/16384+calls*(5+1024)+16 {
+		t.Errorf("recipes: %v bytes in (the client sent %v), %v out, for %v on the hop", recipeIn, got["up"], recipeOut, hop["out"])
+	}
+	if fams["tensorpress_proxy_encode_seconds_total"].GetMetric()[0].GetCounter().GetValue() <= 0 ||
+		fams["tensorpress_proxy_decode_seconds_total"].GetMetric()[0].GetCounter().GetValue() <= 0 {
+		t.Errorf("no time coding or decoding")
+	}
+	if l := fams["tensorpress_proxy_link_bits_per_second"].GetMetric(); len(l) != 1 || l[0].GetGauge().GetValue() != 10e6 {
+		t.Errorf("link estimate %v, want 10 Mbit/s as configured", l)
+	}
+	t.Logf("recipes: %v bytes in, %v out; hop framing %v bytes", recipeIn, recipeOut, hop["out"]-recipeOut)
 }
 
 type runningProxy struct {
