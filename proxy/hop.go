@@ -30,11 +30,18 @@ import (
 // messages arrive (bytes per second), so that each sender's autotuner
 // plans with the rate of its own direction.
 const (
-	hopKey  = "tensorpress-hop"      // "1": every message of the call, both ways, starts with a mark byte
+	hopKey  = "tensorpress-hop"      // hopVersion: every message of the call, both ways, starts with a mark byte
 	rateKey = "tensorpress-hop-rate" // bytes per second the sender of the metadata receives at (or was configured with)
 )
 
-// The mark byte that starts each message of a marked call.
+// hopVersion is the format of the hop's messages this proxy speaks; a
+// call marked with another is refused (Unimplemented).
+const hopVersion = "1"
+
+// The mark byte that starts each message of a marked call. Neither is a
+// valid first byte of a protobuf message (field number 0), so a server
+// that is not a proxy, given one by mistake, fails to parse it rather
+// than taking it for data.
 const (
 	markPlain  = 0 // the application's message follows as it is
 	markFrames = 1 // tensorpress bytes frames follow (package rpc's Compressor)
@@ -364,7 +371,7 @@ func errKind(err error) string {
 // hopMD returns the metadata a marked call or response header carries.
 func hopMD(md metadata.MD, rate string, mark bool) metadata.MD {
 	if mark {
-		md.Set(hopKey, "1")
+		md.Set(hopKey, hopVersion)
 	}
 	if rate != "" {
 		md.Set(rateKey, rate)

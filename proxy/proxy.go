@@ -339,6 +339,9 @@ func (f *forwarder) handle(_ any, in grpc.ServerStream) error {
 	var upLeg, downLeg leg
 	var hc *hopConn // the hop's connection of this call
 	marked := len(md.Get(hopKey)) > 0
+	if v := md.Get(hopKey); marked && v[0] != hopVersion {
+		return status.Errorf(codes.Unimplemented, "proxy: the other proxy codes the hop in format %q, this one in %q: run the same tensorpress release on both sides", v[0], hopVersion)
+	}
 	switch {
 	case f.outHop != nil:
 		// Local side: mark the call and tell the remote proxy the rate

@@ -64,11 +64,16 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	listen := fs.String("listen", "", "`address` to listen on (host:port); required")
 	to := fs.String("to", "", "`address` to forward to: the remote proxy, or the server; required")
 	mode := fs.String("mode", "grpc", "`grpc` (any gRPC service) or `tcp` (any byte stream, through package transport)")
-	maxMsg := fs.Int("max-message", proxy.DefaultMaxMessageSize, "largest message, in `bytes`, both ways (grpc)")
+	maxMsg := sizeFlag(fs, "max-message", proxy.DefaultMaxMessageSize, "largest message, in `bytes`, both ways (grpc; 64MiB, 1GiB)")
 	drain := fs.Duration("drain", 10*time.Second, "time calls get to finish at shutdown")
 	metricsAddr := fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (grpc mode; default: none)")
 	bwFlag := fs.String("bandwidth", "auto", "the link's `rate` between the proxies (10Mbit, 1Gbit; auto: measured), local side (the remote takes the local's)")
+	newLog := logFlags(fs, stderr)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := newLog()
+	if err != nil {
 		return err
 	}
 	switch {
@@ -86,7 +91,7 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 		return usagef("--bandwidth %q: %v", *bwFlag, err)
 	}
 	if *mode == "tcp" {
-		return tcpProxy(*side, *listen, *to, *drain, stderr)
+		return tcpProxy(*side, *listen, *to, *drain, log)
 	}
 	var stats proxy.Stats
 	hop, err := proxy.NewHop(bw)
@@ -109,7 +114,7 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	opts := []proxy.Option{proxy.WithMaxMessageSize(*maxMsg), proxy.WithStats(&stats)}
+	opts := []proxy.Option{proxy.WithMaxMessageSize(int(*maxMsg)), proxy.WithStats(&stats)}
 	if *side == "local" {
 		opts = append(opts, proxy.WithOutgoingHop(hop))
 	} else {
@@ -130,7 +135,6 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	s := grpc.NewServer(sopts...)
 	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log := slog.New(slog.NewTextHandler(stderr, nil))
 	log.Info("listening", "addr", ln.Addr().String(), "side", *side, "to", *to)
 	errc := make(chan error, 2)
 	if *metricsAddr != "" {
@@ -148,14 +152,13 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 // connection is carried to the remote proxy through transport.Wrap; on
 // the remote side each accepted connection is unwrapped and forwarded to
 // the server.
-func tcpProxy(side, listen, to string, drain time.Duration, stderr io.Writer) error {
+func tcpProxy(side, listen, to string, drain time.Duration, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log := slog.New(slog.NewTextHandler(stderr, nil))
 	log.Info("listening", "addr", ln.Addr().String(), "side", side, "to", to, "mode", "tcp")
 	var wg sync.WaitGroup
 	var mu sync.Mutex
