@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/encoding/gzip" // an application's gzip calls are accepted
+	"google.golang.org/grpc/status"
 
 	"github.com/tensorpress/tensorpress/proxy"
 	"github.com/tensorpress/tensorpress/transport"
@@ -124,6 +126,7 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
+	sopts = append(sopts, grpc.ChainStreamInterceptor(logCalls(log, *to)))
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
@@ -272,4 +275,25 @@ func parseBandwidth(s string) (float64, error) {
 		return 0, fmt.Errorf("want a rate such as 10Mbit or auto")
 	}
 	return v * mult / 8, nil
+}
+
+// logCalls logs each call that ends in an error: at warn level where the
+// proxy or the next hop failed (Unavailable, Internal, ResourceExhausted,
+// Unimplemented: a peer down, a bad message, a limit, another release),
+// else, where the status is the application's own, at debug level.
+func logCalls(log *slog.Logger, to string) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		err := h(srv, ss)
+		if err == nil {
+			return nil
+		}
+		st := status.Convert(err)
+		level := slog.LevelDebug
+		switch st.Code() {
+		case codes.Unavailable, codes.Internal, codes.ResourceExhausted, codes.Unimplemented:
+			level = slog.LevelWarn
+		}
+		log.Log(ss.Context(), level, "call failed", "method", info.FullMethod, "to", to, "code", st.Code().String(), "err", st.Message())
+		return err
+	}
 }
