@@ -4,7 +4,7 @@
 # as a pure-Go build (CGO_ENABLED=0: the klauspost backend only).
 
 GO        ?= go
-APT_PKGS  := zstd xz-utils gcc dataset-fashion-mnist clang-14 python3-grpcio python3-numpy
+APT_PKGS  := zstd xz-utils gcc dataset-fashion-mnist clang-14 python3-grpcio python3-numpy nats-server
 # reference regenerates testvectors/reference with numpy and PyTorch; the
 # tests read the committed files and need neither.
 REF_PKGS  := python3-numpy python3-torch dataset-fashion-mnist

@@ -1,0 +1,506 @@
+package natsfan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/hub"
+	"github.com/tensorpress/tensorpress/rpc"
+)
+
+// DefaultBucket is the object store bucket versions go into.
+const DefaultBucket = "tensorpress"
+
+// ChunkSize is the size of the object store's chunks (NATS messages):
+// well within the default max_payload of 1 MB.
+const ChunkSize = 256 << 10
+
+// Config describes the bucket a Publisher creates (or finds).
+type Config struct {
+	Bucket   string // DefaultBucket if empty
+	Replicas int    // JetStream replicas of the bucket (1 if 0): 3 on a 3-node cluster
+	// Storage: jetstream.FileStorage unless MemoryStorage is set.
+	MemoryStorage bool
+}
+
+// OpenStore creates the bucket of cfg, or opens it if it exists with the
+// same settings: compression off (the frames are already compressed).
+func OpenStore(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.ObjectStore, error) {
+	name := cfg.Bucket
+	if name == "" {
+		name = DefaultBucket
+	}
+	st := jetstream.FileStorage
+	if cfg.MemoryStorage {
+		st = jetstream.MemoryStorage
+	}
+	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      name,
+		Description: "tensorpress model versions, each one object of tensorpress frames",
+		Replicas:    max(1, cfg.Replicas),
+		Storage:     st,
+		Compression: false,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsfan: bucket %q: %w", name, err)
+	}
+	return os, nil
+}
+
+// objectName is the name of version v's object.
+func objectName(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// versionOf is the version of an object name, or 0 if it is none.
+func versionOf(name string) uint64 {
+	v, err := strconv.ParseUint(name, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// Tensors is a model version's tensors, one at a time (each read when it
+// is yielded, so that a version need not be held whole); a Publisher may
+// range over it more than once (once per attempt).
+type Tensors = iter.Seq2[*codec.Tensor, error]
+
+// Slice is Tensors over tensors held in memory.
+func Slice(ts []*codec.Tensor) Tensors {
+	return func(yield func(*codec.Tensor, error) bool) {
+		for _, t := range ts {
+			if !yield(t, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Publisher puts model versions into a bucket, each encoded once
+// (lossless, recipes by data class, as a hub codes them by default): the
+// bytes of a version cross the publisher's link to NATS once, whatever
+// the number of relays. A version is visible whole or not at all: the
+// object store writes an object's description after its last chunk, and
+// a failed put leaves nothing behind (its chunks are purged). Publish
+// retries until it succeeds or its context ends.
+type Publisher struct {
+	nc    *nats.Conn
+	store jetstream.ObjectStore
+	keep  int
+	log   *slog.Logger
+
+	// Published counts the versions put, PutBytes their objects' bytes,
+	// Retries the attempts that failed and were tried again.
+	Published, PutBytes, Retries atomic.Int64
+}
+
+// NewPublisher returns a Publisher into store, reached through nc, that
+// keeps the newest keep versions there (all if 0), logging to log
+// (slog.Default if nil).
+func NewPublisher(nc *nats.Conn, store jetstream.ObjectStore, keep int, log *slog.Logger) *Publisher {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Publisher{nc: nc, store: store, keep: keep, log: log}
+}
+
+// Publish puts version v (greater than 0) made of ts.
+func (p *Publisher) Publish(ctx context.Context, v uint64, ts Tensors) error {
+	if v == 0 {
+		return errors.New("natsfan: version 0")
+	}
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		info, err := p.put(ctx, v, ts)
+		if err == nil {
+			p.Published.Add(1)
+			p.PutBytes.Add(int64(info.Size))
+			p.log.Info("published to NATS", "version", v, "bytes", info.Size, "attempts", attempt)
+			p.prune(ctx, v)
+			return nil
+		}
+		var fatal errEncode
+		if errors.As(err, &fatal) || ctx.Err() != nil || errors.Is(err, nats.ErrConnectionClosed) {
+			return fmt.Errorf("natsfan: version %d: %w", v, err)
+		}
+		p.Retries.Add(1)
+		p.log.Warn("publishing to NATS failed; trying again", "version", v, "attempt", attempt, "in", backoff, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return fmt.Errorf("natsfan: version %d: %w (last error: %v)", v, ctx.Err(), err)
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// errEncode marks a failure to read or encode the tensors: trying again
+// does not help.
+type errEncode struct{ error }
+
+func (e errEncode) Unwrap() error { return e.error }
+
+func (p *Publisher) put(ctx context.Context, v uint64, ts Tensors) (*jetstream.ObjectInfo, error) {
+	// A put whose connection drops is doomed (chunks published before the
+	// drop may be lost, and their acknowledgements never come): the
+	// attempt ends at once, to be tried again once connected.
+	//
+	// The attempt's context has no deadline, so that the object store
+	// waits for each chunk's acknowledgement a JetStream timeout at most
+	// (with a deadline it would wait until the deadline for one that was
+	// lost with a node); the caller's deadline still cancels it.
+	parent := ctx
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	defer cancel(nil)
+	reconnects := p.nc.Stats().Reconnects
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-parent.Done():
+				cancel(parent.Err())
+				return
+			case <-t.C:
+				if !p.nc.IsConnected() || p.nc.Stats().Reconnects != reconnects {
+					cancel(errDropped)
+					return
+				}
+			}
+		}
+	}()
+	if !p.nc.IsConnected() {
+		return nil, nats.ErrConnectionReconnecting
+	}
+	info, err := p.putOnce(ctx, v, ts)
+	if err != nil && errors.Is(context.Cause(ctx), errDropped) {
+		err = fmt.Errorf("%w: %v", errDropped, err)
+	}
+	return info, err
+}
+
+var errDropped = errors.New("the connection to NATS dropped during the put")
+
+func (p *Publisher) putOnce(ctx context.Context, v uint64, ts Tensors) (*jetstream.ObjectInfo, error) {
+	pr, pw := io.Pipe()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var encErr error
+	go func() {
+		defer wg.Done()
+		encErr = encode(pw, ts)
+		pw.CloseWithError(encErr)
+	}()
+	info, err := p.store.Put(ctx, jetstream.ObjectMeta{
+		Name:     objectName(v),
+		Metadata: map[string]string{"tensorpress-version": objectName(v)},
+		Opts:     &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize},
+	}, pr)
+	pr.CloseWithError(errPutEnded) // the encoder stops if Put stopped reading
+	wg.Wait()
+	if err != nil && encErr != nil && !errors.Is(encErr, errPutEnded) {
+		return nil, errEncode{encErr}
+	}
+	return info, err
+}
+
+var errPutEnded = errors.New("natsfan: the put ended")
+
+// encode writes ts to w as tensorpress frames (a codec.Writer stream, lossless).
+func encode(w io.Writer, ts Tensors) error {
+	cw, err := codec.NewWriter(w, codec.WithPolicy(rpc.ByClass{}))
+	if err != nil {
+		return err
+	}
+	for t, err := range ts {
+		if err == nil {
+			err = cw.WriteTensor(t)
+		}
+		if err != nil {
+			cw.Close()
+			return err
+		}
+	}
+	return cw.Close()
+}
+
+// prune deletes the versions older than the newest p.keep, up to v.
+func (p *Publisher) prune(ctx context.Context, v uint64) {
+	if p.keep <= 0 {
+		return
+	}
+	infos, err := p.store.List(ctx)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrNoObjectsFound) {
+			p.log.Warn("listing NATS versions", "err", err)
+		}
+		return
+	}
+	var vs []uint64
+	for _, in := range infos {
+		if x := versionOf(in.Name); x != 0 {
+			vs = append(vs, x)
+		}
+	}
+	if len(vs) <= p.keep {
+		return
+	}
+	newest := max(v, maxOf(vs))
+	for _, x := range vs {
+		if newest-x >= uint64(p.keep) && x < newest {
+			if err := p.store.Delete(ctx, objectName(x)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+				p.log.Warn("deleting an old NATS version", "version", x, "err", err)
+			}
+		}
+	}
+}
+
+func maxOf(vs []uint64) uint64 {
+	var m uint64
+	for _, v := range vs {
+		m = max(m, v)
+	}
+	return m
+}
+
+// Decode reads the tensors of a version's object, checking each frame
+// (and, through the object store, the object's SHA-256).
+func Decode(r io.Reader, lim codec.Limits) ([]*codec.Tensor, error) {
+	rd, err := codec.NewReader(r, codec.WithLimits(lim))
+	if err != nil {
+		return nil, err
+	}
+	var ts []*codec.Tensor
+	for {
+		t, err := rd.ReadTensor()
+		if err == io.EOF {
+			return ts, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, t)
+	}
+}
+
+// Relay serves the versions of a bucket from a local Hub: each version
+// that appears whole in the bucket (and those already there at the
+// start, the newest the hub keeps) is fetched once, checked, decoded and
+// published into the hub, whose clients then fetch it from this relay.
+type Relay struct {
+	store  jetstream.ObjectStore
+	h      *hub.Hub
+	keep   int
+	limits codec.Limits
+	log    *slog.Logger
+
+	// Relayed counts the versions published into the hub, GotBytes their
+	// objects' bytes, Failed the gets or decodes that failed.
+	Relayed, GotBytes, Failed atomic.Int64
+}
+
+// NewRelay returns a Relay from store into h, which keeps keep versions
+// (hub.WithRetention), logging to log (slog.Default if nil). The limits
+// bound what a version may claim (codec.DefaultLimits if zero).
+func NewRelay(store jetstream.ObjectStore, h *hub.Hub, keep int, lim codec.Limits, log *slog.Logger) *Relay {
+	if log == nil {
+		log = slog.Default()
+	}
+	if lim == (codec.Limits{}) {
+		lim = codec.DefaultLimits()
+	}
+	return &Relay{store: store, h: h, keep: max(1, keep), limits: lim, log: log}
+}
+
+// Run relays until ctx ends, then returns nil. While NATS is down or the
+// bucket cannot be read, it logs why and tries again.
+func (r *Relay) Run(ctx context.Context) error {
+	for {
+		err := r.watch(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.log.Warn("watching the NATS bucket; starting again", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// watch relays what one watcher of the bucket announces, until ctx ends
+// or the watcher fails.
+func (r *Relay) watch(ctx context.Context) error {
+	w, err := r.store.Watch(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	// The watcher only prompts: what the relay fetches comes from listing
+	// the bucket, at the start, at each update and every ReconcileEvery,
+	// so that an update the watcher misses (a node lost, a consumer
+	// reset) delays a version, never loses it.
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-retry.C:
+		case info, ok := <-w.Updates():
+			if !ok {
+				return errors.New("the watcher stopped")
+			}
+			if info != nil {
+				r.log.Debug("NATS bucket update", "object", info.Name, "deleted", info.Deleted, "size", info.Size)
+			}
+		}
+		wait := ReconcileEvery
+		if !r.reconcile(ctx) {
+			wait = time.Second
+		}
+		if !retry.Stop() {
+			select {
+			case <-retry.C:
+			default:
+			}
+		}
+		retry.Reset(wait)
+	}
+}
+
+// ReconcileEvery is how often a relay lists the bucket for versions it
+// has not relayed yet, besides when its watcher announces one.
+var ReconcileEvery = 5 * time.Second
+
+// reconcile relays the versions of the bucket the hub lacks, among the
+// newest it keeps; it reports whether none is left to try again.
+func (r *Relay) reconcile(ctx context.Context) bool {
+	infos, err := r.store.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return true
+	}
+	if err != nil {
+		r.log.Warn("listing the NATS bucket; trying again", "err", err)
+		return false
+	}
+	var vs []uint64
+	for _, in := range infos {
+		if v := versionOf(in.Name); v != 0 && !in.Deleted {
+			vs = append(vs, v)
+		}
+	}
+	slices.Sort(vs)
+	vs = vs[max(0, len(vs)-r.keep):]
+	done := true
+	for _, v := range vs {
+		if !r.relay(ctx, v) {
+			done = false
+		}
+	}
+	return done
+}
+
+// relay fetches version v into the hub; it reports whether v is done
+// (relayed, held already, or no longer worth it).
+func (r *Relay) relay(ctx context.Context, v uint64) bool {
+	for _, in := range r.h.Versions() {
+		if in.Version == v {
+			return true
+		}
+	}
+	obj, err := r.store.Get(ctx, objectName(v))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		// A replica may answer before it has the object the update
+		// announced: try again (a deletion's update ends the tries).
+		r.log.Debug("a version announced is not found yet; trying again", "version", v)
+		return false
+	}
+	if err != nil {
+		r.Failed.Add(1)
+		r.log.Warn("getting a version from NATS; trying again", "version", v, "err", err)
+		return false
+	}
+	defer obj.Close()
+	cr := &countReader{r: obj}
+	cr.last.Store(time.Now().UnixNano())
+	// A read that waits for a chunk that never comes (a consumer that
+	// stalled) would wait for ever: a watchdog closes the object when no
+	// byte came for StallTimeout, and the version is tried again.
+	stop := make(chan struct{})
+	stalled := make(chan struct{})
+	go func() {
+		t := time.NewTicker(StallTimeout / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if time.Since(time.Unix(0, cr.last.Load())) > StallTimeout {
+					close(stalled)
+					obj.Close()
+					return
+				}
+			}
+		}
+	}()
+	ts, err := Decode(cr, r.limits)
+	if err == nil {
+		// The digest is checked when the object has been read to its end.
+		_, err = io.Copy(io.Discard, cr)
+	}
+	close(stop)
+	select {
+	case <-stalled:
+		err = fmt.Errorf("no data for %v: %w", StallTimeout, err)
+	default:
+	}
+	if err != nil {
+		r.Failed.Add(1)
+		r.log.Warn("a version from NATS did not decode; trying again", "version", v, "err", err)
+		return false
+	}
+	if err := r.h.Publish(v, ts); err != nil {
+		r.log.Warn("publishing a version from NATS", "version", v, "err", err)
+		return true // refused by the hub (older than it keeps, say): trying again will not help
+	}
+	r.Relayed.Add(1)
+	r.GotBytes.Add(cr.n)
+	r.log.Info("relayed from NATS", "version", v, "tensors", len(ts), "bytes", cr.n)
+	return true
+}
+
+// StallTimeout is how long a relay waits for the next bytes of a version
+// it is getting before it gives up on this attempt and tries again.
+var StallTimeout = 15 * time.Second
+
+type countReader struct {
+	r    io.Reader
+	n    int64
+	last atomic.Int64 // unix nanoseconds of the last read that returned bytes
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if n > 0 {
+		c.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
