@@ -23,8 +23,10 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/tensorpress/tensorpress/autotune"
+	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/hub/natsfan"
 	"github.com/tensorpress/tensorpress/profile"
 	"github.com/tensorpress/tensorpress/tensorfile"
 )
@@ -57,8 +59,8 @@ are cut (Unavailable), and the clients resume on the next hub.
 `
 
 func cmdHub(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("hub", "hub --dir DIR [flags]", hubText, stderr)
-	dir := fs.String("dir", "", "`directory` of versions (required)")
+	fs := newFlags("hub", "hub --dir DIR [flags]   or   hub --relay --nats URL [flags]", hubText+fanoutText, stderr)
+	dir := fs.String("dir", "", "`directory` of versions (required, unless --relay)")
 	listen := fs.String("listen", "127.0.0.1:7077", "`address` to listen on (host:port)")
 	prof := fs.String("profile", "", "YAML profile `file` (default: lossless, by data class)")
 	certFile := fs.String("tls-cert", "", "TLS certificate `file` (PEM), with --tls-key")
@@ -68,6 +70,7 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	drain := fs.Duration("drain", 10*time.Second, "time streams get to finish at shutdown")
 	metricsAddr := fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (default: none)")
 	watch := fs.Duration("watch", 2*time.Second, "how often --dir is looked at for new versions (0: never)")
+	fan := addFanoutFlags(fs)
 	newLog := logFlags(fs, stderr)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -76,9 +79,10 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := fan.check(*dir); err != nil {
+		return err
+	}
 	switch {
-	case *dir == "":
-		return usagef("--dir is required")
 	case (*certFile == "") != (*keyFile == ""):
 		return usagef("--tls-cert and --tls-key go together")
 	case *retention < 1:
@@ -100,10 +104,39 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	w := newDirWatcher(h, *dir, *retention, log)
-	defer w.Close()
-	if err := w.start(); err != nil {
-		return err
+	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	var fo *fanout
+	collectors := []prometheus.Collector{hub.Collector(h)}
+	if fan.enabled() {
+		if fo, err = openFanout(ctx, fan, log); err != nil {
+			return err
+		}
+		defer fo.Close()
+	}
+	var w *dirWatcher
+	if *dir != "" {
+		w = newDirWatcher(h, *dir, *retention, log)
+		defer w.Close()
+		if fo != nil {
+			pub := natsfan.NewPublisher(fo.nc, fo.store, *retention, log)
+			q := newPublishQueue(ctx, pub, *dir, log)
+			defer func() { stop(); q.wait() }()
+			w.onPublish = q.add
+			collectors = append(collectors, natsfan.Collector(pub, nil))
+		}
+		if err := w.start(); err != nil {
+			return err
+		}
+	} else {
+		relay := natsfan.NewRelay(fo.store, h, *retention, codec.Limits{}, log)
+		relayed := make(chan struct{})
+		go func() {
+			defer close(relayed)
+			relay.Run(ctx)
+		}()
+		defer func() { stop(); <-relayed }()
+		collectors = append(collectors, natsfan.Collector(nil, relay))
 	}
 	sopts := []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
@@ -122,9 +155,7 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	}
 	s := grpc.NewServer(sopts...)
 	hubpb.RegisterHubServer(s, hub.NewServer(h))
-	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if *watch > 0 {
+	if w != nil && *watch > 0 {
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
@@ -138,7 +169,7 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	log.Info("listening", "addr", ln.Addr().String(), "tls", *certFile != "")
 	errc := make(chan error, 2)
 	if *metricsAddr != "" {
-		stopMetrics, err := serveMetrics(*metricsAddr, errc, log, hub.Collector(h))
+		stopMetrics, err := serveMetrics(*metricsAddr, errc, log, collectors...)
 		if err != nil {
 			ln.Close()
 			return err
@@ -151,13 +182,13 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 // serveMetrics serves /metrics (c, Go and process metrics) and /healthz
 // on addr; a failure of the server goes to errc. The function it returns
 // stops it.
-func serveMetrics(addr string, errc chan error, log *slog.Logger, c prometheus.Collector) (func(), error) {
+func serveMetrics(addr string, errc chan error, log *slog.Logger, cs ...prometheus.Collector) (func(), error) {
 	mln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))...)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })

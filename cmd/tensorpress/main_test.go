@@ -60,14 +60,18 @@ func model(seed uint64) []*codec.Tensor {
 // function that stops it (as SIGTERM does) and waits.
 var metricsAddr string
 
+// lastHubLog is the log of the hub startHub started last.
+var lastHubLog *syncBuffer
+
 func startHub(t *testing.T, args ...string) (string, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	hubContext = func() context.Context { return ctx }
-	var errb syncBuffer
+	errb := new(syncBuffer)
+	lastHubLog = errb
 	done := make(chan int, 1)
 	go func() {
-		done <- run(append([]string{"hub", "--listen", "127.0.0.1:0"}, args...), new(bytes.Buffer), &errb)
+		done <- run(append([]string{"hub", "--listen", "127.0.0.1:0"}, args...), new(bytes.Buffer), errb)
 	}()
 	re := regexp.MustCompile(`msg=listening addr=(\S+)`)
 	mre := regexp.MustCompile(`msg=metrics addr=(\S+)`)
@@ -250,6 +254,11 @@ func TestUsage(t *testing.T) {
 		{[]string{"fetch", "--config", filepath.Join(dir, "none.yaml")}, 2, "no such file"},
 		{[]string{"hub", "--dir", "d", "--log-level", "loud"}, 2, `--log-level "loud"`},
 		{[]string{"hub", "--dir", "d", "--cache", "12XB"}, 2, `unknown size unit "XB"`},
+		{[]string{"hub", "--relay"}, 2, "--relay needs --nats"},
+		{[]string{"hub", "--relay", "--nats", "nats://127.0.0.1:1"}, 1, "NATS at nats://127.0.0.1:1: nats: no servers available"},
+		{[]string{"hub", "--relay", "--nats", "nats://x:1", "--dir", "d"}, 2, "--dir is for an origin"},
+		{[]string{"hub", "--dir", "d", "--nats", "nats://x:1", "--nats-listen", ":0"}, 2, "one or the other"},
+		{[]string{"hub", "--dir", "d", "--nats-store", "s"}, 2, "--nats-store goes with --nats-listen"},
 		{[]string{"hub", "--dir", "d", "--log-format", "xml"}, 2, `--log-format "xml"`},
 	} {
 		var out, errb bytes.Buffer

@@ -35,6 +35,8 @@ type dirWatcher struct {
 	failed  map[uint64]string      // last error logged, by version
 	open    map[uint64][]io.Closer // files of published versions
 	dropped map[uint64]time.Time   // when a version was found gone from the hub
+
+	onPublish func(v uint64) // called after each version published, if set
 }
 
 func newDirWatcher(h *hub.Hub, dir string, keep int, log *slog.Logger) *dirWatcher {
@@ -86,6 +88,9 @@ func (w *dirWatcher) publish(v uint64) error {
 	}
 	w.done[v] = true
 	w.open[v] = cs
+	if w.onPublish != nil {
+		w.onPublish(v)
+	}
 	return nil
 }
 
