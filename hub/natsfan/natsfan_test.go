@@ -38,7 +38,7 @@ func testLog() *slog.Logger {
 	if os.Getenv("NATSDEBUG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return testLog()
+	return slog.New(slog.DiscardHandler)
 }
 
 func freePort(t *testing.T) int {
