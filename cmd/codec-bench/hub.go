@@ -33,6 +33,7 @@ import (
 	"github.com/tensorpress/tensorpress/hub/hubpb"
 	"github.com/tensorpress/tensorpress/internal/grpctest"
 	"github.com/tensorpress/tensorpress/internal/netsim"
+	"github.com/tensorpress/tensorpress/internal/rateplot"
 )
 
 const hubText = `N clients fetch a published model at once: the hub (one batched,
@@ -511,7 +512,7 @@ func plotHub(path string, rows []*hubRow) error {
 	p.X.Label.Text = "link rate (each client's connection)"
 	p.Y.Label.Text = "baseline time / hub time"
 	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = rateTicks{unshaped: 10e9, label: "loopback, no RTT"}
+	p.X.Tick.Marker = rateplot.RateTicks{Unshaped: 10e9, Label: "loopback, no RTT"}
 	p.Add(plotter.NewGrid())
 	lines := map[string]plotter.XYs{}
 	var order []string
@@ -542,7 +543,7 @@ func plotHub(path string, rows []*hubRow) error {
 		leg.Add(names[mode], l, pts)
 	}
 	p.Y.Min = 0
-	if err := saveWithLegend(p, leg, 8*vg.Inch, 5*vg.Inch, 2.6*vg.Inch, path); err != nil {
+	if err := rateplot.SaveWithLegend(p, leg, 8*vg.Inch, 5*vg.Inch, 2.6*vg.Inch, path); err != nil {
 		return fmt.Errorf("--plot: %w", err)
 	}
 	return nil

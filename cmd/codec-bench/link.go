@@ -30,6 +30,7 @@ import (
 	"github.com/tensorpress/tensorpress/cmd/codec-bench/internal/netns"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/netsim"
+	"github.com/tensorpress/tensorpress/internal/rateplot"
 	"github.com/tensorpress/tensorpress/profile"
 	"github.com/tensorpress/tensorpress/testvectors"
 	"github.com/tensorpress/tensorpress/transport"
@@ -915,7 +916,7 @@ func plotLink(path string, rows []*linkRow) error {
 	p.X.Label.Text = "link rate"
 	p.Y.Label.Text = "speedup over plain TCP (its time / this time)"
 	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = rateTicks{unshaped: 10e9}
+	p.X.Tick.Marker = rateplot.RateTicks{Unshaped: 10e9}
 	p.Add(plotter.NewGrid())
 	type at struct {
 		link string
@@ -974,7 +975,7 @@ func plotLink(path string, rows []*linkRow) error {
 		leg.Add(name, l, pts)
 	}
 	p.Y.Min, p.Y.Max = min(ymin, 1)*0.9, max(ymax, 1)*1.1
-	if err := saveWithLegend(p, leg, 9*vg.Inch, 6*vg.Inch, 2.6*vg.Inch, path); err != nil {
+	if err := rateplot.SaveWithLegend(p, leg, 9*vg.Inch, 6*vg.Inch, 2.6*vg.Inch, path); err != nil {
 		return fmt.Errorf("--plot: %w", err)
 	}
 	return nil
