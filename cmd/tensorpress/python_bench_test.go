@@ -9,13 +9,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
 	"github.com/tensorpress/tensorpress/internal/netsim"
+	"github.com/tensorpress/tensorpress/internal/rateplot"
 	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
@@ -25,7 +32,9 @@ import (
 // back, 5 rounds, over a simulated link (the same relay, both ways at the
 // rate, half the RTT each way), directly and through the two proxies
 // (the link between them). It reports, per link, the time through the
-// proxies over the direct time (below 1: the proxies win).
+// proxies over the direct time (below 1: the proxies win). With
+// TENSORPRESS_PLOT=FILE (.svg or .png) it plots the speedup (the inverse)
+// against the link rate.
 //
 // The shaped links listen on an address of this host that is not a
 // loopback one (where it has one), as a link between two machines would:
@@ -33,6 +42,7 @@ import (
 // loopback they send the messages as they are.
 //
 //	go test -run '^$' -bench PythonProxy -benchtime 1x ./cmd/tensorpress
+//	TENSORPRESS_PLOT=$PWD/docs/proxy-speedup.svg go test -run '^$' -bench PythonProxy -benchtime 1x ./cmd/tensorpress
 func BenchmarkPythonProxy(b *testing.B) {
 	py := "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import grpc, numpy").Run(); err != nil {
@@ -89,13 +99,19 @@ func BenchmarkPythonProxy(b *testing.B) {
 		}
 		return secs
 	}
+	type point struct{ rate, speedup float64 }
+	var points []point
 	for b.Loop() {
+		points = points[:0]
 		for _, l := range []struct {
 			name string
 			link netsim.Link
 		}{
 			{"loopback", netsim.Link{}},
+			{"1Gbit", netsim.Link{Rate: 1e9 / 8, Latency: 5e6}},
+			{"300Mbit", netsim.Link{Rate: 300e6 / 8, Latency: 5e6}},
 			{"100Mbit", netsim.Link{Rate: 100e6 / 8, Latency: 5e6}},
+			{"30Mbit", netsim.Link{Rate: 30e6 / 8, Latency: 5e6}},
 			{"10Mbit", netsim.Link{Rate: 10e6 / 8, Latency: 5e6}},
 		} {
 			// Direct: client -> link -> server.
@@ -119,8 +135,54 @@ func BenchmarkPythonProxy(b *testing.B) {
 			<-remote.done
 			b.Logf("%s: direct %.3f s, through the proxies %.3f s: %.2fx", l.name, d, p, p/d)
 			b.ReportMetric(p/d, "proxied/direct-"+l.name)
+			points = append(points, point{8 * l.link.Rate, d / p})
 		}
 	}
+	if path := os.Getenv("TENSORPRESS_PLOT"); path != "" {
+		xys := make(plotter.XYs, len(points))
+		for i, pt := range points {
+			if pt.rate == 0 {
+				pt.rate = unshaped
+			}
+			xys[i] = plotter.XY{X: pt.rate, Y: pt.speedup}
+		}
+		sort.Slice(xys, func(i, j int) bool { return xys[i].X < xys[j].X })
+		if err := plotProxy(path, xys); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// unshaped is where the plot puts the loopback run on its rate axis.
+const unshaped = 10e9
+
+// plotProxy draws the direct exchange's time over the proxied one's (above
+// 1: the proxies win) against the link rate, with the break-even line.
+func plotProxy(path string, xys plotter.XYs) error {
+	p := plot.New()
+	p.Title.Text = "Python grpcio peers: two tensorpress proxies against a direct connection"
+	p.X.Label.Text = "link rate (10 ms RTT; loopback: no shaping, no RTT)"
+	p.Y.Label.Text = "direct time / time through the proxies"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = rateplot.RateTicks{Unshaped: unshaped, Label: "loopback"}
+	p.Add(plotter.NewGrid())
+	l, pts, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return err
+	}
+	l.Color, pts.Color, pts.Shape = plotutil.Color(0), plotutil.Color(0), plotutil.Shape(0)
+	even, err := plotter.NewLine(plotter.XYs{{X: xys[0].X, Y: 1}, {X: xys[len(xys)-1].X, Y: 1}})
+	if err != nil {
+		return err
+	}
+	even.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(even, l, pts)
+	leg := plot.NewLegend()
+	leg.Add("through the proxies", l, pts)
+	leg.Add("break-even", even)
+	leg.Add("(above: the proxies win)")
+	p.Y.Min = 0
+	return rateplot.SaveWithLegend(p, leg, 7*vg.Inch, 4.5*vg.Inch, 2.8*vg.Inch, path)
 }
 
 func startProxyB(b *testing.B, side, to string) *runningProxy {
