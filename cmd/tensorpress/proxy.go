@@ -93,9 +93,24 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 		return usagef("--bandwidth %q: %v", *bwFlag, err)
 	}
 	if *mode == "tcp" {
-		return tcpProxy(*side, *listen, *to, *drain, log)
+		return tcpProxy(*listen, *to, *drain, log, "tcp", func(c net.Conn) error { return forwardTCP(*side, c, *to) })
 	}
 	var stats proxy.Stats
+	if *side == "local" && bw == 0 && onLoopback(*to) {
+		// Nothing to save on loopback: pass the connections through.
+		log.Info("the remote proxy is on this host: passing connections through, no coding", "to", *to)
+		if *metricsAddr != "" {
+			errc := make(chan error, 1)
+			stopMetrics, err := serveMetrics(*metricsAddr, errc, log, proxy.Collector(&stats))
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
+		}
+		return tcpProxy(*listen, *to, *drain, log, "grpc-passthrough", func(c net.Conn) error {
+			return forwardRaw(c, *to, rawMagic, &stats.HopOut, &stats.HopIn)
+		})
+	}
 	hop, err := proxy.NewHop(bw)
 	if err != nil {
 		return usagef("%v", err)
@@ -132,7 +147,9 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *side == "remote" {
-		ln = hop.Listener(ln)
+		sniff := newSniffListener(ln, *to)
+		defer sniff.closeRaw()
+		ln = hop.Listener(sniff)
 		sopts = append(sopts, grpc.InitialWindowSize(hopWindow), grpc.InitialConnWindowSize(hopWindow))
 	}
 	s := grpc.NewServer(sopts...)
@@ -151,18 +168,19 @@ func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	return serve(ctx, s, ln, errc, *drain, log)
 }
 
-// tcpProxy forwards byte streams: on the local side each accepted
-// connection is carried to the remote proxy through transport.Wrap; on
-// the remote side each accepted connection is unwrapped and forwarded to
-// the server.
-func tcpProxy(side, listen, to string, drain time.Duration, log *slog.Logger) error {
+// tcpProxy accepts connections on listen and hands each to forward
+// (forwardTCP: on the local side carried to the remote proxy through
+// transport.Wrap, on the remote side unwrapped and forwarded to the
+// server; forwardRaw: passed through as it is); SIGTERM stops accepting,
+// and the connections open get drain to end.
+func tcpProxy(listen, to string, drain time.Duration, log *slog.Logger, mode string, forward func(net.Conn) error) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log.Info("listening", "addr", ln.Addr().String(), "side", side, "to", to, "mode", "tcp")
+	log.Info("listening", "addr", ln.Addr().String(), "to", to, "mode", mode)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	open := map[net.Conn]bool{}
@@ -192,8 +210,13 @@ func tcpProxy(side, listen, to string, drain time.Duration, log *slog.Logger) er
 			defer wg.Done()
 			track(c, true)
 			defer track(c, false)
-			if err := forwardTCP(side, c, to); err != nil {
-				log.Info("connection ended", "remote", c.RemoteAddr().String(), "err", err)
+			if err := forward(c); err != nil {
+				var op *net.OpError
+				if errors.As(err, &op) && op.Op == "dial" {
+					log.Warn("connection not forwarded: the next hop is down", "remote", c.RemoteAddr().String(), "to", to, "err", err)
+				} else {
+					log.Info("connection ended", "remote", c.RemoteAddr().String(), "err", err)
+				}
 			}
 		}()
 	}

@@ -17,8 +17,19 @@ import (
 
 // TestProxyPeerDown: with nothing listening where the local proxy
 // forwards, a call ends at once with Unavailable saying why, and the
-// proxy logs it as a warning.
+// proxy logs it as a warning; passing connections through (the remote
+// side on this host), the call ends with Unavailable and the proxy logs
+// a warning too.
 func TestProxyPeerDown(t *testing.T) {
+	t.Run("grpc", func(t *testing.T) {
+		testProxyPeerDown(t, "connection refused", `level=WARN msg="call failed" method=/app.Service/Call`, "--bandwidth", "10Mbit")
+	})
+	t.Run("passthrough", func(t *testing.T) {
+		testProxyPeerDown(t, "", `level=WARN msg="connection not forwarded: the next hop is down"`)
+	})
+}
+
+func testProxyPeerDown(t *testing.T, why, logged string, extra ...string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +38,7 @@ func TestProxyPeerDown(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	hubContext = func() context.Context { return ctx }
-	local := startProxy(t, "local", dead)
+	local := startProxy(t, "local", dead, extra...)
 	defer func() {
 		cancel()
 		local.wait(t)
@@ -42,10 +53,10 @@ func TestProxyPeerDown(t *testing.T) {
 	var reply []byte
 	req := []byte("hello")
 	err = conn.Invoke(cctx, "/app.Service/Call", &req, &reply, grpc.ForceCodec(grpctest.RawCodec{}))
-	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "connection refused") {
-		t.Fatalf("call: %v, want Unavailable: connection refused", err)
+	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), why) {
+		t.Fatalf("call: %v, want Unavailable: %s", err, why)
 	}
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(local.errb.String(), `level=WARN msg="call failed" method=/app.Service/Call`); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(local.errb.String(), logged); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no warning logged:\n%s", local.errb.String())
 		}

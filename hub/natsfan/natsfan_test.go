@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,6 +97,9 @@ cluster { name: tp, listen: 127.0.0.1:%d, routes: [%s] }
 		nd := &node{cmd: exec.Command(natsServer, "-c", cf), url: fmt.Sprintf("nats://127.0.0.1:%d", ports[i]),
 			done: make(chan struct{}), log: new(bytes.Buffer)}
 		nd.cmd.Stdout, nd.cmd.Stderr = nd.log, nd.log
+		// A test binary that dies (a timeout, a crash) takes its servers
+		// with it.
+		nd.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if os.Getenv("NATSDEBUG") != "" {
 			nd.cmd.Stdout, nd.cmd.Stderr = os.Stderr, os.Stderr
 		}
