@@ -42,10 +42,11 @@ recipes an autotuner chooses per frame for the link (float runs found
 inside protobuf bytes fields coded by plane, mostly-zero data as
 positions, the rest with zstd, or stored raw where the link is faster
 than the coders); each proxy measures how fast the other's messages
-arrive and tells it. Where the two proxies talk over loopback, messages
-go as they are (one mark byte before each, no copy). --bandwidth gives
-the link's rate instead of measuring it (and codes on loopback too). Both
-proxies must run this version.
+arrive and tells it. Where --to is on this host (loopback), nothing can
+be saved: the local proxy passes the application's connections through
+as they are, and the remote proxy passes them on. --bandwidth gives the
+link's rate instead of measuring it (and codes on loopback too). Both
+proxies must run the same tensorpress release.
 
 For example, the client's machine runs
   tensorpress proxy --side local --listen 127.0.0.1:50051 --to server-host:7000
