@@ -62,21 +62,16 @@ func forwardRaw(c net.Conn, to, prefix string, out, in *atomic.Int64) error {
 }
 
 // copyCounting copies src to dst until src ends, adding what it copies to
-// n (if not nil) as it goes.
+// n (if not nil) every few MiB at most. Between two TCP connections each
+// step is a splice in the kernel (io.CopyN's LimitedReader keeps it so).
 func copyCounting(dst io.Writer, src io.Reader, n *atomic.Int64) error {
 	if n == nil {
 		_, err := io.Copy(dst, src)
 		return err
 	}
-	buf := make([]byte, 256<<10)
 	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return werr
-			}
-			n.Add(int64(k))
-		}
+		k, err := io.CopyN(dst, src, 4<<20)
+		n.Add(k)
 		if err == io.EOF {
 			return nil
 		}
