@@ -296,3 +296,51 @@ func startProxyMode(t *testing.T, side, to, mode string) *runningProxy {
 	t.Fatalf("%s proxy did not start: %s", side, p.errb.String())
 	return nil
 }
+
+// TestPythonPassthrough: with both proxies on this host and no bandwidth
+// configured, the local proxy passes the connections through (TPRAW/1)
+// and the remote one passes them on: the Python client's calls, unary and
+// streaming, deadlines and cancellation included, behave as direct ones,
+// every message back bit for bit.
+func TestPythonPassthrough(t *testing.T) {
+	py := python(t)
+	srv := exec.Command(py, "testdata/peer.py", "server")
+	stdin, _ := srv.StdinPipe()
+	out, _ := srv.StdoutPipe()
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		srv.Wait()
+	}()
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "PORT ") {
+		t.Fatalf("server: %q", lines.Text())
+	}
+	go io.Copy(io.Discard, out)
+	serverAddr := "127.0.0.1:" + strings.TrimPrefix(lines.Text(), "PORT ")
+	ctx, cancel := context.WithCancel(context.Background())
+	hubContext = func() context.Context { return ctx }
+	remote := startProxy(t, "remote", serverAddr)
+	local := startProxy(t, "local", remote.addr, "--metrics", "127.0.0.1:0")
+	defer func() {
+		cancel()
+		local.wait(t)
+		remote.wait(t)
+	}()
+	if !strings.Contains(local.errb.String(), "passing connections through") {
+		t.Fatalf("the local proxy does not pass through:\n%s", local.errb.String())
+	}
+	sizes := "1024,1048576,16777216"
+	res, err := exec.Command(py, "testdata/peer.py", "client", local.addr, sizes).Output()
+	if err != nil {
+		t.Fatalf("client: %v\n%s", err, res)
+	}
+	for _, want := range []string{"ECHO 1024 ok", "ECHO 1048576 ok", "ECHO 16777216 ok", "STREAM 4 ok", "DEADLINE DEADLINE_EXCEEDED", "CANCEL CANCELLED"} {
+		if !strings.Contains(string(res), want) {
+			t.Errorf("the client did not say %q:\n%s", want, res)
+		}
+	}
+}
