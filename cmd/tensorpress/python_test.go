@@ -32,6 +32,38 @@ func python(t *testing.T) string {
 	return py
 }
 
+// pythonServer starts the Python peer's server (stopped when the test
+// ends) and returns its address and the lines it prints after its port.
+func pythonServer(t *testing.T, py string) (string, <-chan string) {
+	t.Helper()
+	srv := exec.Command(py, "testdata/peer.py", "server")
+	stdin, _ := srv.StdinPipe()
+	out, _ := srv.StdoutPipe()
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		srv.Wait()
+	})
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "PORT ") {
+		t.Fatalf("server: %q", lines.Text())
+	}
+	rest := make(chan string, 64)
+	go func() {
+		for lines.Scan() {
+			select {
+			case rest <- lines.Text():
+			default: // nobody reads them: drop
+			}
+		}
+		close(rest)
+	}()
+	return "127.0.0.1:" + strings.TrimPrefix(lines.Text(), "PORT "), rest
+}
+
 // TestPythonThroughProxies: a Python grpcio client and server, no code of
 // ours in them, talk through a local and a remote proxy: every message
 // (float32 weights from 1 KiB; 256 MiB with TENSORPRESS_BIG=1) comes back
@@ -40,29 +72,7 @@ func python(t *testing.T) string {
 // reach the Python server.
 func TestPythonThroughProxies(t *testing.T) {
 	py := python(t)
-	srv := exec.Command(py, "testdata/peer.py", "server")
-	stdin, _ := srv.StdinPipe()
-	out, _ := srv.StdoutPipe()
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		srv.Wait()
-	}()
-	lines := bufio.NewScanner(out)
-	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "PORT ") {
-		t.Fatalf("server: %q", lines.Text())
-	}
-	serverAddr := "127.0.0.1:" + strings.TrimPrefix(lines.Text(), "PORT ")
-	slow := make(chan string, 4)
-	go func() {
-		for lines.Scan() {
-			slow <- lines.Text()
-		}
-		close(slow)
-	}()
+	serverAddr, slow := pythonServer(t, py)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	hubContext = func() context.Context { return ctx }
@@ -304,23 +314,7 @@ func startProxyMode(t *testing.T, side, to, mode string) *runningProxy {
 // every message back bit for bit.
 func TestPythonPassthrough(t *testing.T) {
 	py := python(t)
-	srv := exec.Command(py, "testdata/peer.py", "server")
-	stdin, _ := srv.StdinPipe()
-	out, _ := srv.StdoutPipe()
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		srv.Wait()
-	}()
-	lines := bufio.NewScanner(out)
-	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "PORT ") {
-		t.Fatalf("server: %q", lines.Text())
-	}
-	go io.Copy(io.Discard, out)
-	serverAddr := "127.0.0.1:" + strings.TrimPrefix(lines.Text(), "PORT ")
+	serverAddr, _ := pythonServer(t, py)
 	ctx, cancel := context.WithCancel(context.Background())
 	hubContext = func() context.Context { return ctx }
 	remote := startProxy(t, "remote", serverAddr)
