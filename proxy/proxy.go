@@ -413,24 +413,29 @@ func up(in grpc.ServerStream, out grpc.ClientStream, st *Stats, l leg) error {
 			}
 			return err
 		}
-		s, n, err := l.apply(m, st)
-		m.Free()
-		if err != nil {
-			return err
-		}
-		err = out.SendMsg(&s)
-		s.Free()
+		n, err := pass(m, l, st, out.SendMsg)
 		if err == io.EOF {
 			return nil
 		}
-		if err == nil {
-			st.MessagesUp.Add(1)
-			st.BytesUp.Add(int64(n))
-		}
 		if err != nil {
-			return err // ended the outgoing call (a message over its limit)
+			return err // a message the hop refused, or over the outgoing call's limit
 		}
+		st.MessagesUp.Add(1)
+		st.BytesUp.Add(int64(n))
 	}
+}
+
+// pass applies l to m (freeing it), sends the result and returns the
+// application's bytes of the message.
+func pass(m mem.BufferSlice, l leg, st *Stats, send func(any) error) (int, error) {
+	s, n, err := l.apply(m, st)
+	m.Free()
+	if err != nil {
+		return 0, err
+	}
+	err = send(&s)
+	s.Free()
+	return n, err
 }
 
 // down forwards the server's header, messages and trailer to the client
@@ -458,13 +463,7 @@ func down(in grpc.ServerStream, out grpc.ClientStream, st *Stats, l leg, header 
 			}
 			return err
 		}
-		s, n, err := l.apply(m, st)
-		m.Free()
-		if err != nil {
-			return err
-		}
-		err = in.SendMsg(&s)
-		s.Free()
+		n, err := pass(m, l, st, in.SendMsg)
 		if err != nil {
 			return err
 		}
