@@ -652,6 +652,8 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
+	clock := time.Unix(1000, 0) // the encoders' load, on a clock of the test's
+	tu.now = func() time.Time { return clock }
 	empty := codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, First: true}
 	if r := tu.Choose(empty); r != nil {
 		t.Errorf("empty frame: %v, want raw", r)
@@ -678,7 +680,7 @@ rules:
 	// were while coding (at least minLoad). Time is left to pass between
 	// frames: the encoders are busy 1 ms in 4.
 	cd := candidate{r: chosen, name: recipeName(chosen)}
-	time.Sleep(4 * time.Millisecond)
+	clock = clock.Add(4 * time.Millisecond)
 	tu.Observe(codec.FrameStats{Info: codec.FrameInfo{Seq: 2}, Recipe: chosen, Encode: time.Millisecond})
 	two := tu.predict(ds[0].Class, cd, math.Inf(1)).Throughput
 	load2 := max(tu.load(2), minLoad)

@@ -94,7 +94,8 @@ type stateKey struct {
 // codec.FeedbackObserver for the receiver's reports.
 type Tuner struct {
 	mu         sync.Mutex
-	cands      []candidate // without a profile
+	now        func() time.Time // the clock of the encoders' load (tests set their own)
+	cands      []candidate      // without a profile
 	prof2      *profile.Profile
 	sets       map[int]*ruleSet
 	link       *Link
@@ -194,6 +195,7 @@ func (t *Tuner) UseConn(c net.Conn) { t.link.UseConn(c) }
 // New returns a Tuner.
 func New(opts ...Option) (*Tuner, error) {
 	t := &Tuner{
+		now:        time.Now,
 		cores:      min(4, runtime.GOMAXPROCS(0)),
 		hysteresis: DefaultHysteresis,
 		minFrames:  DefaultMinFrames,
@@ -340,7 +342,7 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 	defer t.mu.Unlock()
 	t.inline = fs.Inline
 	t.work += fs.Encode
-	t.observeLoad(fs.Encode, fs.Recipe != nil, time.Now())
+	t.observeLoad(fs.Encode, fs.Recipe != nil, t.now())
 	sc := &t.classes[fs.Info.Seq%uint64(len(t.classes))]
 	if sc.seq != fs.Info.Seq || sc.st == nil {
 		return
