@@ -102,8 +102,9 @@ type Publisher struct {
 	log   *slog.Logger
 
 	// Published counts the versions put, PutBytes their objects' bytes,
-	// Retries the attempts that failed and were tried again.
-	Published, PutBytes, Retries atomic.Int64
+	// Retries the attempts that failed and were tried again, Verified
+	// the puts read back (see put).
+	Published, PutBytes, Retries, Verified atomic.Int64
 }
 
 // NewPublisher returns a Publisher into store, reached through nc, that
@@ -143,6 +144,22 @@ func (p *Publisher) Publish(ctx context.Context, v uint64, ts Tensors) error {
 			return fmt.Errorf("natsfan: version %d: %w (last error: %v)", v, ctx.Err(), err)
 		}
 		backoff = min(2*backoff, 5*time.Second)
+		// The next attempt waits for the bucket's stream to answer (a
+		// leader elected): a chunk published while it has none is
+		// published again by the client later, from a buffer the put
+		// has reused by then.
+		for {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, serr := p.store.Status(sctx)
+			cancel()
+			if serr == nil || ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
+		}
 	}
 }
 
@@ -186,11 +203,40 @@ func (p *Publisher) put(ctx context.Context, v uint64, ts Tensors) (*jetstream.O
 	if !p.nc.IsConnected() {
 		return nil, nats.ErrConnectionReconnecting
 	}
+	msgs := p.nc.Stats().OutMsgs
 	info, err := p.putOnce(ctx, v, ts)
 	if err != nil && errors.Is(context.Cause(ctx), errDropped) {
 		err = fmt.Errorf("%w: %v", errDropped, err)
 	}
+	if err == nil && p.nc.Stats().OutMsgs-msgs > uint64(info.Chunks)+extraMsgs {
+		// More messages than the put's own: some chunk was published
+		// again (the client retries a publish that found no stream
+		// leader, from a buffer the put has since reused for the next
+		// chunk). Read the object back; its digest says whether what is
+		// stored is what was put.
+		if verr := p.verify(ctx, info); verr != nil {
+			return nil, fmt.Errorf("the version stored differs from the one put (%v); putting it again", verr)
+		}
+	}
 	return info, err
+}
+
+// extraMsgs is how many messages a put sends besides its chunks: the
+// lookup of the object's earlier description, its new description, a
+// purge of an earlier one.
+const extraMsgs = 4
+
+// verify reads the object of info back to its end: the object store
+// checks its digest there.
+func (p *Publisher) verify(ctx context.Context, info *jetstream.ObjectInfo) error {
+	p.Verified.Add(1)
+	obj, err := p.store.Get(ctx, info.Name)
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	_, err = io.Copy(io.Discard, obj)
+	return err
 }
 
 var errDropped = errors.New("the connection to NATS dropped during the put")
