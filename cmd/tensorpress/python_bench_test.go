@@ -132,9 +132,12 @@ func BenchmarkPythonProxy(b *testing.B) {
 			// Through the proxies: client -> local -> link -> remote -> server.
 			ctx, cancel := context.WithCancel(context.Background())
 			hubContext = func() context.Context { return ctx }
-			remote := startProxyB(b, "remote", serverAddr)
+			// The remote proxy listens where the link arrives, as on
+			// another machine: on a shaped link it must not take its
+			// peer for loopback (it would send its responses uncoded).
+			remote := startProxyB(b, "remote", net.JoinHostPort(host, "0"), serverAddr)
 			relay := startRelay(b, host, remote.addr, l.link)
-			local := startProxyB(b, "local", relay.addr)
+			local := startProxyB(b, "local", "127.0.0.1:0", relay.addr)
 			var ds, ps []float64
 			for range reps {
 				ds = append(ds, exchange(direct.addr))
@@ -204,11 +207,11 @@ func plotProxy(path string, xys plotter.XYs) error {
 	return rateplot.SaveWithLegend(p, leg, 7*vg.Inch, 4.5*vg.Inch, 2.8*vg.Inch, path)
 }
 
-func startProxyB(b *testing.B, side, to string) *runningProxy {
+func startProxyB(b *testing.B, side, listen, to string) *runningProxy {
 	b.Helper()
 	p := &runningProxy{done: make(chan int, 1), errb: new(syncBuffer)}
 	go func() {
-		p.done <- run([]string{"proxy", "--side", side, "--listen", "127.0.0.1:0", "--to", to}, new(bytes.Buffer), p.errb)
+		p.done <- run([]string{"proxy", "--side", side, "--listen", listen, "--to", to}, new(bytes.Buffer), p.errb)
 	}()
 	for range 2000 {
 		if i := strings.Index(p.errb.String(), "msg=listening addr="); i >= 0 {
