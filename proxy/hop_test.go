@@ -93,6 +93,7 @@ func TestHopDecodeErrors(t *testing.T) {
 		{"empty", nil, 1 << 20, codes.Internal, "unmarked"},
 		{"unknown mark", []byte{7, 1, 2}, 1 << 20, codes.Internal, "unmarked"},
 		{"over the limit", good, 1000, codes.ResourceExhausted, "limit"},
+		{"as it is, over the limit", append([]byte{markPlain}, make([]byte, 1001)...), 1000, codes.ResourceExhausted, "limit"},
 		{"truncated", good[:len(good)/2], 1 << 20, codes.Internal, ""},
 		{"corrupt", corrupt, 1 << 20, codes.Internal, ""},
 	} {
@@ -156,4 +157,31 @@ func FuzzHopDecode(f *testing.F) {
 		}
 		out.Free()
 	})
+}
+
+// TestHopLimit: a message of the largest size the proxy allows fits on
+// the hop however it is coded, with its mark byte.
+func TestHopLimit(t *testing.T) {
+	const max = 1 << 20
+	noise := make([]byte, max) // incompressible: every frame stored raw
+	x := uint64(0x9e3779b97f4a7c15)
+	for i := range noise {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		noise[i] = byte(x >> 32)
+	}
+	for _, msg := range []mem.BufferSlice{hopMessage(max), {mem.SliceBuffer(make([]byte, max))}, {mem.SliceBuffer(noise)}} {
+		enc, err := encode(nil, msg, new(Stats))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := enc.Len(); n > hopLimit(max) {
+			t.Errorf("%d bytes on the hop, limit %d", n, hopLimit(max))
+		}
+		enc.Free()
+	}
+	if hopLimit(max) > max+max/200+64 {
+		t.Errorf("hopLimit(%d) = %d: more room than the frames need", max, hopLimit(max))
+	}
 }

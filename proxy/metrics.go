@@ -20,7 +20,7 @@ import (
 //	tensorpress_proxy_recipe_frames_total{recipe}
 //	tensorpress_proxy_encode_seconds_total, tensorpress_proxy_decode_seconds_total
 //	tensorpress_proxy_autotune_switches_total
-//	tensorpress_proxy_decode_errors_total{kind}        checksum, corrupt, limit, truncated, unsupported, unmarked, other
+//	tensorpress_proxy_decode_errors_total{kind}        checksum, corrupt, limit, truncated, unsupported, unmarked, version (a call marked with another hop version), other
 //	tensorpress_proxy_peer_bytes_total{peer, direction="out"|"in"} the hop's bytes by the other proxy's address (64 apart at most, then "other")
 //	tensorpress_proxy_link_bits_per_second{peer}       each hop connection's link estimate (+Inf on loopback, 0 before any)
 func Collector(s *Stats) prometheus.Collector { return collector{s} }

@@ -243,9 +243,20 @@ func ServerOptions(conn grpc.ClientConnInterface, opts ...Option) ([]grpc.Server
 			return nil, err
 		}
 	}
+	// The legs on the hop carry each message with its mark byte, and
+	// coded messages with their frames' headers: their limits leave room
+	// for that (hopLimit); decode holds the application's message to
+	// maxMsg.
+	callMax, serverMax := c.maxMsg, c.maxMsg
+	if c.out != nil {
+		callMax = hopLimit(c.maxMsg)
+	}
+	if c.in != nil {
+		serverMax = hopLimit(c.maxMsg)
+	}
 	calls := append([]grpc.CallOption{
-		grpc.MaxCallRecvMsgSize(c.maxMsg),
-		grpc.MaxCallSendMsgSize(c.maxMsg),
+		grpc.MaxCallRecvMsgSize(callMax),
+		grpc.MaxCallSendMsgSize(callMax),
 	}, c.calls...)
 	st := c.stats
 	if st == nil {
@@ -262,8 +273,8 @@ func ServerOptions(conn grpc.ClientConnInterface, opts ...Option) ([]grpc.Server
 	return []grpc.ServerOption{
 		grpc.UnknownServiceHandler(f.handle),
 		grpc.ForceServerCodecV2(passThrough{}),
-		grpc.MaxRecvMsgSize(c.maxMsg),
-		grpc.MaxSendMsgSize(c.maxMsg),
+		grpc.MaxRecvMsgSize(serverMax),
+		grpc.MaxSendMsgSize(serverMax),
 	}, nil
 }
 
@@ -340,6 +351,7 @@ func (f *forwarder) handle(_ any, in grpc.ServerStream) error {
 	var hc *hopConn // the hop's connection of this call
 	marked := len(md.Get(hopKey)) > 0
 	if v := md.Get(hopKey); marked && v[0] != hopVersion {
+		f.stats.decodeError("version")
 		return status.Errorf(codes.Unimplemented, "proxy: the other proxy codes the hop in format %q, this one in %q: run the same tensorpress release on both sides", v[0], hopVersion)
 	}
 	switch {
