@@ -104,9 +104,10 @@ func WithIncomingHop(h *Hop) Option {
 // from the clients to the servers (up) and back (down). Collector exports
 // it for Prometheus.
 //
-// HopOut and HopIn are for the caller to count the bytes its connection
-// toward the next proxy writes and reads (see CountingConn); Collector
-// exports them with the ratio of the application's bytes to them.
+// HopOut and HopIn count the bytes a connection toward the other proxy
+// writes and reads (Hop.Conn counts them, as does a connection passed
+// through); Collector exports them with the ratio of the application's
+// bytes to them.
 //
 // With a Hop, it also counts what the Hop's coding did: bytes into and
 // out of each recipe (per frame; "none" for messages sent as they are),
@@ -520,23 +521,4 @@ func contentSubtype(md metadata.MD) string {
 		return ""
 	}
 	return rest[1:]
-}
-
-// CountingConn counts what c writes in out and what it reads in in (a
-// proxy's connection toward the next one, for Stats.HopOut and HopIn).
-type CountingConn struct {
-	net.Conn
-	Out, In *atomic.Int64
-}
-
-func (c CountingConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	c.Out.Add(int64(n))
-	return n, err
-}
-
-func (c CountingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.In.Add(int64(n))
-	return n, err
 }

@@ -259,8 +259,8 @@ func TestTCPProxies(t *testing.T) {
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	hubContext = func() context.Context { return ctx }
-	remote := startProxyMode(t, "remote", ln.Addr().String(), "tcp")
-	local := startProxyMode(t, "local", remote.addr, "tcp")
+	remote := startProxy(t, "remote", ln.Addr().String(), "--mode", "tcp")
+	local := startProxy(t, "local", remote.addr, "--mode", "tcp")
 	defer func() {
 		cancel()
 		local.wait(t)
@@ -288,23 +288,6 @@ func TestTCPProxies(t *testing.T) {
 			t.Fatalf("%v; %d bytes back of %d, equal %t", err, len(got), len(msg), bytes.Equal(got, msg))
 		}
 	}
-}
-
-func startProxyMode(t *testing.T, side, to, mode string) *runningProxy {
-	t.Helper()
-	p := &runningProxy{done: make(chan int, 1), errb: new(syncBuffer)}
-	go func() {
-		p.done <- run([]string{"proxy", "--mode", mode, "--side", side, "--listen", "127.0.0.1:0", "--to", to}, new(bytes.Buffer), p.errb)
-	}()
-	re := regexp.MustCompile(`msg=listening addr=(\S+)`)
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if m := re.FindStringSubmatch(p.errb.String()); m != nil {
-			p.addr = m[1]
-			return p
-		}
-	}
-	t.Fatalf("%s proxy did not start: %s", side, p.errb.String())
-	return nil
 }
 
 // TestPythonPassthrough: with both proxies on this host and no bandwidth
