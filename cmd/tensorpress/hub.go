@@ -212,19 +212,28 @@ func serve(ctx context.Context, s *grpc.Server, ln net.Listener, errc chan error
 	case <-ctx.Done():
 	}
 	log.Info("stopping", "drain", drain)
+	drainThenCut(s.GracefulStop, drain, func() {
+		log.Info("drain over: cutting the calls left")
+		s.Stop()
+	})
+	return nil
+}
+
+// drainThenCut runs wait (which returns when the work in flight is done)
+// and, if it has not returned after drain, calls cut to end that work,
+// then waits for wait to return.
+func drainThenCut(wait func(), drain time.Duration, cut func()) {
 	done := make(chan struct{})
 	go func() {
-		s.GracefulStop()
+		wait()
 		close(done)
 	}()
 	select {
 	case <-done:
 	case <-time.After(drain):
-		log.Info("drain over: cutting the calls left")
-		s.Stop()
+		cut()
 		<-done
 	}
-	return nil
 }
 
 // hubContext is the context a hub or proxy runs in until a signal: tests

@@ -221,21 +221,13 @@ func tcpProxy(listen, to string, drain time.Duration, log *slog.Logger, mode str
 			}
 		}()
 	}
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(drain):
+	drainThenCut(wg.Wait, drain, func() {
 		mu.Lock()
 		for c := range open {
 			c.Close()
 		}
 		mu.Unlock()
-		<-done
-	}
+	})
 	return nil
 }
 
