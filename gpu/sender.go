@@ -3,15 +3,12 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"slices"
-	"sync"
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/internal/view"
-	"github.com/tensorpress/tensorpress/profile"
 )
 
 // Sender is a gradient.Sender whose error feedback and selection run on a
@@ -472,40 +469,4 @@ func (d *Device) OutboxSender(c gradient.Compressor, tail *codec.Recipe) (gradie
 		return nil, err
 	}
 	return s, nil
-}
-
-var shared struct {
-	once sync.Once
-	d    *Device
-	err  error
-}
-
-// Shared returns device 0, opened on the first call and kept for the
-// process (never closed): the device of every connection whose profile
-// says device: auto or cuda. Its error is Open's (ErrNoDevice where there
-// is none), the same for every call.
-func Shared() (*Device, error) {
-	shared.once.Do(func() { shared.d, shared.err = Open(0) })
-	return shared.d, shared.err
-}
-
-// UseDevice lets ob compress its updates where dev says (a profile's
-// device): profile.DeviceCPU (or "") leaves it on the CPU; DeviceAuto puts
-// it on the Shared device where one opens, and leaves it on the CPU
-// otherwise; DeviceCUDA puts it there or returns the reason there is
-// none. The Outbox logs (slog, level Info) what it sends on the CPU after
-// all, and why.
-func UseDevice(ob *gradient.Outbox, dev profile.Device) error {
-	if dev == profile.DeviceCPU || dev == "" || ob.HasDevice() {
-		return nil
-	}
-	d, err := Shared()
-	if err != nil {
-		if dev == profile.DeviceCUDA {
-			return fmt.Errorf("the profile says device: cuda: %w", err)
-		}
-		return nil
-	}
-	ob.SetDevice(d.OutboxSender, func(format string, args ...any) { slog.Info(fmt.Sprintf(format, args...)) })
-	return nil
 }

@@ -32,6 +32,7 @@ type Outbox struct {
 	// Senders on a device (SetDevice): per spec, and the tensors whose
 	// state lives there.
 	newDev   func(Compressor, *codec.Recipe) (DeviceSender, error)
+	handle   Device // UseDevice's, closed by Close
 	logf     func(format string, args ...any)
 	dev      map[*Spec]DeviceSender
 	cpuOnly  map[*Spec]bool
@@ -88,7 +89,14 @@ func (o *Outbox) SetDevice(newSender func(c Compressor, tail *codec.Recipe) (Dev
 	o.dev, o.cpuOnly, o.onDevice = map[*Spec]DeviceSender{}, map[*Spec]bool{}, map[string]DeviceSender{}
 }
 
-// HasDevice reports whether SetDevice was called.
+// useDevice is SetDevice with the senders of an open device handle d,
+// which Close gives back.
+func (o *Outbox) useDevice(d Device, logf func(format string, args ...any)) {
+	o.SetDevice(d.NewSender, logf)
+	o.handle = d
+}
+
+// HasDevice reports whether SetDevice (or UseDevice) was called.
 func (o *Outbox) HasDevice() bool { return o.newDev != nil }
 
 func (o *Outbox) log(format string, args ...any) {
@@ -98,7 +106,8 @@ func (o *Outbox) log(format string, args ...any) {
 }
 
 // Close frees what the Outbox holds on a device (SetDevice); its pending
-// updates there are aborted first.
+// updates there are aborted first. A device that UseDevice opened is given
+// back (the Outbox then sends on the CPU, until UseDevice again).
 func (o *Outbox) Close() error {
 	var errs []error
 	for _, p := range o.pending {
@@ -111,6 +120,10 @@ func (o *Outbox) Close() error {
 		delete(o.dev, spec)
 	}
 	clear(o.onDevice)
+	if o.handle != nil {
+		errs = append(errs, o.handle.Close())
+		o.handle, o.newDev = nil, nil
+	}
 	return errors.Join(errs...)
 }
 

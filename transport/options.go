@@ -26,9 +26,10 @@ type options struct {
 
 	decoders int // frames decoded at once by the background reader
 
-	profile *profile.Profile // WriteTensor's rules
-	peers   *gradient.Peers  // gradient updates' state per peer ID, across connections
-	within  time.Duration    // the time a gradient update should take to arrive
+	profile *profile.Profile                 // WriteTensor's rules
+	specs   map[*profile.Rule]*gradient.Spec // the first gradient compressor of each rule that lists one
+	peers   *gradient.Peers                  // gradient updates' state per peer ID, across connections
+	within  time.Duration                    // the time a gradient update should take to arrive
 }
 
 // DefaultCloseTimeout bounds how long Close waits to send the end frame to
@@ -154,7 +155,11 @@ func WithProfile(p *profile.Profile) Option {
 		if p == nil {
 			return fmt.Errorf("transport: nil profile")
 		}
-		o.profile = p
+		specs, err := gradientSpecs(p)
+		if err != nil {
+			return fmt.Errorf("transport: %w", err)
+		}
+		o.profile, o.specs = p, specs
 		return nil
 	}
 }
@@ -187,4 +192,23 @@ func WithUpdateDeadline(d time.Duration) Option {
 		o.within = d
 		return nil
 	}
+}
+
+// gradientSpecs parses the first gradient compressor of each rule of p
+// that lists one (the one WriteTensor uses), after checking them all.
+func gradientSpecs(p *profile.Profile) (map[*profile.Rule]*gradient.Spec, error) {
+	if err := p.CheckGradients(func(s string) error { _, err := gradient.Parse(s); return err }); err != nil {
+		return nil, err
+	}
+	specs := map[*profile.Rule]*gradient.Spec{}
+	for i := range p.Rules {
+		if r := &p.Rules[i]; len(r.Gradients) > 0 {
+			s, err := gradient.Parse(r.Gradients[0].Text)
+			if err != nil {
+				return nil, err
+			}
+			specs[r] = s
+		}
+	}
+	return specs, nil
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/gpu"
 	"github.com/tensorpress/tensorpress/gradient"
 )
 
@@ -88,8 +87,8 @@ func (c *Conn) WriteTensor(t *codec.Tensor) error {
 	if p := c.o.profile; p != nil {
 		r := p.Match(t.Name, t.DType, int64(len(t.Data)), t.Tags)
 		tt.Tags.Lossless = tt.Tags.Lossless || r.RequireLossless
-		if len(r.Gradients) > 0 {
-			return c.writeUpdate(&tt, r.Gradients[0])
+		if spec := c.o.specs[r]; spec != nil {
+			return c.writeUpdate(&tt, spec)
 		}
 	}
 	c.wmu.Lock()
@@ -378,11 +377,12 @@ func (c *Conn) ReadTensor() (*codec.Tensor, error) {
 	return t, nil
 }
 
-// useDevice lets ob compress on the GPU where the profile says device:
-// auto or cuda (gpu.UseDevice); with cuda, a Conn without one fails.
+// useDevice lets ob compress on a device where the profile says device:
+// auto or a backend's name (gradient.UseDevice: the program links the
+// backend, package gpu for cuda); with a name, a Conn without it fails.
 func (c *Conn) useDevice(ob *gradient.Outbox) error {
 	if p := c.o.profile; p != nil {
-		if err := gpu.UseDevice(ob, p.Device); err != nil {
+		if err := gradient.UseDevice(ob, string(p.Device)); err != nil {
 			return fmt.Errorf("transport: %w", err)
 		}
 	}
