@@ -1,8 +1,10 @@
 package gradient
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tensorpress/tensorpress/codec"
@@ -73,6 +75,26 @@ func TestUseDevice(t *testing.T) {
 	ob.Accept(1)
 	if err := ob.Close(); err != nil || okBackend.open != 0 || ob.HasDevice() {
 		t.Errorf("Close: %v, %d handles open, on a device %t", err, okBackend.open, ob.HasDevice())
+	}
+}
+
+// TestPeersClose: Close gives back the devices of the peers' Outboxes,
+// and names a peer a connection still holds.
+func TestPeersClose(t *testing.T) {
+	peers := NewPeers()
+	a, err := peers.Acquire(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := UseDevice(a, "test-ok"); err != nil || okBackend.open != 1 {
+		t.Fatalf("UseDevice: %v, %d handles open", err, okBackend.open)
+	}
+	peers.Release("a", a)
+	if _, err := peers.Acquire(context.Background(), "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := peers.Close(); err == nil || !strings.Contains(err.Error(), `peer "b" is still held`) || okBackend.open != 0 {
+		t.Errorf("Close: %v, %d handles open", err, okBackend.open)
 	}
 }
 

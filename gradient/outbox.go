@@ -316,6 +316,26 @@ func (p *Peers) Release(id string, ob *Outbox) {
 	<-s.held
 }
 
+// Close closes the Outbox of every peer (Outbox.Close: what it holds on a
+// device is freed, and a device UseDevice opened is given back), when no
+// connection holds any: call it once the connections have ended. A peer
+// still held is left as it is, and named in the error.
+func (p *Peers) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for id, s := range p.m {
+		select {
+		case s.held <- struct{}{}:
+			errs = append(errs, s.ob.Close())
+			<-s.held
+		default:
+			errs = append(errs, fmt.Errorf("gradient: peer %q is still held by a connection", id))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Memory returns peer id's error-feedback state (nil for a peer never
 // acquired): committed updates, for inspection or to save. Do not use it
 // while a connection holds the peer.
