@@ -478,3 +478,35 @@ func TestWrapChecksProfile(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseEndsWaitingUpdate: an update waiting for the peer to
+// acknowledge the tensor's previous one returns when the Session closes,
+// and the Session's goroutines end.
+func TestCloseEndsWaitingUpdate(t *testing.T) {
+	a, b := net.Pipe()
+	client, err := Wrap(a, WithProfile(updateProfile(t)), WithConn(transport.WithCloseTimeout(time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := transport.Wrap(b, transport.WithFeedbackInterval(-1)) // never reports frames
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			if _, err := server.ReadTensor(); err != nil {
+				return
+			}
+		}
+	}()
+	if err := client.WriteTensor(gradTensor("a.grad", 1)); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- client.WriteTensor(gradTensor("a.grad", 2)) }()
+	client.Close()
+	if err := <-errc; err == nil {
+		t.Fatal("an update after Close was sent")
+	}
+	server.Close()
+}
