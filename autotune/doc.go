@@ -45,5 +45,5 @@
 // the stage packages' code): it learns the peer's stages and feedback
 // through codec.PeerObserver and codec.FeedbackObserver, and a
 // quantizer's width from codec.Stage.Bits. Its default candidates name
-// stages by recipe text; profile links them (through gradient).
+// stages by recipe text; profile links them (package stages).
 package autotune

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/sniff"
 )
 
 // classify returns the class of frame fi: the one Cut found for its data,
@@ -18,7 +19,7 @@ func (t *Tuner) classify(fi *codec.FrameInfo) Class {
 		if t.sniffed && t.class.DType == fi.DType {
 			prev = &t.class
 		}
-		c = sniff(*fi, prev)
+		c = sniff.FrameAfter(*fi, prev)
 	}
 	t.cutData = nil
 	t.class, t.sniffed = c, true

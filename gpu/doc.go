@@ -41,8 +41,11 @@
 // starts with fp16, bf16, int8(B), nf4(B) or fp4(B) is converted there,
 // and only the
 // converted bytes cross to the host for the rest of the recipe; the frame
-// is byte for byte the codec's. gradient.Outbox.SetDevice and a profile's
-// device (UseDevice) put updates on the GPU.
+// is byte for byte the codec's. gradient.Outbox.SetDevice puts updates on a
+// Device; importing the package registers it as gradient's device backend
+// "cuda", so that gradient.UseDevice (a profile's device: auto or cuda)
+// puts an Outbox's updates on device 0, opened for the first Outbox that
+// uses it and closed with the last (Outbox.Close).
 //
 // # Finding a device
 //

@@ -282,16 +282,11 @@ func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, sm
 		return 0, err
 	}
 	for range iters {
-		if count > k {
-			if !opt.NoResample || float64(count) <= upper*float64(k) {
-				break
-			}
-			thr *= float32(upper)
-		} else if float64(count) < lower*float64(k) {
-			thr *= float32(lower)
-		} else {
+		next, again := topk.Adapt(thr, count, k, upper, lower, opt.NoResample)
+		if !again {
 			break
 		}
+		thr = next
 		if count, err = s.countGE(x, n, math.Float32bits(thr)&^(1<<31), st); err != nil {
 			return 0, err
 		}

@@ -3,15 +3,12 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"slices"
-	"sync"
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/internal/view"
-	"github.com/tensorpress/tensorpress/profile"
 )
 
 // Sender is a gradient.Sender whose error feedback and selection run on a
@@ -157,6 +154,9 @@ func (s *Sender) AppendDevice(dst []byte, t *codec.Tensor, g Ptr) ([]byte, error
 	return s.append(dst, t, n, g)
 }
 
+// append codes the update of tensor t (n float32 at g on the device) in
+// named steps: compensate, select, copy the selection to the host (with
+// DGC's momentum masked), and frame it.
 func (s *Sender) append(dst []byte, t *codec.Tensor, n int, g Ptr) ([]byte, error) {
 	st, err := s.state(t.Name, t.Shape, n)
 	if err != nil {
@@ -165,58 +165,88 @@ func (s *Sender) append(dst []byte, t *codec.Tensor, n int, g Ptr) ([]byte, erro
 	if st.busy {
 		return dst, fmt.Errorf("gpu: tensor %q appended twice before Commit or Abort", t.Name)
 	}
+	if err := s.compensate(st, g, n); err != nil {
+		return dst, err
+	}
+	k, err := s.selectTop(st, t.Name, n)
+	if err != nil {
+		return dst, err
+	}
+	if 9*k+1024 > len(s.out) {
+		return dst, fmt.Errorf("gpu: %d selected of %d elements", k, n)
+	}
+	packed, err := s.fetchSelection(st, k)
+	if err != nil {
+		return dst, err
+	}
+	out, err := s.frame(dst, t, n, k, packed)
+	if err != nil {
+		if s.momentum() {
+			s.d.Put(st.u, st.idx, st.saved, k, nil) // the step failed: u unmasked
+		}
+		return dst, fmt.Errorf("gpu: %v on %q: %w", s.comp, t.Name, err)
+	}
+	st.k, st.busy = k, true
+	s.pending = append(s.pending, st)
+	return out, nil
+}
+
+// momentum reports whether the compressor is DGC with momentum
+// correction.
+func (s *Sender) momentum() bool { return s.dgc != nil && s.dgc.Momentum != 0 }
+
+// compensate puts the compensated gradient in st.c: the residual plus g,
+// or DGC's momentum correction of g (clipped first where it says).
+func (s *Sender) compensate(st *devState, g Ptr, n int) error {
 	var res Ptr
 	if st.hasRes {
 		res = st.res
 	}
-	// Compensation.
-	if s.dgc != nil && s.dgc.Momentum != 0 {
+	switch {
+	case s.momentum():
 		scale := float32(1)
 		if s.dgc.Clip > 0 {
 			ss, err := s.d.SumSquares(g, n, gradient.ClipBlock, s.smp, nil)
 			if err != nil {
-				return dst, err
+				return err
 			}
 			if norm := math.Sqrt(ss); norm > float64(s.dgc.Clip) {
 				scale = float32(float64(s.dgc.Clip) / norm)
 			}
 		}
-		err = s.d.DGCCompensate(st.c, st.u, g, res, n, s.dgc.Momentum, s.dgc.Nesterov, scale, nil)
-	} else if st.hasRes {
-		err = s.d.AddF32(st.c, g, st.res, n, nil)
-	} else {
-		err = s.d.CopyDtoD(st.c, g, 4*n)
+		return s.d.DGCCompensate(st.c, st.u, g, res, n, s.dgc.Momentum, s.dgc.Nesterov, scale, nil)
+	case st.hasRes:
+		return s.d.AddF32(st.c, g, st.res, n, nil)
 	}
-	if err != nil {
-		return dst, err
-	}
-	// Selection.
-	var k int
+	return s.d.CopyDtoD(st.c, g, 4*n)
+}
+
+// selectTop selects the largest magnitudes of st.c into st.idx and
+// s.val: DGC's sampled threshold or the exact top k. It returns how many.
+func (s *Sender) selectTop(st *devState, name string, n int) (int, error) {
 	if s.dgc != nil {
-		k = gradient.K(s.dgc.Density(s.epoch), n)
-		if k, err = s.sel.Sampled(st.idx, s.val, st.c, n, k, s.dgc.SampleOptions(t.Name, st.step), s.smp, nil); err != nil {
-			return dst, err
-		}
-	} else {
-		k = gradient.K(s.comp.(gradient.TopK).Ratio, n)
-		if err = s.sel.Exact(st.idx, s.val, st.c, n, k, nil); err != nil {
-			return dst, err
-		}
+		k := gradient.K(s.dgc.Density(s.epoch), n)
+		return s.sel.Sampled(st.idx, s.val, st.c, n, k, s.dgc.SampleOptions(name, st.step), s.smp, nil)
 	}
-	if 9*k+1024 > len(s.out) {
-		return dst, fmt.Errorf("gpu: %d selected of %d elements", k, n)
-	}
-	// The values, and the positions: coded on the device where the tail
-	// codes them with delta and bitpack first (about half the bytes to
-	// copy, and the host's coding of them done), else as they are.
-	packed := -1
+	k := gradient.K(s.comp.(gradient.TopK).Ratio, n)
+	return k, s.sel.Exact(st.idx, s.val, st.c, n, k, nil)
+}
+
+// fetchSelection copies the k values, and the positions, to s.out: the
+// positions coded on the device where the tail codes them with delta and
+// bitpack first (about half the bytes to copy, and the host's coding of
+// them done; packed is their length), else as they are (packed -1). DGC's
+// momentum is masked at the positions meanwhile (undone on Abort). It
+// returns when the copies are done.
+func (s *Sender) fetchSelection(st *devState, k int) (packed int, err error) {
+	packed = -1
 	if s.packs {
 		if packed, err = s.d.PackIndices(s.pack, st.idx, k, s.packSize, nil); err != nil {
-			return dst, err
+			return 0, err
 		}
 	}
 	if err := s.d.CopyDtoHAsync(s.out[:4*k], s.val, nil); err != nil {
-		return dst, err
+		return 0, err
 	}
 	if packed >= 0 {
 		err = s.d.CopyDtoHAsync(s.out[4*k:4*k+packed], s.pack, nil)
@@ -224,20 +254,22 @@ func (s *Sender) append(dst []byte, t *codec.Tensor, n int, g Ptr) ([]byte, erro
 		err = s.d.CopyDtoHAsync(s.out[4*k:8*k], st.idx, nil)
 	}
 	if err != nil {
-		return dst, err
+		return 0, err
 	}
-	// Momentum factor masking, undone on Abort.
-	if s.dgc != nil && s.dgc.Momentum != 0 {
+	if s.momentum() {
 		if err := s.d.Take(st.saved, st.u, st.idx, k, nil); err != nil {
-			return dst, err
+			return 0, err
 		}
 		if err := s.d.ScatterZero(st.u, st.idx, k, nil); err != nil {
-			return dst, err
+			return 0, err
 		}
 	}
-	if err := s.d.Synchronize(); err != nil {
-		return dst, err
-	}
+	return packed, s.d.Synchronize()
+}
+
+// frame appends the frame of the k values and positions in s.out (see
+// fetchSelection) to dst, through the encoder with the ops already done.
+func (s *Sender) frame(dst []byte, t *codec.Tensor, n, k, packed int) ([]byte, error) {
 	val, _ := view.As[float32](s.out[:4*k])
 	var r *codec.Recipe
 	if packed >= 0 {
@@ -263,16 +295,7 @@ func (s *Sender) append(dst []byte, t *codec.Tensor, n int, g Ptr) ([]byte, erro
 		r = &codec.Recipe{Steps: append([]codec.Step{{Ops: []codec.Op{op}}}, s.tail.Steps...)}
 	}
 	ct := &codec.Tensor{Name: t.Name, DType: codec.F32, Shape: t.Shape, Tags: t.Tags, Version: t.Version, Base: t.Base, Data: s.phantom[:4*n]}
-	out, err := s.enc.AppendTensor(dst, ct, r)
-	if err != nil {
-		if s.dgc != nil && s.dgc.Momentum != 0 {
-			s.d.Put(st.u, st.idx, st.saved, k, nil) // the step failed: u unmasked
-		}
-		return dst, fmt.Errorf("gpu: %v on %q: %w", s.comp, t.Name, err)
-	}
-	st.k, st.busy = k, true
-	s.pending = append(s.pending, st)
-	return out, nil
+	return s.enc.AppendTensor(dst, ct, r)
 }
 
 // Commit makes the staged updates the state: the residual becomes the
@@ -472,40 +495,4 @@ func (d *Device) OutboxSender(c gradient.Compressor, tail *codec.Recipe) (gradie
 		return nil, err
 	}
 	return s, nil
-}
-
-var shared struct {
-	once sync.Once
-	d    *Device
-	err  error
-}
-
-// Shared returns device 0, opened on the first call and kept for the
-// process (never closed): the device of every connection whose profile
-// says device: auto or cuda. Its error is Open's (ErrNoDevice where there
-// is none), the same for every call.
-func Shared() (*Device, error) {
-	shared.once.Do(func() { shared.d, shared.err = Open(0) })
-	return shared.d, shared.err
-}
-
-// UseDevice lets ob compress its updates where dev says (a profile's
-// device): profile.DeviceCPU (or "") leaves it on the CPU; DeviceAuto puts
-// it on the Shared device where one opens, and leaves it on the CPU
-// otherwise; DeviceCUDA puts it there or returns the reason there is
-// none. The Outbox logs (slog, level Info) what it sends on the CPU after
-// all, and why.
-func UseDevice(ob *gradient.Outbox, dev profile.Device) error {
-	if dev == profile.DeviceCPU || dev == "" || ob.HasDevice() {
-		return nil
-	}
-	d, err := Shared()
-	if err != nil {
-		if dev == profile.DeviceCUDA {
-			return fmt.Errorf("the profile says device: cuda: %w", err)
-		}
-		return nil
-	}
-	ob.SetDevice(d.OutboxSender, func(format string, args ...any) { slog.Info(fmt.Sprintf(format, args...)) })
-	return nil
 }

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
-	"github.com/tensorpress/tensorpress/profile"
 )
 
 // testSender runs gradient.Sender and the device's Sender side by side on
@@ -218,20 +218,66 @@ func TestFakeSenderPieces(t *testing.T) {
 }
 
 // TestUseDeviceWithoutGPU: device cpu and auto leave an Outbox on the
-// CPU where there is no GPU; cuda says why it cannot.
+// CPU where there is no GPU; cuda (the backend this package registers)
+// says why it cannot.
 func TestUseDeviceWithoutGPU(t *testing.T) {
 	if Available() == nil {
 		t.Skip("a GPU is here")
 	}
-	for _, dev := range []profile.Device{"", profile.DeviceCPU, profile.DeviceAuto} {
+	for _, dev := range []string{"", gradient.DeviceCPU, gradient.DeviceAuto} {
 		ob := gradient.NewOutbox(nil)
-		if err := UseDevice(ob, dev); err != nil || ob.HasDevice() {
+		if err := gradient.UseDevice(ob, dev); err != nil || ob.HasDevice() {
 			t.Errorf("%q: %v, on a device %t", dev, err, ob.HasDevice())
 		}
 	}
 	ob := gradient.NewOutbox(nil)
-	if err := UseDevice(ob, profile.DeviceCUDA); !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "device: cuda") {
+	if err := gradient.UseDevice(ob, "cuda"); !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "device: cuda") {
 		t.Errorf("cuda: %v", err)
+	}
+}
+
+// TestBackendLifetime: the device the backend opens for gradient.UseDevice
+// is shared by the Outboxes that use it and closed with the last of them;
+// the next UseDevice opens it again.
+func TestBackendLifetime(t *testing.T) {
+	f := installFake(t, 1)
+	t.Cleanup(func() { f.check(t, true) })
+	if !slices.Contains(gradient.Devices(), "cuda") {
+		t.Fatalf("registered devices %v, want cuda", gradient.Devices())
+	}
+	a, b := gradient.NewOutbox(nil), gradient.NewOutbox(nil)
+	for _, ob := range []*gradient.Outbox{a, b} {
+		if err := gradient.UseDevice(ob, gradient.DeviceAuto); err != nil || !ob.HasDevice() {
+			t.Fatalf("auto: %v, on a device %t", err, ob.HasDevice())
+		}
+	}
+	spec, err := gradient.Parse("topk(0.1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := codec.FromFloat32("g", f32s(finite(rand.New(rand.NewPCG(5, 5)), 1000)), 1000)
+	if _, err := a.Append(nil, g, spec, 0); err != nil {
+		t.Fatal(err)
+	}
+	a.Accept(1)
+	d := shared.d
+	if d == nil || shared.refs != 2 {
+		t.Fatalf("device %v with %d users, want one with 2", d, shared.refs)
+	}
+	if err := a.Close(); err != nil || shared.d != d || a.HasDevice() {
+		t.Fatalf("first Close: %v; device %v (was %v), a on a device %t", err, shared.d, d, a.HasDevice())
+	}
+	if err := b.Close(); err != nil || shared.d != nil || shared.refs != 0 {
+		t.Fatalf("last Close: %v; device %v, %d users", err, shared.d, shared.refs)
+	}
+	if err := d.Synchronize(); !errors.Is(err, ErrClosed) {
+		t.Errorf("the device after the last Close: %v, want ErrClosed", err)
+	}
+	if err := gradient.UseDevice(b, "cuda"); err != nil || !b.HasDevice() || shared.d == nil {
+		t.Fatalf("cuda again: %v", err)
+	}
+	if err := b.Close(); err != nil || shared.d != nil {
+		t.Fatalf("Close: %v", err)
 	}
 }
 

@@ -18,6 +18,12 @@
 // serialises with MarshalBinary, so a reconnecting peer keeps its
 // residuals.
 //
+// An Outbox may compress on a device (its residuals kept there, the
+// frames the same bytes): device backends register by import, as
+// database/sql drivers do (RegisterDevice; package gpu registers "cuda"),
+// and UseDevice puts an Outbox on the one a profile's device names ("auto":
+// the first that opens). The package itself links no device code.
+//
 // The frames are ordinary tensorpress frames: any Decoder decodes them to
 // dense tensors. A Receiver (codec.Decoder.DecodeAdd) adds them straight
 // into an accumulator instead, scattering the k values of a sparse update

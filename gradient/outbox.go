@@ -13,7 +13,8 @@ import (
 // committed update by update, when the transport knows the update's frame
 // arrived.
 //
-// Each update is coded by a Sender for its compressor spec; the Senders
+// Each update is coded by a Sender for its compressor spec (one per spec
+// text: specs parsed from the same text share it); the Senders
 // share the Outbox's Memory (one residual per tensor name, whatever the
 // compressor, so a change of compressor or density keeps it). Append leaves
 // the update pending. Frames arrive in the order they were sent, so
@@ -25,17 +26,33 @@ import (
 // An Outbox is not safe for concurrent use.
 type Outbox struct {
 	mem     *Memory
-	senders map[*Spec]*Sender
+	senders map[specKey]*Sender
 	pending []pendingUpdate // in Append order
 	epoch   float64
 
 	// Senders on a device (SetDevice): per spec, and the tensors whose
 	// state lives there.
 	newDev   func(Compressor, *codec.Recipe) (DeviceSender, error)
+	handle   Device // UseDevice's, closed by Close
 	logf     func(format string, args ...any)
-	dev      map[*Spec]DeviceSender
-	cpuOnly  map[*Spec]bool
+	dev      map[specKey]DeviceSender
+	cpuOnly  map[specKey]bool
 	onDevice map[string]DeviceSender
+}
+
+// specKey identifies a spec's Sender in an Outbox: its text where Parse
+// made it (specs of the same text, parsed by each connection or upload,
+// share one Sender and its device state), else the pointer.
+type specKey struct {
+	text string
+	p    *Spec
+}
+
+func (s *Spec) key() specKey {
+	if s.text != "" {
+		return specKey{text: s.text}
+	}
+	return specKey{p: s}
 }
 
 // pendingUpdate is an update appended and neither accepted nor aborted:
@@ -85,10 +102,17 @@ type DeviceSender interface {
 // log) says so once per spec or tensor. Close frees the device senders.
 func (o *Outbox) SetDevice(newSender func(c Compressor, tail *codec.Recipe) (DeviceSender, error), logf func(format string, args ...any)) {
 	o.newDev, o.logf = newSender, logf
-	o.dev, o.cpuOnly, o.onDevice = map[*Spec]DeviceSender{}, map[*Spec]bool{}, map[string]DeviceSender{}
+	o.dev, o.cpuOnly, o.onDevice = map[specKey]DeviceSender{}, map[specKey]bool{}, map[string]DeviceSender{}
 }
 
-// HasDevice reports whether SetDevice was called.
+// useDevice is SetDevice with the senders of an open device handle d,
+// which Close gives back.
+func (o *Outbox) useDevice(d Device, logf func(format string, args ...any)) {
+	o.SetDevice(d.NewSender, logf)
+	o.handle = d
+}
+
+// HasDevice reports whether SetDevice (or UseDevice) was called.
 func (o *Outbox) HasDevice() bool { return o.newDev != nil }
 
 func (o *Outbox) log(format string, args ...any) {
@@ -98,7 +122,8 @@ func (o *Outbox) log(format string, args ...any) {
 }
 
 // Close frees what the Outbox holds on a device (SetDevice); its pending
-// updates there are aborted first.
+// updates there are aborted first. A device that UseDevice opened is given
+// back (the Outbox then sends on the CPU, until UseDevice again).
 func (o *Outbox) Close() error {
 	var errs []error
 	for _, p := range o.pending {
@@ -111,6 +136,10 @@ func (o *Outbox) Close() error {
 		delete(o.dev, spec)
 	}
 	clear(o.onDevice)
+	if o.handle != nil {
+		errs = append(errs, o.handle.Close())
+		o.handle, o.newDev = nil, nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -120,7 +149,7 @@ func NewOutbox(m *Memory) *Outbox {
 	if m == nil {
 		m = NewMemory()
 	}
-	return &Outbox{mem: m, senders: map[*Spec]*Sender{}}
+	return &Outbox{mem: m, senders: map[specKey]*Sender{}}
 }
 
 // Memory returns the Outbox's error-feedback state (committed updates
@@ -161,13 +190,13 @@ func (o *Outbox) Append(dst []byte, t *codec.Tensor, spec *Spec, density float64
 	if out, ok, err := o.appendDevice(dst, t, spec, c); ok || err != nil {
 		return out, err
 	}
-	s := o.senders[spec]
+	s := o.senders[spec.key()]
 	if s == nil {
 		var err error
 		if s, err = spec.NewSender(WithMemory(o.mem)); err != nil {
 			return dst, err
 		}
-		o.senders[spec] = s
+		o.senders[spec.key()] = s
 	}
 	s.SetCompressor(c)
 	s.SetEpoch(o.epoch)
@@ -191,22 +220,22 @@ func (o *Outbox) appendDevice(dst []byte, t *codec.Tensor, spec *Spec, c Compres
 	}
 	ds, there := o.onDevice[t.Name]
 	if !there {
-		if _, onCPU := o.mem.states[t.Name]; onCPU || o.cpuOnly[spec] {
+		if _, onCPU := o.mem.states[t.Name]; onCPU || o.cpuOnly[spec.key()] {
 			return dst, false, nil
 		}
 		if !spec.Feedback || spec.Dense1D {
 			o.log("gradient: %v runs on the CPU: the device keeps error feedback for every tensor", spec)
-			o.cpuOnly[spec] = true
+			o.cpuOnly[spec.key()] = true
 			return dst, false, nil
 		}
-		if ds = o.dev[spec]; ds == nil {
+		if ds = o.dev[spec.key()]; ds == nil {
 			var err error
 			if ds, err = o.newDev(c, spec.Tail); err != nil {
 				o.log("gradient: %v runs on the CPU: %v", spec, err)
-				o.cpuOnly[spec] = true
+				o.cpuOnly[spec.key()] = true
 				return dst, false, nil
 			}
-			o.dev[spec] = ds
+			o.dev[spec.key()] = ds
 		}
 	}
 	if err := ds.SetCompressor(c); err != nil {
@@ -301,6 +330,26 @@ func (p *Peers) Release(id string, ob *Outbox) {
 	}
 	ob.Abort()
 	<-s.held
+}
+
+// Close closes the Outbox of every peer (Outbox.Close: what it holds on a
+// device is freed, and a device UseDevice opened is given back), when no
+// connection holds any: call it once the connections have ended. A peer
+// still held is left as it is, and named in the error.
+func (p *Peers) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for id, s := range p.m {
+		select {
+		case s.held <- struct{}{}:
+			errs = append(errs, s.ob.Close())
+			<-s.held
+		default:
+			errs = append(errs, fmt.Errorf("gradient: peer %q is still held by a connection", id))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Memory returns peer id's error-feedback state (nil for a peer never

@@ -82,3 +82,23 @@ func TestPeersExclusive(t *testing.T) {
 	}
 	p.Release("x", a)
 }
+
+// TestOutboxSenderPerSpecText: specs parsed from the same text (each
+// connection or upload parses its profile's) share one Sender, so an
+// Outbox kept across connections does not grow a Sender per connection.
+func TestOutboxSenderPerSpecText(t *testing.T) {
+	ob := NewOutbox(nil)
+	for i := range 3 {
+		spec, err := Parse("topk(0.5)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ob.Append(nil, codec.FromFloat32("g", []float32{1, -2, 3, float32(i)}, 4), spec, 0); err != nil {
+			t.Fatal(err)
+		}
+		ob.Accept(1)
+	}
+	if len(ob.senders) != 1 {
+		t.Fatalf("%d senders for one spec text, want 1", len(ob.senders))
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/gpu"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
 	"github.com/tensorpress/tensorpress/profile"
@@ -181,13 +180,15 @@ type UploadRequest struct {
 	// update's compressor: the first gradient compressor of the rule its
 	// tensor matches, dense float32 where that rule lists none (or there
 	// is no profile either); and the profile's device says where
-	// (gpu.UseDevice: device auto or cuda puts ob's updates on the GPU).
+	// (gradient.UseDevice: device auto or cuda puts ob's updates on the GPU where the program links package gpu).
 	Spec    *gradient.Spec
 	Profile *profile.Profile
 }
 
 // dense sends an update whole: float32, with no error feedback to keep.
 var dense = must(gradient.Parse("none"))
+
+func checkSpec(s string) error { _, err := gradient.Parse(s); return err }
 
 func must[T any](v T, err error) T {
 	if err != nil {
@@ -203,7 +204,7 @@ func (r *UploadRequest) spec(t *codec.Tensor) *gradient.Spec {
 	}
 	if r.Profile != nil {
 		if rule := r.Profile.Match(t.Name, t.DType, int64(len(t.Data)), t.Tags); len(rule.Gradients) > 0 {
-			return rule.Gradients[0]
+			return must(gradient.Parse(rule.Gradients[0].Text)) // Upload checked them
 		}
 	}
 	return dense
@@ -219,7 +220,10 @@ func (r *UploadRequest) spec(t *codec.Tensor) *gradient.Spec {
 // next upload of those tensors carries them.
 func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req UploadRequest, updates []*codec.Tensor) error {
 	if req.Profile != nil && req.Spec == nil {
-		if err := gpu.UseDevice(ob, req.Profile.Device); err != nil {
+		if err := req.Profile.CheckGradients(checkSpec); err != nil {
+			return fmt.Errorf("hub: upload: %w", err)
+		}
+		if err := gradient.UseDevice(ob, string(req.Profile.Device)); err != nil {
 			return fmt.Errorf("hub: upload: %w", err)
 		}
 	}

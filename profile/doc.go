@@ -18,12 +18,13 @@
 // and the YAML nodes it visits to MaxNodes (aliases count every time they
 // are used, so an alias bomb is refused quickly).
 //
-// Recipes are parsed by codec.ParseRecipe and gradient compressors by
-// gradient.Parse, so their stages must be registered. The package needs
-// gradient for its Spec type and links what gradient links: the stages of
-// lossless, sparse and lossy (its quantizer compressors wrap lossy ones),
-// all that the built-in profiles name. It does not import lossy itself:
-// a quantizer's width comes from codec.Stage.Bits.
+// Recipes are parsed by codec.ParseRecipe, so their stages must be
+// registered: the package links the standard stateless stages (package
+// stages: lossless, sparse and lossy), all that the built-in profiles
+// name. Gradient compressors are data here: a Rule holds their text and
+// place, and the program that uses them parses them with gradient.Parse
+// (Profile.CheckGradients checks them all, with the place of the one at
+// fault). The package does not depend on gradient's code.
 //
 // # Using a profile
 //
@@ -36,13 +37,9 @@
 // Built-in profiles (Builtins, Builtin) are embedded in the binary:
 // lossless-fast, lossless-max, fl-gradients and archival.
 //
-// Recipes name stages, which register when their package is linked.
-// profile links lossless, sparse and gradient; a profile that names a
-// quantizer (fl-gradients names int8 and fp16) loads in a program that
-// links lossy, or transport, which links every standard stage.
+// Recipes name stages, which register when their package is linked. A
+// recipe that names a gradient stage (topk(0.01) | ..., stateless) loads
+// in a program that links package gradient.
 package profile
 
-import (
-	_ "github.com/tensorpress/tensorpress/gradient" // registers the gradient stages and links lossy's
-	_ "github.com/tensorpress/tensorpress/lossless" // registers the lossless stages
-)
+import _ "github.com/tensorpress/tensorpress/stages" // the stages recipes name

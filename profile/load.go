@@ -49,6 +49,9 @@ func LoadFile(name string) (*Profile, error) {
 	if e, ok := err.(*Error); ok {
 		e.File = name
 	}
+	if p != nil {
+		p.file = name
+	}
 	return p, err
 }
 

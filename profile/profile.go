@@ -6,7 +6,6 @@ import (
 	"path"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/gradient"
 )
 
 // Version is the schema version this package reads and writes.
@@ -99,6 +98,38 @@ type Profile struct {
 	// Rules are tried in order; the last one matches every tensor (Load
 	// appends DefaultRule when the profile's own last rule does not).
 	Rules []Rule
+
+	file string // LoadFile's name, for CheckGradients' errors
+}
+
+// Gradient is a gradient compressor spec as a rule writes it (the grammar
+// of gradient.Parse, such as "dgc(0.001) | val:fp16 | *:huff0"), and
+// where.
+type Gradient struct {
+	Text         string // trimmed of spaces
+	Line, Column int
+}
+
+func (g Gradient) String() string { return g.Text }
+
+// CheckGradients calls parse on the text of every gradient compressor of
+// p's rules, in order, and returns the first error, as an *Error that
+// locates the spec and wraps parse's error. Load does not parse them (the
+// package does not depend on gradient's code); a program that uses a
+// profile's gradient compressors checks them once, when it takes the
+// profile:
+//
+//	err := p.CheckGradients(func(s string) error { _, err := gradient.Parse(s); return err })
+func (p *Profile) CheckGradients(parse func(text string) error) error {
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		for _, g := range r.Gradients {
+			if err := parse(g.Text); err != nil {
+				return &Error{File: p.file, Line: g.Line, Column: g.Column, Msg: fmt.Sprintf("rule %d: gradient: %s", r.Index, quote(g.Text)), Err: err}
+			}
+		}
+	}
+	return nil
 }
 
 // Device says where a profile's gradient updates are compressed.
@@ -168,8 +199,10 @@ type Rule struct {
 	// cause, in [0, 1]; 0 allows lossless recipes only.
 	ErrorBudget float64
 	// Gradients are the gradient compressors (with error feedback) the
-	// sender may apply to the tensors this rule matches.
-	Gradients []*gradient.Spec
+	// sender may apply to the tensors this rule matches, as the profile
+	// writes them: gradient.Parse reads each (CheckGradients checks them
+	// all, with the place of the one at fault).
+	Gradients []Gradient
 	// Densities are the gradient densities (fractions of elements kept,
 	// in (0, 1]) the autotuner may choose from.
 	Densities []float64

@@ -9,7 +9,6 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/gradient"
 )
 
 func (d *decoder) rules(n *yaml.Node, p *Profile) error {
@@ -146,7 +145,8 @@ func (d *decoder) ruleRecipes(v *yaml.Node, fw string, p *Profile, r *Rule, at *
 	})
 }
 
-// ruleGradients reads a rule's gradient compressors.
+// ruleGradients reads a rule's gradient compressors: their text, each
+// once (Profile.CheckGradients parses them).
 func (d *decoder) ruleGradients(v *yaml.Node, fw string, r *Rule) error {
 	seen := map[string]bool{}
 	return d.list(v, fw, true, func(i int, item *yaml.Node) error {
@@ -154,15 +154,15 @@ func (d *decoder) ruleGradients(v *yaml.Node, fw string, r *Rule) error {
 		if err != nil {
 			return err
 		}
-		s, err := gradient.Parse(text)
-		if err != nil {
-			return &Error{Line: in.Line, Column: in.Column, Msg: fmt.Sprintf("%s: %s", fw, quote(text)), Err: err}
+		text = strings.TrimSpace(text)
+		if text == "" {
+			return errAt(in, "%s: an empty gradient compressor", fw)
 		}
-		if seen[s.String()] {
+		if seen[text] {
 			return errAt(in, "%s: %s is listed twice", fw, quote(text))
 		}
-		seen[s.String()] = true
-		r.Gradients = append(r.Gradients, s)
+		seen[text] = true
+		r.Gradients = append(r.Gradients, Gradient{Text: text, Line: in.Line, Column: in.Column})
 		return nil
 	})
 }

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tensorpress/tensorpress/autotune"
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/sniff"
 	"google.golang.org/grpc/encoding"
 )
 
@@ -332,40 +332,7 @@ func (m *msgReader) Close() error {
 	return nil
 }
 
-// ByClass is the default policy of a Compressor: the recipe of each frame
-// from the kind of data in it (autotune.Sniff): plane coding for runs of
-// 4- and 2-byte floats, the sparse layout then zstd for mostly-zero data,
-// zstd level 1 for the rest. It measures nothing, so it chooses the same on
-// every link; use an autotune.Tuner to choose by the link.
-type ByClass struct{}
-
-var (
-	planes4 = codec.MustParseRecipe("shuffle4 | plane3:huff0 | plane0..2:raw")
-	planes2 = codec.MustParseRecipe("shuffle2 | plane1:huff0 | plane0:raw")
-	sparseZ = codec.MustParseRecipe("sparse | *:zstd(1)")
-	zstd1   = codec.MustParseRecipe("*:zstd(1)")
-)
-
-// tinyFrame is the size below which ByClass stores a frame as it is:
-// nothing much to gain, and every coder's header to pay.
-const tinyFrame = 64
-
-// Choose implements codec.Policy.
-func (ByClass) Choose(fi codec.FrameInfo) *codec.Recipe {
-	if fi.Len < tinyFrame {
-		return nil
-	}
-	cl := autotune.Sniff(fi)
-	switch {
-	case cl.Sparse:
-		return sparseZ
-	case cl.Period == 4:
-		return planes4
-	case cl.Period == 2:
-		return planes2
-	}
-	return zstd1
-}
-
-// Observe implements codec.Policy.
-func (ByClass) Observe(codec.FrameStats) {}
+// ByClass is the default policy of a Compressor (sniff.ByClass): the
+// recipe of each frame from the kind of data in it, the same on every
+// link; use an autotune.Tuner to choose by the link.
+type ByClass = sniff.ByClass

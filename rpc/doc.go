@@ -37,4 +37,9 @@
 //   - Bad input is an error (gRPC turns it into a status), never a panic.
 //   - Encoders and decoders are pooled and returned when gRPC closes them;
 //     none starts goroutines, so nothing leaks when one is dropped.
+//
+// The package links the standard stateless stages (package stages), so a
+// receiver decodes whatever recipe a sender's policy chose; gradient
+// stages decode where the program links package gradient. It links no
+// YAML and no linear algebra: ByClass lives in package sniff.
 package rpc

@@ -52,7 +52,7 @@ type Conn struct {
 	// Write side.
 	wmu      sync.Mutex
 	w        *codec.Writer
-	upd      updates      // gradient updates sent (tensor.go)
+	endOnce  sync.Once    // the AckObserver told of the end
 	shut     bool         // the Writer was closed (CloseWrite or Close); under wmu
 	writers  atomic.Int32 // application Writes in progress
 	wdl      deadline     // the write deadline, mirrored to bound waiting for the hello
@@ -114,7 +114,6 @@ func Wrap(c net.Conn, opts ...Option) (*Conn, error) {
 		wdl:       makeDeadline(),
 		rdl:       makeDeadline(),
 	}
-	tc.upd.cond = sync.NewCond(&tc.upd.mu)
 	tc.policy = &peerPolicy{c: tc, inner: o.policy, fixed: o.recipe, ok: map[*codec.Recipe]bool{}}
 	if u, ok := o.policy.(ConnUser); ok {
 		u.UseConn(c)
@@ -445,7 +444,7 @@ func (c *Conn) close() error {
 			t.Stop()
 		}
 	}
-	c.endUpdates(false, net.ErrClosed) // what the peer did not acknowledge stays residual
+	c.ended(net.ErrClosed) // no acknowledgement will come now
 	close(c.closed)
 	if e := c.raw.Close(); err == nil {
 		err = e
@@ -468,8 +467,8 @@ func (c *Conn) pump() {
 		c.rerr = err
 		close(c.pumpDone)
 		close(c.data)
-		// No acknowledgement can come now: what is pending stays residual.
-		c.endUpdates(false, fmt.Errorf("transport: gradient updates: the peer's stream ended: %w", err))
+		// No acknowledgement can come now.
+		c.ended(fmt.Errorf("transport: the peer's stream ended: %w", err))
 	}()
 	r, err := codec.NewReader(c.raw, codec.WithLimits(c.o.limits), codec.WithDecoderConcurrency(c.o.decoders))
 	if err != nil {
@@ -516,7 +515,7 @@ func (c *Conn) pump() {
 		case codec.FrameTensor, codec.FrameTensors:
 			st := r.Stats()
 			c.rstats.Store(&st)
-			c.wantFeedback() // the sender's updates wait for it
+			c.wantFeedback() // the sender may wait for it (a session's updates)
 			for _, t := range f.Tensors {
 				if !c.deliver(item{t: t}) {
 					err = net.ErrClosed

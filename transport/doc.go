@@ -8,9 +8,10 @@
 // receiver sends feedback control frames back (decode speed, how far the
 // application has read) for the sender's policy.
 //
-// The package links the standard stages (lossless, sparse, lossy,
-// gradient): a program that wraps a connection decodes every frame a
-// sender's policy may choose without importing them. A policy that is a
+// The package links the standard stages (package stages: lossless,
+// sparse, lossy): a program that wraps a connection decodes every frame a
+// sender's policy may choose without importing them (gradient stages come
+// with package gradient, which package session links). A policy that is a
 // codec.PeerObserver learns the peer's stages before the first frame and chooses
 // only among recipes the peer decodes; one that is a codec.Cutter says
 // where the frames of the stream end (the autotuner cuts where the kind of
@@ -18,14 +19,14 @@
 // most twice as large, up to the chunk size), so that the first bytes
 // arrive before the link's rate is known.
 //
-// Tensor sessions: WriteTensor and ReadTensor carry tensors on the same
+// Tensors: WriteTensor and ReadTensor carry tensor frames on the same
 // stream, with the same hello, negotiation, feedback and policy (a large
 // tensor is cut into chunks, and ReadTensor joins them into one buffer).
-// With WithProfile each tensor's rule applies: lossless rules tag it, and
-// rules that list gradient compressors make it a gradient update with
-// error feedback, at the density a DensityChooser policy picks
-// (WithUpdateDeadline). The residuals live in a gradient.Outbox per peer,
-// kept across connections by the peer's hello ID (WithPeers).
+// Profile rules and gradient updates with error feedback are the layer
+// above (package session): it writes frames encoded elsewhere
+// (WriteEncoded, after Decodable) and learns what the peer received
+// through an AckObserver (WithAckObserver), the feedback's frame count and
+// the end-ack.
 //
 // Guarantees:
 //   - What Write accepted arrives in order, exactly, or the peer's Read
@@ -34,19 +35,12 @@
 //     shortened. Data of the frames that arrived whole is delivered first.
 //   - A frame is only coded with stages the peer announced; a recipe with
 //     another (a fixed one, or a policy's that is not a PeerObserver) is
-//     stored raw, and a gradient update that would need one is not sent
-//     (WriteTensor returns an error wrapping codec.ErrUnsupported; the
-//     update stays in the residual).
+//     stored raw, and a frame encoded elsewhere that would need one is not
+//     sent (WriteEncoded returns an error wrapping codec.ErrUnsupported).
 //   - The peer's frames are read with limits (WithLimits; codec's defaults
 //     otherwise), so a hostile peer cannot make the reader allocate more
 //     than a frame's limit, and at most WithReadAhead decoded frames wait
 //     for Read.
-//   - A gradient update's error feedback is committed only when the peer
-//     reported the update's frame received (its feedback's frame count, or
-//     its acknowledgement of the end frame). When the stream fails or is
-//     closed first, the update is aborted: its residual keeps all of it and
-//     the next update of the tensor carries it. Nothing of an update is
-//     lost; at worst it arrives twice.
 //   - Close releases every goroutine the Conn started; blocked Reads and
 //     Writes return net.ErrClosed.
 //   - Over loopback TCP (both ends on this host) raw frames carry no

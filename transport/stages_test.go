@@ -15,15 +15,14 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
-	_ "github.com/tensorpress/tensorpress/gradient"
-	_ "github.com/tensorpress/tensorpress/lossy"
-	_ "github.com/tensorpress/tensorpress/sparse"
+	_ "github.com/tensorpress/tensorpress/stages"
 )
 
 // A receiver written as the README's example (testdata/receiver: it
 // imports only transport) announces every standard stage in its hello and
 // decodes frames coded with each kind of them: this test's sender links
-// all the stage packages, and every stage it knows must be in the hello.
+// the standard stages (package stages), and every stage it knows must be
+// in the hello.
 func TestReceiverWithTransportOnly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a program")

@@ -1,17 +1,12 @@
 package transport
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"sync"
-	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/gpu"
-	"github.com/tensorpress/tensorpress/gradient"
 )
 
 // Tensors on a Conn. A stream carries byte data (Write, Read), tensors
@@ -28,14 +23,20 @@ var (
 	ErrBytesNext = errors.New("transport: the next item is byte data (use Read)")
 )
 
-// DensityChooser is implemented by policies that choose the density of
-// gradient updates (autotune.Tuner): Density returns the density of the
-// next update of a tensor, the largest whose frame reaches the peer
-// within the given time on the measured link (ok false: keep the
-// compressor's own), and ObserveDensity learns from each frame sent.
-type DensityChooser interface {
-	Density(name string, dtype codec.DType, elements int64, tags codec.Tags, within time.Duration) (density float64, ok bool)
-	ObserveDensity(density float64, elements int64, frameBytes int)
+// AckObserver learns what the peer received of the frames this end sent,
+// for a layer above the Conn that must know what arrived (package session
+// commits gradient updates on it). Its methods are called from the Conn's
+// goroutines, and from Close, and must not block.
+type AckObserver interface {
+	// Acked: the peer reports having received the first frames data
+	// frames this end sent (WriteEncoded returns the count its frame
+	// completes); math.MaxUint64 when it acknowledged the end of the
+	// stream, so every frame.
+	Acked(frames uint64)
+	// Ended: no report will come any more (the peer's stream ended or
+	// failed, or the Conn is closing), and why. It is called once, after
+	// the last Acked.
+	Ended(why error)
 }
 
 // item is what the background reader hands to Read and ReadTensor.
@@ -44,37 +45,11 @@ type item struct {
 	t *codec.Tensor // or a whole tensor
 }
 
-// updates is a Conn's state of the gradient updates it sends.
-type updates struct {
-	send   sync.Mutex // held by the update being sent
-	mu     sync.Mutex
-	cond   *sync.Cond // signalled when an update is accepted or aborted, and when updates end
-	ob     *gradient.Outbox
-	shared bool     // ob is held from the Conn's Peers under id
-	id     string   // the peer's ID
-	seqs   []uint64 // per pending update, in order: the frame count its frame completes
-	acked  uint64   // data frames the peer reported received
-	over   error    // updates can no longer be acknowledged: the stream ended
-	buf    []byte   // frame buffer, reused
-}
-
-// WriteTensor sends t, a whole tensor, and returns once its frames are
-// written to the connection (the peer may not have read them yet).
-//
-// With a profile (WithProfile), t's rule decides how: a rule that
-// requires lossless coding tags t lossless, and a rule that lists gradient
-// compressors makes t a gradient update (float32): compensated by the
-// residual of the tensor's earlier updates, compressed by the rule's first
-// compressor (at the density the policy chooses, with WithUpdateDeadline
-// and a DensityChooser policy), and sent as one frame. The update's error
-// feedback is committed only when the peer reports that it received the
-// frame (its feedback, or its acknowledgement of the end of the stream);
-// when the stream fails or ends first, the update is aborted: its residual
-// keeps all of it, and the next update of the tensor, on this Conn or on
-// the next one to the same peer (WithPeers), carries it. So an update is
-// never lost, and the next update of a tensor waits until the peer has
-// acknowledged the one before (about one round trip plus the feedback
-// interval).
+// WriteTensor sends t, a whole tensor, as tensor frames coded as the
+// policy chooses, and returns once they are written to the connection
+// (the peer may not have read them yet). Profile rules and gradient
+// updates are a session's (package session): the Conn sends what it is
+// given.
 func (c *Conn) WriteTensor(t *codec.Tensor) error {
 	if t == nil {
 		return fmt.Errorf("transport: WriteTensor of a nil tensor")
@@ -84,14 +59,6 @@ func (c *Conn) WriteTensor(t *codec.Tensor) error {
 	if c.closing.Load() {
 		return net.ErrClosed
 	}
-	tt := *t
-	if p := c.o.profile; p != nil {
-		r := p.Match(t.Name, t.DType, int64(len(t.Data)), t.Tags)
-		tt.Tags.Lossless = tt.Tags.Lossless || r.RequireLossless
-		if len(r.Gradients) > 0 {
-			return c.writeUpdate(&tt, r.Gradients[0])
-		}
-	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if err := c.writable(); err != nil {
@@ -100,7 +67,7 @@ func (c *Conn) WriteTensor(t *codec.Tensor) error {
 	if err := c.awaitPeer(); err != nil {
 		return err
 	}
-	if err := c.w.WriteTensor(&tt); err != nil {
+	if err := c.w.WriteTensor(t); err != nil {
 		return c.writeErr(err)
 	}
 	return c.writeErr(c.w.Flush())
@@ -117,229 +84,88 @@ func (c *Conn) writable() error {
 	return nil
 }
 
-// writeUpdate sends t as a gradient update compressed per spec.
-func (c *Conn) writeUpdate(t *codec.Tensor, spec *gradient.Spec) error {
-	c.wmu.Lock()
-	err := c.writable()
-	if err == nil {
-		err = c.awaitPeer()
-	}
-	c.wmu.Unlock()
-	if err != nil {
-		return err
-	}
-	u := &c.upd
-	ob, err := c.outbox()
-	if err != nil {
-		return err
-	}
-	// One update at a time, so that frames go out in the order of the
-	// Outbox's pending updates; u.mu is not held while writing, so that the
-	// pump can take in acknowledgements meanwhile.
-	u.send.Lock()
-	defer u.send.Unlock()
-	u.mu.Lock()
-	// The tensor's previous update must be accepted or aborted first: the
-	// compensation takes its residual. The wait ends at the write deadline.
-	if ob.IsPending(t.Name) {
-		stop := c.wakeAtDeadline()
-		defer stop()
-	}
-	for u.over == nil && ob.IsPending(t.Name) && !c.closing.Load() && !isClosed(c.wdl.wait()) {
-		u.cond.Wait()
-	}
-	switch {
-	case u.over != nil:
-		u.mu.Unlock()
-		return u.over
-	case c.closing.Load():
-		u.mu.Unlock()
+// AwaitPeer waits for the peer's hello (Peer returns it then), or for the
+// write deadline, and reports why nothing can be written where that is
+// so.
+func (c *Conn) AwaitPeer() error {
+	if c.closing.Load() {
 		return net.ErrClosed
-	case ob.IsPending(t.Name):
-		u.mu.Unlock()
-		return os.ErrDeadlineExceeded
 	}
-	elements := int64(len(t.Data) / 4)
-	density := 0.0
-	dc, _ := c.o.policy.(DensityChooser)
-	if dc != nil && c.o.within > 0 {
-		if d, ok := dc.Density(t.Name, t.DType, elements, t.Tags, c.o.within); ok {
-			density = d
-		}
-	}
-	frame, err := ob.Append(u.buf[:0], t, spec, density)
-	if err != nil {
-		u.mu.Unlock()
-		return err
-	}
-	u.buf = frame
-	if err := c.policy.decodable(frame); err != nil {
-		ob.AbortLast()
-		u.mu.Unlock()
-		return fmt.Errorf("transport: gradient update of %q with %s: %w", t.Name, spec, err)
-	}
-	u.mu.Unlock()
-
 	c.wmu.Lock()
-	err = c.writable()
-	if err == nil {
-		if err = c.w.WriteEncoded(frame); err == nil {
-			err = c.w.Flush()
-		}
-		err = c.writeErr(err)
+	defer c.wmu.Unlock()
+	if err := c.writable(); err != nil {
+		return err
 	}
-	seq := c.w.Frames()
-	c.wmu.Unlock()
+	return c.awaitPeer()
+}
 
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.ob != ob {
-		// The updates ended while the frame was written (and were aborted).
-		if err == nil {
-			err = u.over
-		}
-		return err
+// WriteEncoded sends frame, one frame encoded elsewhere (a
+// gradient.Sender's), flushed, and returns the count of data frames the
+// stream holds with it: the count the peer's acknowledgement of it
+// reaches (AckObserver.Acked). A frame with a stage the peer did not
+// announce is not sent: the error wraps codec.ErrUnsupported and names the
+// stage. The policy sees the frame as foreign (its bytes count for the
+// link estimate).
+func (c *Conn) WriteEncoded(frame []byte) (frames uint64, err error) {
+	c.writers.Add(1)
+	defer c.writers.Add(-1)
+	if c.closing.Load() {
+		return 0, net.ErrClosed
 	}
-	if err != nil {
-		ob.Abort()
-		u.seqs = u.seqs[:0]
-		u.cond.Broadcast()
-		return err
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.writable(); err != nil {
+		return 0, err
 	}
-	u.seqs = append(u.seqs, seq)
-	c.acceptLocked()
-	if density > 0 {
-		dc.ObserveDensity(density, elements, len(frame))
+	if err := c.awaitPeer(); err != nil {
+		return 0, err
+	}
+	if err := c.policy.decodable(frame); err != nil {
+		return 0, fmt.Errorf("transport: %w", err)
+	}
+	if err = c.w.WriteEncoded(frame); err == nil {
+		err = c.w.Flush()
+	}
+	return c.w.Frames(), c.writeErr(err)
+}
+
+// Decodable reports, once the peer's hello arrived (AwaitPeer), whether
+// the peer decodes every stage of frame, an encoded frame: an error
+// wrapping codec.ErrUnsupported that names the stage where it does not.
+func (c *Conn) Decodable(frame []byte) error {
+	if c.peer.Load() == nil {
+		return fmt.Errorf("transport: no hello from the peer yet")
+	}
+	if err := c.policy.decodable(frame); err != nil {
+		return fmt.Errorf("transport: %w", err)
 	}
 	return nil
 }
 
-// wakeAtDeadline wakes the updates' waiters when the write deadline
-// passes; the returned function stops it.
-func (c *Conn) wakeAtDeadline() (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-c.wdl.wait():
-			c.upd.mu.Lock()
-			c.upd.cond.Broadcast()
-			c.upd.mu.Unlock()
-		case <-done:
-		}
-	}()
-	return func() { close(done) }
-}
+// Policy returns the policy the Conn was made with (WithPolicy), or nil.
+func (c *Conn) Policy() codec.Policy { return c.o.policy }
 
-// outbox returns the Outbox of the peer's updates, acquiring it on the
-// first update: from the Conn's Peers under the peer's ID, or a Conn's own.
-func (c *Conn) outbox() (*gradient.Outbox, error) {
-	u := &c.upd
-	u.mu.Lock()
-	if u.ob != nil || u.over != nil {
-		defer u.mu.Unlock()
-		return u.ob, u.over
-	}
-	u.mu.Unlock()
-	id := ""
-	if h := c.peer.Load(); h != nil {
-		id = h.Peer
-	}
-	var ob *gradient.Outbox
-	shared := c.o.peers != nil && id != ""
-	if shared {
-		// Wait for the peer's previous Conn to end, or for this one to.
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			select {
-			case <-c.closed:
-			case <-c.pumpDone:
-			case <-c.wdl.wait():
-			case <-ctx.Done():
-			}
-			cancel()
-		}()
-		var err error
-		ob, err = c.o.peers.Acquire(ctx, id)
-		cancel()
-		if err != nil {
-			if c.closing.Load() {
-				return nil, net.ErrClosed
-			}
-			if isClosed(c.wdl.wait()) {
-				return nil, fmt.Errorf("%w: %v", os.ErrDeadlineExceeded, err)
-			}
-			return nil, err
-		}
-	} else {
-		ob = gradient.NewOutbox(nil)
-	}
-	if err := c.useDevice(ob); err != nil {
-		if shared {
-			c.o.peers.Release(id, ob)
-		}
-		return nil, err
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.over != nil || u.ob != nil {
-		// The stream ended (or another Write acquired one) meanwhile.
-		if shared {
-			c.o.peers.Release(id, ob)
-		}
-		return u.ob, u.over
-	}
-	u.ob, u.shared, u.id = ob, shared, id
-	return ob, nil
-}
+// WriteExpired returns a channel that is closed when the write deadline
+// has passed; a later SetWriteDeadline may give another (ask again after
+// each wait).
+func (c *Conn) WriteExpired() <-chan struct{} { return c.wdl.wait() }
 
-// acked records, from the pump, that the peer received frames data frames.
+// ackFrames tells the AckObserver, from the pump, that the peer received
+// frames data frames.
 func (c *Conn) ackFrames(frames uint64) {
-	u := &c.upd
-	u.mu.Lock()
-	u.acked = max(u.acked, frames)
-	c.acceptLocked()
-	u.mu.Unlock()
-}
-
-// acceptLocked accepts, under u.mu, the pending updates the peer reported.
-func (c *Conn) acceptLocked() {
-	u := &c.upd
-	n := 0
-	for n < len(u.seqs) && u.seqs[n] <= u.acked {
-		n++
-	}
-	if n > 0 && u.ob != nil {
-		u.ob.Accept(n)
-		u.seqs = append(u.seqs[:0], u.seqs[n:]...)
-		u.cond.Broadcast()
+	if c.o.acks != nil {
+		c.o.acks.Acked(frames)
 	}
 }
 
-// endUpdates ends the Conn's updates: pending ones are accepted when the
-// peer acknowledged everything (all), aborted otherwise; a shared Outbox
-// goes back to the Peers. Later updates fail with why.
-func (c *Conn) endUpdates(all bool, why error) {
-	u := &c.upd
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.over != nil {
-		return
-	}
-	u.over = why
-	if u.ob != nil {
-		if all {
-			u.ob.Accept(u.ob.Pending())
+// ended tells the AckObserver, once, that no acknowledgement can come any
+// more.
+func (c *Conn) ended(why error) {
+	c.endOnce.Do(func() {
+		if c.o.acks != nil {
+			c.o.acks.Ended(why)
 		}
-		u.ob.Abort()
-		if u.shared {
-			c.o.peers.Release(u.id, u.ob)
-		} else {
-			u.ob.Close() // its device memory, if any
-		}
-		u.ob = nil
-	}
-	u.seqs = nil
-	u.cond.Broadcast()
+	})
 }
 
 // ReadTensor returns the next tensor the peer sent, whole (chunks
@@ -376,15 +202,4 @@ func (c *Conn) ReadTensor() (*codec.Tensor, error) {
 	c.consumed.Add(uint64(len(t.Data)))
 	c.wantFeedback()
 	return t, nil
-}
-
-// useDevice lets ob compress on the GPU where the profile says device:
-// auto or cuda (gpu.UseDevice); with cuda, a Conn without one fails.
-func (c *Conn) useDevice(ob *gradient.Outbox) error {
-	if p := c.o.profile; p != nil {
-		if err := gpu.UseDevice(ob, p.Device); err != nil {
-			return fmt.Errorf("transport: %w", err)
-		}
-	}
-	return nil
 }

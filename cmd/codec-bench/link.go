@@ -32,6 +32,7 @@ import (
 	"github.com/tensorpress/tensorpress/internal/netsim"
 	"github.com/tensorpress/tensorpress/internal/rateplot"
 	"github.com/tensorpress/tensorpress/profile"
+	"github.com/tensorpress/tensorpress/session"
 	"github.com/tensorpress/tensorpress/testvectors"
 	"github.com/tensorpress/tensorpress/transport"
 )
@@ -69,7 +70,7 @@ The workloads (--workload):
            the same for every chain, unrelated to the tensors. All is
            drawn from fixed seeds: every run sends the same bytes in the
            same Writes.
-  tensors  the tensors of bytes as a tensor session (transport's
+  tensors  the tensors of bytes as a tensor session (session.Wrap:
            WriteTensor/ReadTensor with the profile): updates whose rule
            lists gradient compressors go out with error feedback,
            committed when the receiver acknowledges them (no zstd peers).
@@ -586,10 +587,11 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 		}
 	case !ch.plain:
 		topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize))}
+		var sopts []session.Option
 		if b.tensors {
-			// A tensor session: the sender's connection applies the
+			// A tensor session: the sender's session applies the
 			// profile's rules (lossless tags, gradient updates).
-			topts = append(topts, transport.WithProfile(b.prof), transport.WithUpdateDeadline(b.updateWithin))
+			sopts = append(sopts, session.WithProfile(b.prof), session.WithUpdateDeadline(b.updateWithin))
 		}
 		if res.tuner != nil {
 			topts = append(topts, transport.WithPolicy(res.tuner))
@@ -598,7 +600,7 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 		}
 		// The sender wraps the connection itself (a counting wrapper would
 		// hide its vectored writes); the receiver counts the wire bytes.
-		tc, err := transport.Wrap(client, topts...)
+		tc, err := session.Wrap(client, append(sopts, session.WithConn(topts...))...)
 		if err != nil {
 			return res, err
 		}

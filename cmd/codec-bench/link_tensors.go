@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/session"
 	"github.com/tensorpress/tensorpress/transport"
 )
 
@@ -22,13 +23,13 @@ func (wl *workload) tensorBytes(n int64) int64 {
 
 // sendTensors writes whole workload tensors (n bytes: see tensorBytes, or
 // fewer when stop, checked before each tensor, reports true) to c and
-// returns their bytes. The connection does the rest (transport.WriteTensor
+// returns their bytes. The session does the rest (session.WriteTensor
 // with the profile): dense tensors go through its policy, and updates
 // (tagged role=update here, as the workload's names say) whose rule lists
 // gradient compressors go out as gradient updates with error feedback,
 // each copy of an update the next round of that tensor, at the Tuner's
 // density with --update-within.
-func (b *linkBench) sendTensors(c *transport.Conn, n int64, stop func() bool) (int64, error) {
+func (b *linkBench) sendTensors(c *session.Session, n int64, stop func() bool) (int64, error) {
 	var sent int64
 	for i := 0; sent < n && !stop(); i++ {
 		k := i % len(b.work.chunks)

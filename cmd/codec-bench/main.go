@@ -27,8 +27,7 @@ import (
 	"strings"
 
 	_ "github.com/tensorpress/tensorpress/gradient" // registers the gradient stages
-	_ "github.com/tensorpress/tensorpress/lossless" // registers the lossless stages
-	_ "github.com/tensorpress/tensorpress/lossy"    // registers the lossy stages
+	_ "github.com/tensorpress/tensorpress/stages"   // registers the standard stages
 )
 
 func main() {

@@ -122,3 +122,47 @@ func TestArchitectureTable(t *testing.T) {
 		}
 	}
 }
+
+// forbidden are edges no package of the list may have, directly or
+// through others (go list -deps): a small package must not pull in the
+// house. Each names the package, and the import path prefixes its
+// dependencies must not start with.
+var forbidden = []struct {
+	pkg string
+	not []string
+	why string
+}{
+	{"rpc", []string{"go.yaml.in/yaml", "gopkg.in/yaml", "gonum.org/v1/gonum"}, "a gRPC compressor links no YAML and no linear algebra"},
+	{"transport", []string{module + "/gpu", "github.com/ebitengine/purego", module + "/gradient", module + "/profile"}, "a byte-stream connection links no device code and no tensor session (package session)"},
+	{"hub", []string{module + "/gpu", "github.com/ebitengine/purego"}, "the GPU is a gradient device backend, linked by the programs that want it"},
+	{"profile", []string{module + "/gradient"}, "profiles are data: their users parse the gradient specs"},
+	{"gpu", []string{module + "/profile"}, "the GPU knows devices, not profiles (gradient.UseDevice reads a profile's device)"},
+}
+
+// TestForbiddenEdges holds the packages to the rules in forbidden.
+func TestForbiddenEdges(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command:", err)
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forbidden {
+		cmd := exec.Command(goTool, "list", "-deps", "./"+f.pkg)
+		cmd.Dir = root
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps ./%s: %v", f.pkg, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, p := range f.not {
+				if dep == p || strings.HasPrefix(dep, p+"/") {
+					t.Errorf("%s depends on %s (through go list -deps): %s", f.pkg, dep, f.why)
+				}
+			}
+		}
+	}
+}

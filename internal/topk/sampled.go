@@ -33,6 +33,26 @@ type SampleOptions struct {
 	NoResample bool
 }
 
+// Adapt is one step of DGC's threshold adaptation (the reference's loop):
+// count magnitudes of the data passed thr, k were wanted. Fewer than
+// lower*k: the threshold is multiplied by lower; more than upper*k, with
+// noResample: by upper; otherwise thr stands (again is false). The
+// caller counts again at next while again is true, at most its number of
+// iterations. The CPU (Sampled) and the GPU kernels' driver (package gpu)
+// both step through it, so their thresholds are the same bits.
+func Adapt(thr float32, count, k int, upper, lower float64, noResample bool) (next float32, again bool) {
+	switch {
+	case count > k:
+		if !noResample || float64(count) <= upper*float64(k) {
+			return thr, false
+		}
+		return thr * float32(upper), true
+	case float64(count) < lower*float64(k):
+		return thr * float32(lower), true
+	}
+	return thr, false
+}
+
 // Resolved returns the options in effect: the sample ratio clamped to
 // [0.01, 1] (0 or NaN: 0.01), the bounds (0: 1.3 and 0.8) and the
 // adaptations (0: 10, negative: none).
@@ -145,16 +165,11 @@ func Sampled(dst []uint32, x []float32, k int, s *Scratch, opt SampleOptions) []
 	count := scanGE(x, low, s.idx, s.key)
 	stored, complete := min(count, capN), count <= capN
 	for range iters {
-		if count > k {
-			if !opt.NoResample || float64(count) <= upper*float64(k) {
-				break
-			}
-			thr *= float32(upper)
-		} else if float64(count) < lower*float64(k) {
-			thr *= float32(lower)
-		} else {
+		next, again := Adapt(thr, count, k, upper, lower, opt.NoResample)
+		if !again {
 			break
 		}
+		thr = next
 		if tm := mag(thr); complete && tm >= low {
 			count = countGE(s.key[:stored], tm)
 		} else {

@@ -613,3 +613,26 @@ func TestExactNilScratchAndLayers(t *testing.T) {
 		}
 	}
 }
+
+// TestAdapt: one step of the threshold adaptation, as the reference's
+// loop takes it.
+func TestAdapt(t *testing.T) {
+	for _, c := range []struct {
+		count      int
+		noResample bool
+		next       float32
+		again      bool
+	}{
+		{100, false, 2, false}, // within bounds
+		{79, false, 2 * float32(0.8), true},
+		{200, false, 2, false}, // too many: the exact top k of them
+		{200, true, 2 * float32(1.3), true},
+		{130, true, 2, false}, // at the upper bound
+		{80, false, 2, false}, // at the lower bound
+	} {
+		next, again := Adapt(2, c.count, 100, 1.3, 0.8, c.noResample)
+		if next != c.next || again != c.again {
+			t.Errorf("Adapt(2, %d, 100, 1.3, 0.8, %t) = %v, %t; want %v, %t", c.count, c.noResample, next, again, c.next, c.again)
+		}
+	}
+}

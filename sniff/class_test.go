@@ -1,4 +1,4 @@
-package autotune
+package sniff
 
 import (
 	"math/rand/v2"
