@@ -101,7 +101,11 @@ func (p *progress) retry(ri hub.RetryInfo) {
 		fmt.Fprintln(p.w)
 		p.inPlace = false
 	}
-	fmt.Fprintf(p.w, "fetch: retry %d in %v (after chunk %d): %v\n", ri.Attempt, ri.Wait.Round(time.Millisecond), ri.Seq, ri.Err)
+	where := ""
+	if ri.Seq > 0 {
+		where = fmt.Sprintf(" (after chunk %d)", ri.Seq)
+	}
+	fmt.Fprintf(p.w, "fetch: retry %d in %v%s: %v\n", ri.Attempt, ri.Wait.Round(time.Millisecond), where, ri.Err)
 }
 
 // end prints the last line.
