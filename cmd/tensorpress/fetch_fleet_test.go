@@ -287,3 +287,26 @@ func TestFetchMemory(t *testing.T) {
 		t.Errorf("peak RSS %d kB (want under 64 MiB)\n%s", kb, b)
 	}
 }
+
+// TestFetchOneWriter: a second fetch to the --out a first is writing is
+// refused, for a safetensors file and for a directory of .npy files.
+func TestFetchOneWriter(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	models := filepath.Join(dir, "models")
+	writeModel(t, models, 1, 4, 1<<20, seedIndex)
+	h := startHubProc(t, bin, models, "127.0.0.1:0")
+	m := newMeter(t, h.addr, 1<<20) // 4 s a fetch: the first is still writing
+	for _, out := range []string{filepath.Join(dir, "model.safetensors"), filepath.Join(dir, "npy") + "/"} {
+		first := startFetch(t, bin, "--hub", m.addr(), "--out", out, "--progress", "1ns")
+		if !first.waitLine("fetch: ") {
+			t.Fatalf("no progress: %s", first.errs)
+		}
+		code, text := runFetch("--hub", h.addr, "--out", out)
+		first.cmd.Process.Kill()
+		first.wait()
+		if code != 1 || !strings.Contains(text, "another fetch is writing there") {
+			t.Errorf("%s: exit %d: %s", out, code, text)
+		}
+	}
+}

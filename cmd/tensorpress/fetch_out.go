@@ -42,6 +42,7 @@ type fetchOut struct {
 	index map[string]int // tensor name: its place in st.Tensors
 
 	f      *os.File // safetensors: the .part file; npy: the .part of tensor fName
+	lock   *os.File // locked while the fetch runs: the .part file, or the directory
 	fName  string
 	dataAt int64 // safetensors: where the data buffer starts (8 + Reserve)
 
@@ -99,22 +100,33 @@ func openOut(path string, npy bool, k outKey, tensors int, total int64) (*fetchO
 	if npy {
 		o.state = filepath.Join(path, ".tensorpress-fetch.json")
 	}
-	if o.resume(k) {
-		return o, true, nil
-	}
-	o.clean()
-	o.st = outState{Version: k.Version, Base: k.Base, Lossless: k.Lossless}
-	o.index = map[string]int{}
+	// One fetch at a time writes there: it holds a lock on the .part file
+	// (on the directory for .npy files).
+	lockPath := path + ".part"
 	if npy {
-		return o, false, nil
+		lockPath = path
 	}
-	o.st.Reserve = headerRoom(tensors)
-	o.dataAt = 8 + o.st.Reserve
-	f, err := os.OpenFile(path+".part", os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	lk, err := lockFile(lockPath, !npy)
 	if err != nil {
 		return nil, false, err
 	}
-	o.f = f
+	o.lock = lk
+	if !npy {
+		o.f = lk
+	}
+	if o.resume(k) {
+		return o, true, nil
+	}
+	if err := o.clean(); err != nil {
+		o.close()
+		return nil, false, err
+	}
+	o.st = outState{Version: k.Version, Base: k.Base, Lossless: k.Lossless}
+	o.index = map[string]int{}
+	if !npy {
+		o.st.Reserve = headerRoom(tensors)
+		o.dataAt = 8 + o.st.Reserve
+	}
 	return o, false, nil
 }
 
@@ -129,32 +141,26 @@ func (o *fetchOut) resume(k outKey) bool {
 	if json.Unmarshal(b, &st) != nil || (outKey{st.Version, st.Base, st.Lossless}) != k {
 		return false
 	}
+	if o.npy && !st.Done {
+		for _, t := range st.Tensors {
+			if _, err := os.Stat(o.npyPart(t.Name)); err != nil {
+				return false
+			}
+		}
+	}
 	o.st, o.index = st, map[string]int{}
 	for i, t := range st.Tensors {
 		o.index[t.Name] = i
 	}
-	if o.npy {
-		for _, t := range st.Tensors {
-			if _, err := os.Stat(o.npyPart(t.Name)); err != nil && !st.Done {
-				return false
-			}
-		}
-		return true
-	}
-	f, err := os.OpenFile(o.path+".part", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	o.f, o.dataAt = f, 8+st.Reserve
+	o.dataAt = 8 + st.Reserve
 	return true
 }
 
 // clean removes what an earlier run left: the state and the .part files.
-func (o *fetchOut) clean() {
+func (o *fetchOut) clean() error {
 	os.Remove(o.state)
 	if !o.npy {
-		os.Remove(o.path + ".part")
-		return
+		return o.f.Truncate(0)
 	}
 	ents, _ := os.ReadDir(o.path)
 	for _, e := range ents {
@@ -162,6 +168,7 @@ func (o *fetchOut) clean() {
 			os.Remove(filepath.Join(o.path, e.Name()))
 		}
 	}
+	return nil
 }
 
 func (o *fetchOut) npyPart(name string) string { return filepath.Join(o.path, name+".npy.part") }
@@ -246,8 +253,10 @@ func (o *fetchOut) closeFile() error {
 		return nil
 	}
 	err := o.f.Sync()
-	if cerr := o.f.Close(); err == nil {
-		err = cerr
+	if o.f != o.lock {
+		if cerr := o.f.Close(); err == nil {
+			err = cerr
+		}
 	}
 	o.f, o.fName = nil, ""
 	return err
@@ -474,11 +483,15 @@ func (o *fetchOut) moveData(at, total int64) error {
 	return nil
 }
 
-// close closes the file open, leaving the .part files and the state for
-// a later run.
+// close closes the files open and releases the lock, leaving the .part
+// files and the state for a later run.
 func (o *fetchOut) close() {
-	if o.f != nil {
+	if o.f != nil && o.f != o.lock {
 		o.f.Close()
-		o.f = nil
+	}
+	o.f = nil
+	if o.lock != nil {
+		o.lock.Close()
+		o.lock = nil
 	}
 }
