@@ -34,7 +34,8 @@ Files appear under their final names only complete and checked: until
 then they are model.safetensors.part (DIR/NAME.npy.part), with a record
 of how far the fetch got beside them (model.safetensors.part.json,
 DIR/.tensorpress-fetch.json). Run the same fetch again after a kill and it
-resumes from there; the tensors written before are checked against the
+resumes from there (the same version: with --version 0, while no newer
+one is published); the tensors written before are checked against the
 hub's digests.
 
 --hub is host[:port] (port 7077 if none), [ipv6]:port, dns:///host:port,
@@ -330,6 +331,9 @@ func (r *fetchRun) fetchMain(ctx context.Context) error {
 		fmt.Fprintf(r.o.stderr, "warning: --base %s does not match version %d of the hub for %d of %d tensors (%s): fetching them whole\n",
 			r.o.base, r.baseV, len(be.Names), len(res.Digests), strings.Join(be.Names[:min(3, len(be.Names))], ", "))
 	case err != nil:
+		if errors.Is(err, codec.ErrChecksum) || errors.Is(err, codec.ErrCorrupt) || status.Code(err) == codes.InvalidArgument {
+			r.out.discard() // what is on disk does not fit what the hub sends
+		}
 		return fmt.Errorf("the hub at %s: %w", r.o.hub, err)
 	}
 	return r.out.mainDone(res.Digests, res.Unchecked, again)

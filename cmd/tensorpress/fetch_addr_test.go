@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -189,4 +191,43 @@ func digestsOf(ts []*codec.Tensor) digests {
 		ds[x.Name] = sha256.Sum256(x.Data)
 	}
 	return ds
+}
+
+// TestFetchStaleState: a record left beside a finished file (a run killed
+// between the rename and the record's removal) does not make the next run
+// write a file without data: it fetches anew.
+func TestFetchStaleState(t *testing.T) {
+	h, _ := hub.New()
+	m := model(5)
+	if err := h.Publish(1, m); err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	hubpb.RegisterHubServer(s, hub.NewServer(h))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Stop()
+	out := filepath.Join(t.TempDir(), "m.safetensors")
+	st := outState{Version: 1, Lossless: true, Done: true, Reserve: headerRoom(len(m)), Digests: map[string]string{}}
+	var at int64
+	for _, x := range m {
+		st.Tensors = append(st.Tensors, outTensor{Name: x.Name, DType: x.DType, Shape: x.Shape, Begin: at})
+		at += int64(len(x.Data))
+		st.Digests[x.Name] = fmt.Sprintf("%x", sha256.Sum256(x.Data))
+	}
+	b, _ := json.Marshal(st)
+	for range 2 {
+		if err := os.WriteFile(out+".part.json", b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code, text := runFetch("--hub", ln.Addr().String(), "--out", out); code != 0 {
+			t.Fatalf("exit %d: %s", code, text)
+		}
+		if err := checkST(out, digestsOf(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

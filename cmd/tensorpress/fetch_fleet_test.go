@@ -197,11 +197,6 @@ func TestFetchKilledAnyMoment(t *testing.T) {
 	t.Logf("%d fetches killed at random moments; the hub sent %d bytes in all for a model of %d", kills, m.n.Load(), 12<<20)
 }
 
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
 // TestFetchWrongBase fetches version 2 against a base that is not the
 // hub's version 1 (two tensors differ, one is missing): the result is
 // version 2 bit for bit, those three fetched whole, with one warning that

@@ -141,12 +141,8 @@ func (o *fetchOut) resume(k outKey) bool {
 	if json.Unmarshal(b, &st) != nil || (outKey{st.Version, st.Base, st.Lossless}) != k {
 		return false
 	}
-	if o.npy && !st.Done {
-		for _, t := range st.Tensors {
-			if _, err := os.Stat(o.npyPart(t.Name)); err != nil {
-				return false
-			}
-		}
+	if !o.here(&st) {
+		return false
 	}
 	o.st, o.index = st, map[string]int{}
 	for i, t := range st.Tensors {
@@ -155,6 +151,41 @@ func (o *fetchOut) resume(k outKey) bool {
 	o.dataAt = 8 + st.Reserve
 	return true
 }
+
+// here reports whether the files the state st describes are there: the
+// .part of each tensor (or, once every chunk came, its final .npy: a run
+// killed while renaming them); the safetensors .part file at least as
+// long as the header's room, and the data once every chunk came. Bytes
+// missing or wrong otherwise are found by the checks of the digests.
+func (o *fetchOut) here(st *outState) bool {
+	if o.npy {
+		for _, t := range st.Tensors {
+			if !fileExists(o.npyPart(t.Name)) && !(st.Done && fileExists(filepath.Join(o.path, t.Name+".npy"))) {
+				return false
+			}
+		}
+		return true
+	}
+	fi, err := o.f.Stat()
+	if err != nil {
+		return false
+	}
+	need := 8 + st.Reserve
+	if st.Done {
+		for _, t := range st.Tensors {
+			need = max(need, 8+st.Reserve+t.Begin+t.size())
+		}
+	}
+	return fi.Size() >= need
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// discard removes the state: the next run starts anew.
+func (o *fetchOut) discard() { os.Remove(o.state) }
 
 // clean removes what an earlier run left: the state and the .part files.
 func (o *fetchOut) clean() error {
