@@ -453,7 +453,7 @@ func undoDelta(t, b *codec.Tensor, off int64, base uint64) (bool, error) {
 		return false, fmt.Errorf("%w: hub: tensor %q is a delta against version %d, the client holds %d", codec.ErrCorrupt, t.Name, t.Base, base)
 	}
 	esz := int64(t.DType.Size())
-	if b == nil || b.DType != t.DType || int64(len(b.Data)) != t.NumBytes() || (off+int64(len(t.Data))/esz)*esz > int64(len(b.Data)) {
+	if b == nil || off < 0 || b.DType != t.DType || int64(len(b.Data)) != t.NumBytes() || (off+int64(len(t.Data))/esz)*esz > int64(len(b.Data)) {
 		return false, nil
 	}
 	bd := b.Data[off*esz : off*esz+int64(len(t.Data))]

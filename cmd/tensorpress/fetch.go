@@ -230,7 +230,13 @@ func (r *fetchRun) findVersion(ctx context.Context, secure bool) error {
 		case <-ctx.Done():
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("the hub at %s: no answer within %v (--stall, --deadline): %w", r.o.hub, r.o.stall, err)
+			hint := ""
+			if msg := err.Error(); secure && (strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset")) {
+				// TLS 1.3: a server that refuses the client's
+				// certificate says so after the client's handshake.
+				hint = " (the hub closes the TLS connection: does it accept this client certificate, --tls-cert?)"
+			}
+			return fmt.Errorf("the hub at %s: no answer within %v (--stall, --deadline): %w%s", r.o.hub, r.o.stall, err, hint)
 		}
 	}
 	for _, v := range vs.Versions {

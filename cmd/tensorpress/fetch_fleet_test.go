@@ -74,6 +74,8 @@ func testHubFault(t *testing.T, sig syscall.Signal) {
 		t.Fatal(err)
 	}
 	retries := strings.Count(f.errs.String(), "fetch: retry ")
+	first, _, _ := strings.Cut(f.errs.String(), "\n")
+	t.Logf("the first break: %s", first)
 	t.Logf("signal %v: %d retries; the hub sent %d bytes for a model of %d; %s", sig, retries, m.n.Load(), 16<<20, strings.TrimSpace(f.out.String()))
 	if !strings.Contains(f.out.String(), "streams opened again") {
 		t.Errorf("fetch said %q", f.out)
