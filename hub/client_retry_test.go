@@ -98,7 +98,7 @@ func TestFetchStall(t *testing.T) {
 	hubpb.RegisterHubServer(s, stallServer{})
 	c := hubpb.NewHubClient(grpctest.Serve(t, s))
 	_, err := FetchChunks(context.Background(), c, Request{Retries: -1, Stall: 20 * time.Millisecond}, func(*codec.Tensor) error { return nil })
-	if !errors.Is(err, ErrStalled) {
+	if !errors.Is(err, ErrStalled) || !strings.HasPrefix(err.Error(), "hub: no progress: no chunk for 20ms (after chunk 0") {
 		t.Fatalf("%v, want ErrStalled", err)
 	}
 }

@@ -149,7 +149,7 @@ func retryable(err error) bool {
 func (c *chunkReader) recover(err error) error {
 	for {
 		if context.Cause(c.ctx) == c.stalledCause {
-			return fmt.Errorf("hub: fetch: %w (after chunk %d; last error: %v)", c.stalledCause, c.seq, err)
+			return fmt.Errorf("%w (after chunk %d; the last error: %v)", c.stalledCause, c.seq, err)
 		}
 		if c.ctx.Err() != nil || !retryable(err) || c.retries == 0 || c.retries > 0 && c.fails >= c.retries {
 			if c.fails > 0 {
