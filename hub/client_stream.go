@@ -149,6 +149,9 @@ func retryable(err error) bool {
 func (c *chunkReader) recover(err error) error {
 	for {
 		if context.Cause(c.ctx) == c.stalledCause {
+			if c.fails == 0 {
+				return fmt.Errorf("%w (after chunk %d)", c.stalledCause, c.seq) // err is the stall's own
+			}
 			return fmt.Errorf("%w (after chunk %d; the last error: %v)", c.stalledCause, c.seq, err)
 		}
 		if c.ctx.Err() != nil || !retryable(err) || c.retries == 0 || c.retries > 0 && c.fails >= c.retries {

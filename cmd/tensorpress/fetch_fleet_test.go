@@ -307,3 +307,25 @@ func TestFetchOneWriter(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchStallEnds: a hub that stops sending in the middle of a fetch
+// ends it after --stall with a clear error, and no final file; --deadline
+// 0 (the default) set no limit before.
+func TestFetchStallEnds(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	models := filepath.Join(dir, "models")
+	writeModel(t, models, 1, 8, 1<<20, seedIndex)
+	h := startHubProc(t, bin, models, "127.0.0.1:0")
+	m := newMeter(t, h.addr, 0)
+	held, release := make(chan struct{}), make(chan struct{})
+	m.at.Store(holdAt(4<<20, held, release))
+	defer close(release)
+	out := filepath.Join(dir, "model.safetensors")
+	f := startFetch(t, bin, "--hub", m.addr(), "--out", out, "--progress", "0", "--stall", "500ms")
+	err := f.wait()
+	if err == nil || !strings.Contains(f.errs.String(), "no chunk for 500ms") || fileExists(out) {
+		t.Fatalf("fetch: %v\n%s", err, f.errs)
+	}
+	t.Logf("%s", f.errs)
+}
