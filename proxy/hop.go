@@ -101,25 +101,33 @@ func (h *Hop) Conn(c net.Conn) net.Conn {
 	hc := &hopConn{Conn: c, h: h, key: c.RemoteAddr().String(), st: st}
 	hc.loop.Store(h.rate == 0 && loopback.Conn(c))
 	hc.peer, hc.peerKey = st.peer(c.RemoteAddr())
-	tu, err := autotune.New(
-		autotune.WithExplain(func(autotune.Decision) { st.Switches.Add(1) }),
-		autotune.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		panic(err) // no options that can fail
-	}
-	hc.tuner = tu
-	if h.rate > 0 {
-		tu.Link().SetRate(h.rate, "configured")
-	}
-	hc.comp, err = rpc.NewCompressor(rpc.WithName("tensorpress-hop"), rpc.WithPolicy(&recipeStats{inner: tu, st: st}))
-	if err != nil {
-		panic(err)
+	// On an error (none of these options can fail) the connection codes
+	// as a Hop without a Tuner does: recipes by the kind of data.
+	hc.tuner, hc.comp, hc.err = newCoder(st)
+	if hc.tuner != nil && h.rate > 0 {
+		hc.tuner.Link().SetRate(h.rate, "configured")
 	}
 	h.mu.Lock()
 	h.conns[hc.key] = hc
 	h.last = hc
 	h.mu.Unlock()
 	return hc
+}
+
+// newCoder returns a connection's Tuner and the Compressor that it
+// drives, counting in st.
+func newCoder(st *Stats) (*autotune.Tuner, *rpc.Compressor, error) {
+	tu, err := autotune.New(
+		autotune.WithExplain(func(autotune.Decision) { st.Switches.Add(1) }),
+		autotune.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return nil, nil, err
+	}
+	comp, err := rpc.NewCompressor(rpc.WithName("tensorpress-hop"), rpc.WithPolicy(&recipeStats{inner: tu, st: st}))
+	if err != nil {
+		return nil, nil, err
+	}
+	return tu, comp, nil
 }
 
 // Listener returns ln whose accepted connections are the hop's (Conn).
@@ -178,9 +186,10 @@ type hopConn struct {
 	st      *Stats
 	peer    *peerCount
 	peerKey string
-	loop    atomic.Bool // on loopback, and no rate configured on either side
-	tuner   *autotune.Tuner
+	loop    atomic.Bool     // on loopback, and no rate configured on either side
+	tuner   *autotune.Tuner // nil: newCoder failed (err)
 	comp    *rpc.Compressor
+	err     error
 	meter   meter
 	once    sync.Once
 }
@@ -219,7 +228,7 @@ func (c *hopConn) Close() error {
 // setRate takes the rate the other side measured (metadata value v) for
 // the Tuner, unless the Hop has a configured one.
 func (c *hopConn) setRate(v []string) {
-	if c == nil || c.h.rate > 0 || len(v) == 0 {
+	if c == nil || c.tuner == nil || c.h.rate > 0 || len(v) == 0 {
 		return
 	}
 	num, set := strings.CutSuffix(v[0], configured)
@@ -239,6 +248,9 @@ func (c *hopConn) setRate(v []string) {
 func (c *hopConn) estimate() float64 {
 	if c.loop.Load() {
 		return math.Inf(1)
+	}
+	if c.tuner == nil {
+		return 0
 	}
 	return 8 * c.tuner.Link().Estimate().Bandwidth
 }
@@ -264,9 +276,10 @@ func encode(c *hopConn, m mem.BufferSlice, st *Stats) (mem.BufferSlice, error) {
 	var out mem.BufferSlice
 	w := mem.NewWriter(&out, mem.DefaultBufferPool())
 	w.Write([]byte{markFrames})
-	comp := defaultComp
-	if c != nil {
-		comp = c.comp
+	comp, err := compressorOf(c)
+	if err != nil {
+		out.Free()
+		return nil, status.Errorf(codes.Internal, "proxy: coding a message for the hop: %v", err)
 	}
 	cw, err := comp.Compress(w)
 	if err == nil {
@@ -321,9 +334,9 @@ func decode(c *hopConn, m mem.BufferSlice, max int, st *Stats) (mem.BufferSlice,
 	t0 := time.Now()
 	r := m.Reader()
 	r.ReadByte()
-	comp := defaultComp
-	if c != nil {
-		comp = c.comp
+	comp, err := compressorOf(c)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "proxy: %v", err)
 	}
 	dr, err := comp.Decompress(r)
 	if err != nil {
@@ -358,13 +371,18 @@ func hopLimit(n int) int {
 
 // defaultComp codes and decodes for a proxy that has no Hop of its own
 // (a remote proxy given none): recipes by the kind of data.
-var defaultComp = func() *rpc.Compressor {
-	c, err := rpc.NewCompressor(rpc.WithName("tensorpress-hop"))
-	if err != nil {
-		panic(err)
+var defaultComp = sync.OnceValues(func() (*rpc.Compressor, error) {
+	return rpc.NewCompressor(rpc.WithName("tensorpress-hop"))
+})
+
+// compressorOf returns the Compressor of c, or defaultComp where c is nil
+// or has none.
+func compressorOf(c *hopConn) (*rpc.Compressor, error) {
+	if c != nil && c.comp != nil {
+		return c.comp, nil
 	}
-	return c
-}()
+	return defaultComp()
+}
 
 // errKind is the class of a decoding error for the metrics.
 func errKind(err error) string {

@@ -75,7 +75,7 @@ func TestPythonThroughProxies(t *testing.T) {
 	serverAddr, slow := pythonServer(t, py)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	hubContext = func() context.Context { return ctx }
+	proxyContext = func() context.Context { return ctx }
 	remote := startProxy(t, "remote", serverAddr)
 	// The proxies talk over loopback, where they would send the messages
 	// as they are: a configured bandwidth makes them code the hop as over
@@ -258,7 +258,7 @@ func TestTCPProxies(t *testing.T) {
 		}
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
-	hubContext = func() context.Context { return ctx }
+	proxyContext = func() context.Context { return ctx }
 	remote := startProxy(t, "remote", ln.Addr().String(), "--mode", "tcp")
 	local := startProxy(t, "local", remote.addr, "--mode", "tcp")
 	defer func() {
@@ -299,7 +299,7 @@ func TestPythonPassthrough(t *testing.T) {
 	py := python(t)
 	serverAddr, _ := pythonServer(t, py)
 	ctx, cancel := context.WithCancel(context.Background())
-	hubContext = func() context.Context { return ctx }
+	proxyContext = func() context.Context { return ctx }
 	remote := startProxy(t, "remote", serverAddr)
 	local := startProxy(t, "local", remote.addr, "--metrics", "127.0.0.1:0")
 	defer func() {
