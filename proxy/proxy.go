@@ -23,6 +23,7 @@ import (
 	"github.com/tensorpress/tensorpress/auth"
 	"github.com/tensorpress/tensorpress/budget"
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/rpc"
 	// Importing rpc registers the "tensorpress" compressor, so that a
 	// proxy's server reads what the other side's proxy sends on the hop
 	// with grpc.UseCompressor(rpc.Name).
@@ -400,7 +401,7 @@ func claim(m mem.BufferSlice, st *Stats) (int64, error) {
 	if err != nil || mark != markFrames {
 		return int64(max(m.Len()-1, 0)), nil
 	}
-	n, err := codec.DecodedSize(r, codec.DefaultLimits())
+	n, err := codec.DecodedSize(r, rpc.DefaultLimits()) // the limits decode applies
 	if err != nil {
 		st.decodeError(errKind(err))
 		return 0, status.Errorf(codes.Internal, "proxy: a message from the other proxy: %v", err)
