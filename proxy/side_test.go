@@ -1,0 +1,127 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tensorpress/tensorpress/auth"
+	"github.com/tensorpress/tensorpress/budget"
+	"github.com/tensorpress/tensorpress/internal/grpctest"
+)
+
+// TestSharedBudget: the proxies charge what they hold to the budget they
+// are given: with the budget spent elsewhere in the process, a call fails
+// with ResourceExhausted; once it is released, the same call passes.
+func TestSharedBudget(t *testing.T) {
+	b := budget.New(8 << 20)
+	c := newChain(t, basic(), setup{remote: []Option{WithBudget(b)}})
+	msg := grpctest.Message(1 << 20)
+	held, err := b.TryCharge(15 << 19) // 7.5 MiB of 8: less than the message left
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unary(timeout(t), c.client, echoMethod, msg); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("with the budget spent: %v, want ResourceExhausted", err)
+	}
+	held.Release()
+	if back, err := unary(timeout(t), c.client, echoMethod, msg); err != nil || !bytes.Equal(back, msg) {
+		t.Fatalf("with the budget free: %d bytes back, %v", len(back), err)
+	}
+	if used := b.Stats(); used.InUse != 0 {
+		t.Errorf("after the calls, %d bytes still charged", used.InUse)
+	}
+}
+
+// TestSideOptions: options out of range are refused by the constructors
+// with ErrBadOption, and a token in TCP mode too.
+func TestSideOptions(t *testing.T) {
+	bad := DefaultLimits()
+	bad.MaxConnsPerPeer = 0
+	for name, opts := range map[string][]Option{
+		"limits":    {WithLimits(bad)},
+		"bandwidth": {WithBandwidth(-1)},
+		"budget":    {WithBudget(nil)},
+		"drain":     {WithDrain(-time.Second)},
+		"logger":    {WithLogger(nil)},
+		"tcp token": {WithTCP(), WithDialAuth(auth.Config{TokenFile: "x"})},
+	} {
+		if _, err := NewLocal("127.0.0.1:1", opts...); !errors.Is(err, ErrBadOption) {
+			t.Errorf("%s: %v, want ErrBadOption", name, err)
+		}
+	}
+	if _, err := NewRemote("no port"); !errors.Is(err, ErrBadOption) {
+		t.Errorf("an address without a port: %v", err)
+	}
+}
+
+// TestServeOpenListener: Serve refuses a listener off loopback without
+// authentication, closing it.
+func TestServeOpenListener(t *testing.T) {
+	s, err := NewRemote("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &fakeListener{addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 7000}}
+	if err := s.Serve(context.Background(), ln); !errors.Is(err, auth.ErrOpenListener) || !ln.closed {
+		t.Fatalf("Serve: %v (closed %t), want auth.ErrOpenListener", err, ln.closed)
+	}
+}
+
+type fakeListener struct {
+	net.Listener
+	addr   net.Addr
+	closed bool
+}
+
+func (l *fakeListener) Addr() net.Addr { return l.addr }
+func (l *fakeListener) Close() error   { l.closed = true; return nil }
+
+// addrConn is a connection that says it comes from addr.
+type addrConn struct {
+	net.Conn
+	addr net.Addr
+}
+
+func (c addrConn) RemoteAddr() net.Addr { return c.addr }
+
+// TestRawFromAnotherHost: the TPRAW/1 marker from a peer off loopback is
+// not honoured: the connection is closed, nothing dialled.
+func TestRawFromAnotherHost(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	var logged bytes.Buffer
+	l := &sniffListener{to: "127.0.0.1:1", handshake: time.Minute, log: slog.New(slog.NewTextHandler(&logged, nil)), raw: map[net.Conn]bool{}}
+	go io.WriteString(b, RawMagic)
+	l.sniff(addrConn{a, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 5}})
+	if _, err := b.Read(make([]byte, 1)); err == nil {
+		t.Error("the connection is open")
+	}
+	if !bytes.Contains(logged.Bytes(), []byte("pass-through refused")) {
+		t.Errorf("log: %s", logged.String())
+	}
+}
+
+// TestHandshakeTimeout: a connection that sends nothing, or part of the
+// marker, is closed by the handshake timeout.
+func TestHandshakeTimeout(t *testing.T) {
+	for _, first := range []string{"", "TPRA"} {
+		a, b := net.Pipe()
+		l := &sniffListener{to: "127.0.0.1:1", handshake: time.Millisecond, log: slog.New(slog.DiscardHandler), raw: map[net.Conn]bool{}, done: make(chan struct{})}
+		go io.WriteString(b, first)
+		l.sniff(addrConn{a, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5}})
+		b.SetReadDeadline(time.Now().Add(wait))
+		if _, err := b.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("%q: the connection is open: %v", first, err)
+		}
+		b.Close()
+	}
+}
