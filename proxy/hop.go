@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/tensorpress/tensorpress/autotune"
@@ -69,8 +70,19 @@ type Hop struct {
 
 	mu    sync.Mutex
 	stats *Stats
-	conns map[string]*hopConn // by remote address
-	last  *hopConn
+	conns map[connKey]*hopConn // by both ends' addresses: one TCP connection each
+	last  *hopConn             // the last made, for a rate before a call has its connection
+}
+
+// connKey names a connection by its two ends, as peer.Peer does.
+type connKey struct{ local, remote string }
+
+func keyOf(local, remote net.Addr) connKey {
+	k := connKey{remote: remote.String()}
+	if local != nil {
+		k.local = local.String()
+	}
+	return k
 }
 
 // NewHop returns a Hop for a link of bandwidth bytes per second, or of the
@@ -79,7 +91,7 @@ func NewHop(bandwidth float64) (*Hop, error) {
 	if bandwidth < 0 || math.IsNaN(bandwidth) || math.IsInf(bandwidth, 0) {
 		return nil, fmt.Errorf("%w: bandwidth %v", ErrBadOption, bandwidth)
 	}
-	return &Hop{rate: bandwidth, conns: map[string]*hopConn{}}, nil
+	return &Hop{rate: bandwidth, conns: map[connKey]*hopConn{}}, nil
 }
 
 func (h *Hop) setStats(st *Stats) {
@@ -98,7 +110,7 @@ func (h *Hop) Conn(c net.Conn) net.Conn {
 	if st == nil {
 		st = new(Stats)
 	}
-	hc := &hopConn{Conn: c, h: h, key: c.RemoteAddr().String(), st: st}
+	hc := &hopConn{Conn: c, h: h, key: keyOf(c.LocalAddr(), c.RemoteAddr()), st: st}
 	hc.loop.Store(h.rate == 0 && loopback.Conn(c))
 	hc.peer, hc.peerKey = st.peer(c.RemoteAddr())
 	// On an error (none of these options can fail) the connection codes
@@ -146,16 +158,24 @@ func (l hopListener) Accept() (net.Conn, error) {
 	return l.h.Conn(c), nil
 }
 
-// conn returns the hop's connection to or from addr, else the last one
-// made (the local side has one), else nil.
-func (h *Hop) conn(addr net.Addr) *hopConn {
+// conn returns the hop's connection of a call's peer (its two ends'
+// addresses), nil if it is not one of the hop's.
+func (h *Hop) conn(p *peer.Peer) *hopConn {
+	if p == nil || p.Addr == nil {
+		return nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if addr != nil {
-		if hc := h.conns[addr.String()]; hc != nil {
-			return hc
-		}
-	}
+	return h.conns[keyOf(p.LocalAddr, p.Addr)]
+}
+
+// lastConn returns the connection made last, nil if it is closed: on the
+// local side, the one a call is about to take in all likelihood (gRPC
+// keeps one connection to the remote proxy), whose measured rate the
+// call's metadata carries before the call has its connection.
+func (h *Hop) lastConn() *hopConn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	return h.last
 }
 
@@ -182,7 +202,7 @@ const configured = ";configured"
 type hopConn struct {
 	net.Conn
 	h       *Hop
-	key     string
+	key     connKey
 	st      *Stats
 	peer    *peerCount
 	peerKey string

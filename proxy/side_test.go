@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/tensorpress/tensorpress/auth"
@@ -123,5 +124,39 @@ func TestHandshakeTimeout(t *testing.T) {
 			t.Errorf("%q: the connection is open: %v", first, err)
 		}
 		b.Close()
+	}
+}
+
+// TestHopConnsApart: two connections of a Hop to the same remote address
+// are told apart by their two ends, each with its own Tuner; a closed one
+// is forgotten.
+func TestHopConnsApart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	h, err := NewHop(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hcs []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		hcs = append(hcs, h.Conn(c))
+	}
+	a, b := hcs[0].(*hopConn), hcs[1].(*hopConn)
+	pa := &peer.Peer{Addr: a.RemoteAddr(), LocalAddr: a.LocalAddr()}
+	pb := &peer.Peer{Addr: b.RemoteAddr(), LocalAddr: b.LocalAddr()}
+	if h.conn(pa) != a || h.conn(pb) != b || a.tuner == b.tuner {
+		t.Fatalf("the connections are not told apart")
+	}
+	a.Close()
+	b.Close()
+	if h.conn(pa) != nil || h.lastConn() != nil {
+		t.Error("a closed connection is still found")
 	}
 }
