@@ -201,6 +201,7 @@ func TestProxyDecompressionBomb(t *testing.T) {
 			}()
 			good, attacker := dialPlain(t, local.addr), dialPlain(t, remote.addr)
 			echo(t, good, 1<<20)
+			before := remote.peakRSS(t)
 			var wg sync.WaitGroup
 			errs := make([]error, 8)
 			for i := range errs {
@@ -220,7 +221,7 @@ func TestProxyDecompressionBomb(t *testing.T) {
 				}
 			}
 			rss := remote.peakRSS(t)
-			t.Logf("remote proxy: peak RSS %.1f MiB, budget %d MiB; %v", float64(rss)/(1<<20), tc.budget>>20, status.Convert(errs[8]).Message())
+			t.Logf("remote proxy: peak RSS %.1f MiB (%.1f MiB before the attacks), budget %d MiB; %v", float64(rss)/(1<<20), float64(before)/(1<<20), tc.budget>>20, status.Convert(errs[8]).Message())
 			if rss > tc.budget+64<<20 {
 				t.Errorf("peak RSS %d MiB, over the budget %d MiB + 64 MiB", rss>>20, tc.budget>>20)
 			}
@@ -230,15 +231,17 @@ func TestProxyDecompressionBomb(t *testing.T) {
 
 // TestProxySlowPeers: 1,000 connections that send nothing and 1,000 that
 // send half the TPRAW/1 marker are all closed by the remote proxy (a real
-// process, --handshake-timeout 1s; those past --max-conns-per-peer at
-// once), a connection that completes the HTTP/2 handshake and then sends
-// nothing is closed by --idle-timeout, and good calls are served
-// meanwhile; the proxy's peak RSS stays bounded.
+// process, --handshake-timeout 2s), a connection that completes the
+// HTTP/2 handshake and then sends nothing is closed by --idle-timeout, and
+// good calls are served meanwhile; the proxy's peak RSS stays bounded.
+// (All the connections come from 127.0.0.1: the per-peer limit, which
+// the good calls' connection shares, is raised here and tested in package
+// proxy.)
 func TestProxySlowPeers(t *testing.T) {
 	bin := buildTensorpress(t)
 	server := echoServer(t)
 	remote := startProxyProcess(t, bin, "--side", "remote", "--listen", "127.0.0.1:0", "--to", server,
-		"--handshake-timeout", "1s", "--idle-timeout", "2s", "--max-conns-per-peer", "1500")
+		"--handshake-timeout", "2s", "--idle-timeout", "3s", "--max-conns-per-peer", "5000")
 	ctx, cancel := context.WithCancel(context.Background())
 	proxyContext = func() context.Context { return ctx }
 	local := startProxy(t, "local", remote.addr, "--bandwidth", "1Gbit")
@@ -248,6 +251,7 @@ func TestProxySlowPeers(t *testing.T) {
 	}()
 	good := dialPlain(t, local.addr)
 	echo(t, good, 1<<20)
+	before := remote.peakRSS(t)
 
 	var conns []net.Conn
 	defer func() {
@@ -294,11 +298,8 @@ func TestProxySlowPeers(t *testing.T) {
 	}
 	echo(t, good, 4<<20)
 	rss := remote.peakRSS(t)
-	t.Logf("remote proxy: peak RSS %.1f MiB after 2,000 slow connections", float64(rss)/(1<<20))
+	t.Logf("remote proxy: peak RSS %.1f MiB after 2,000 slow connections (%.1f MiB before)", float64(rss)/(1<<20), float64(before)/(1<<20))
 	if rss > budget.DefaultBytes+64<<20 {
 		t.Errorf("peak RSS %d MiB", rss>>20)
-	}
-	if !strings.Contains(remote.errb.String(), "too many open") {
-		t.Logf("no connection was over --max-conns-per-peer:\n%s", remote.errb.String())
 	}
 }
