@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -128,6 +129,15 @@ type countedConn struct {
 	l    *limitListener
 	ip   string
 	once sync.Once
+}
+
+// CloseWrite half-closes the connection where it can (TCP), so that a
+// forwarded half-close passes through.
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
 }
 
 func (c *countedConn) Close() error {

@@ -54,10 +54,10 @@ func forwardRaw(c, d net.Conn, prefix string, idle time.Duration, out, in *atomi
 // n (if not nil) every few MiB at most.
 func copyCounting(dst io.Writer, src io.Reader, n *atomic.Int64) error {
 	if n == nil {
-		_, err := io.CopyBuffer(dst, src, make([]byte, 64<<10))
+		_, err := io.CopyBuffer(dst, src, make([]byte, 32<<10))
 		return err
 	}
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, 32<<10)
 	for {
 		k, err := io.CopyBuffer(dst, io.LimitReader(src, 4<<20), buf)
 		n.Add(k)
