@@ -99,14 +99,14 @@ func defineProxyFlags(fs *flag.FlagSet, stderr io.Writer) *proxyFlags {
 		maxStreams:      fs.Int("max-streams", int(lim.MaxStreams), "concurrent calls per connection"),
 		maxConns:        fs.Int("max-conns", lim.MaxConns, "connections open at once, all peers"),
 		maxConnsPerPeer: fs.Int("max-conns-per-peer", lim.MaxConnsPerPeer, "connections open at once from one IP address"),
-		metrics:         fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (default: none)"),
+		metrics:         fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on, without authentication: off loopback with --insecure only (default: none)"),
 		bandwidth:       fs.String("bandwidth", "auto", "the link's `rate` between the proxies (10Mbit, 1Gbit; auto: measured), local side (the remote takes the local's)"),
 		tlsCert:         fs.String("tls-cert", "", "certificate `file` (PEM): the remote side's server certificate, the local side's client certificate"),
 		tlsKey:          fs.String("tls-key", "", "key `file` (PEM) of --tls-cert"),
 		tlsCA:           fs.String("tls-ca", "", "authority `file` (PEM): remote side, require client certificates it signed (mutual TLS); local side, check the remote's certificate"),
 		serverName:      fs.String("tls-server-name", "", "`name` the local side checks the remote's certificate for (default: the host of --to)"),
 		tokenFile:       fs.String("token-file", "", "`file` holding the shared token between the proxies (grpc; 32 hex digits or more): required by the remote side, sent by the local side"),
-		insecure:        fs.Bool("insecure", false, "allow a listener off loopback without mutual TLS or a token"),
+		insecure:        fs.Bool("insecure", false, "allow a listener off loopback without mutual TLS or a token (--listen, --metrics)"),
 		newLog:          logFlags(fs, stderr),
 	}
 }
@@ -235,6 +235,9 @@ func (f *proxyFlags) listenChecked() (net.Listener, error) {
 // serveMetrics serves the proxy's metrics on --metrics; a failure of
 // that server stops the proxy.
 func (f *proxyFlags) serveMetrics(side *proxy.Side, log *slog.Logger, stop func()) (func(), error) {
+	if err := (auth.Config{Insecure: *f.insecure}).CheckListen(*f.metrics); err != nil {
+		return nil, fmt.Errorf("--metrics: %w (/metrics has no authentication)", err)
+	}
 	errc := make(chan error, 1)
 	stopMetrics, err := serveMetrics(*f.metrics, errc, log, proxy.Collector(side.Stats()))
 	if err != nil {

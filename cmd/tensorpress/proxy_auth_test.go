@@ -41,10 +41,15 @@ func TestProxyOpenListener(t *testing.T) {
 		{"remote TLS without client certificates", []string{"--side", "remote", "--tls-cert", certs.ServerCert, "--tls-key", certs.ServerKey}, "refusing to listen off loopback"},
 		{"local", []string{"--side", "local"}, "the local side's listener, for the application, has no authentication of its own"},
 		{"local with mTLS toward the remote", []string{"--side", "local", "--tls-cert", certs.ClientCert, "--tls-key", certs.ClientKey, "--tls-ca", certs.CA}, "keep it on loopback"},
+		{"metrics", []string{"--side", "remote", "--tls-cert", certs.ServerCert, "--tls-key", certs.ServerKey, "--tls-ca", certs.CA, "--metrics", ":0"}, "/metrics has no authentication"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var errb bytes.Buffer
-			code := run(append([]string{"proxy", "--listen", ":0", "--to", "127.0.0.1:1"}, tc.args...), io.Discard, &errb)
+			listen := ":0"
+			if tc.name == "metrics" {
+				listen = "127.0.0.1:0"
+			}
+			code := run(append([]string{"proxy", "--listen", listen, "--to", "127.0.0.1:1"}, tc.args...), io.Discard, &errb)
 			if code != 1 || !strings.Contains(errb.String(), tc.want) || !strings.Contains(errb.String(), "--insecure") {
 				t.Fatalf("exit %d, want 1 saying %q and naming --insecure:\n%s", code, tc.want, errb.String())
 			}
