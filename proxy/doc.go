@@ -114,7 +114,10 @@
 // sender in the metadata of the next call (local to remote) or of the
 // response header (remote to local). On loopback the message follows as
 // it is, no copy: the proxies then cost their two extra gRPC legs only.
-// NewHop with a bandwidth plans with it instead, loopback included. Each
+// NewHop with a bandwidth plans with it instead, loopback included.
+// Hop.DialOptions on the local side's connection (a Side uses them) let
+// each call find the connection it took, and announce that connection's
+// rate, however many connections gRPC keeps. Each
 // message is decoded whole into gRPC's pooled buffers, within the message
 // size limit (ResourceExhausted beyond it); frames are at most 1 MiB.
 //

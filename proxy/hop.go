@@ -72,6 +72,8 @@ type Hop struct {
 	stats *Stats
 	conns map[connKey]*hopConn // by both ends' addresses: one TCP connection each
 	last  *hopConn             // the last made, for a rate before a call has its connection
+	// perCall: DialOptions put each call's rate in its metadata.
+	perCall bool
 }
 
 // connKey names a connection by its two ends, as peer.Peer does.
@@ -177,6 +179,14 @@ func (h *Hop) lastConn() *hopConn {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.last
+}
+
+// announcedPerCall reports whether DialOptions put each call's rate in
+// its metadata.
+func (h *Hop) announcedPerCall() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.perCall
 }
 
 // rateFor is the rate to tell the other side that it sends at (its

@@ -496,11 +496,15 @@ func (f *forwarder) newCall(ctx context.Context) (call, error) {
 	case f.outHop != nil:
 		// Local side: mark the call and tell the remote proxy the rate
 		// its responses arrive at.
-		c.omd = hopMD(c.omd, f.outHop.rateFor(f.outHop.lastConn()), true)
+		rate := ""
+		if !f.outHop.announcedPerCall() {
+			rate = f.outHop.rateFor(f.outHop.lastConn())
+		}
+		c.omd = hopMD(c.omd, rate, true)
 	case c.marked:
 		// Remote side: the messages come marked, and go back so.
 		if p, ok := peer.FromContext(ctx); ok && f.inHop != nil {
-			c.hc = f.inHop.conn(p)
+			c.hc = f.inHop.callConn(p)
 		}
 		c.hc.setRate(c.md.Get(rateKey))
 		c.upLeg.decode, c.upLeg.dec, c.upLeg.recv = true, c.hc, c.hc
@@ -517,7 +521,7 @@ func (f *forwarder) outgoingLegs(c *call, out grpc.ClientStream) {
 		return
 	}
 	if p, ok := peer.FromContext(out.Context()); ok {
-		c.hc = f.outHop.conn(p)
+		c.hc = f.outHop.callConn(p)
 	}
 	c.upLeg.encode, c.upLeg.enc = true, c.hc
 	c.down.decode, c.down.dec, c.down.recv = true, c.hc, c.hc

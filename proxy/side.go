@@ -12,6 +12,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -270,6 +272,15 @@ func (s *Side) dial(hop *Hop) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !s.remote {
+		// After the auth options: these transport credentials are theirs,
+		// wrapped to tell the hop each call's connection.
+		tc, err := s.c.dialAuth.ClientTLSConfig()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, hop.DialOptions(transportCreds(tc))...)
+	}
 	opts = append(opts,
 		grpc.WithInitialWindowSize(hopWindow), grpc.WithInitialConnWindowSize(hopWindow),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
@@ -296,12 +307,27 @@ func (s *Side) serverOptions(conn *grpc.ClientConn, c config) ([]grpc.ServerOpti
 	}
 	sopts = append(sopts, aopts...)
 	if s.remote {
-		sopts = append(sopts, grpc.InitialWindowSize(hopWindow), grpc.InitialConnWindowSize(hopWindow))
+		// After the auth options: these transport credentials are theirs,
+		// wrapped to tell the hop each call's connection.
+		tc, err := s.c.listenAuth.ServerTLSConfig()
+		if err != nil {
+			return nil, err
+		}
+		sopts = append(sopts, grpc.Creds(hopCreds{transportCreds(tc)}),
+			grpc.InitialWindowSize(hopWindow), grpc.InitialConnWindowSize(hopWindow))
 	}
 	return append(sopts, grpc.ChainStreamInterceptor(logCalls(s.c.log, s.to))), nil
 }
 
-// limitOptions are the gRPC server's side of Limits.
+// transportCreds are TLS with tc, or none where tc is nil.
+func transportCreds(tc *tls.Config) credentials.TransportCredentials {
+	if tc == nil {
+		return insecure.NewCredentials()
+	}
+	return credentials.NewTLS(tc)
+}
+
+// serverOptions are the gRPC server's side of Limits.
 func (l Limits) serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ConnectionTimeout(l.HandshakeTimeout),

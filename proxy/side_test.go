@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -206,5 +209,69 @@ func TestConnLimits(t *testing.T) {
 	}
 	if ln.refused.Load() != 1 {
 		t.Errorf("refused %d, want 1", ln.refused.Load())
+	}
+}
+
+// TestHopDialOptions: with Hop.DialOptions a call's connection is known
+// from its AuthInfo on both ends, and the call carries the rate measured
+// on it.
+func TestHopDialOptions(t *testing.T) {
+	client, err := NewHop(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := NewHop(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan []string, 1)
+	found := make(chan bool, 1)
+	s := grpc.NewServer(grpc.Creds(hopCreds{insecure.NewCredentials()}), grpc.ForceServerCodec(grpctest.RawCodec{}),
+		grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+			p, _ := peer.FromContext(ss.Context())
+			found <- connOf(p.AuthInfo) != nil
+			md, _ := metadata.FromIncomingContext(ss.Context())
+			seen <- md.Get(rateKey)
+			var m []byte
+			if err := ss.RecvMsg(&m); err != nil {
+				return err
+			}
+			return ss.SendMsg(&m)
+		}))
+	go s.Serve(server.Listener(ln))
+	defer s.Stop()
+	opts := append(client.DialOptions(insecure.NewCredentials()), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		hc := client.Conn(c).(*hopConn)
+		hc.meter.mu.Lock()
+		hc.meter.bw = 12345 // as if measured
+		hc.meter.mu.Unlock()
+		return hc, nil
+	}))
+	conn, err := grpc.NewClient(ln.Addr().String(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var p peer.Peer
+	msg, back := []byte("hi"), []byte(nil)
+	if err := conn.Invoke(timeout(t), "/app.Service/Call", &msg, &back, grpc.ForceCodec(grpctest.RawCodec{}), grpc.Peer(&p)); err != nil {
+		t.Fatal(err)
+	}
+	if hc := client.callConn(&p); hc == nil || connOf(p.AuthInfo) != hc {
+		t.Error("the client does not know the call's connection from its AuthInfo")
+	}
+	if !<-found {
+		t.Error("the server does not know the call's connection from its AuthInfo")
+	}
+	if got := <-seen; len(got) != 1 || got[0] != "12345" {
+		t.Errorf("the call carried rate %q, want the connection's 12345", got)
 	}
 }
