@@ -92,7 +92,7 @@ func defineProxyFlags(fs *flag.FlagSet, stderr io.Writer) *proxyFlags {
 		to:              fs.String("to", "", "`address` to forward to: the remote proxy, or the server; required"),
 		mode:            fs.String("mode", "grpc", "`grpc` (any gRPC service) or `tcp` (any byte stream, through package transport)"),
 		maxMsg:          sizeFlag(fs, "max-message", proxy.DefaultMaxMessageSize, "largest message, in `bytes`, both ways (grpc; 64MiB, 1GiB)"),
-		memory:          sizeFlag(fs, "memory", budget.DefaultBytes, "memory `budget` for everything the proxy holds for its peers (grpc)"),
+		memory:          sizeFlag(fs, "memory", budget.DefaultBytes, "memory budget, in `bytes`, for everything the proxy holds for its peers (grpc)"),
 		drain:           fs.Duration("drain", proxy.DefaultDrain, "time calls get to finish at shutdown"),
 		handshake:       fs.Duration("handshake-timeout", lim.HandshakeTimeout, "time a connection gets to send its first bytes, TLS and HTTP/2 handshake"),
 		idle:            fs.Duration("idle-timeout", lim.IdleTimeout, "close a connection without calls (grpc) or bytes (pass-through, tcp) for this long"),
@@ -105,7 +105,7 @@ func defineProxyFlags(fs *flag.FlagSet, stderr io.Writer) *proxyFlags {
 		tlsKey:          fs.String("tls-key", "", "key `file` (PEM) of --tls-cert"),
 		tlsCA:           fs.String("tls-ca", "", "authority `file` (PEM): remote side, require client certificates it signed (mutual TLS); local side, check the remote's certificate"),
 		serverName:      fs.String("tls-server-name", "", "`name` the local side checks the remote's certificate for (default: the host of --to)"),
-		tokenFile:       fs.String("token-file", "", "`file` holding the shared token between the proxies (grpc; 32 hex digits or more): required by the remote side, sent by the local side"),
+		tokenFile:       fs.String("token-file", "", "`file` holding the shared token between the proxies (grpc; 16 bytes or more, such as 32 random hex digits): required by the remote side, sent by the local side"),
 		insecure:        fs.Bool("insecure", false, "allow a listener off loopback without mutual TLS or a token (--listen, --metrics)"),
 		newLog:          logFlags(fs, stderr),
 	}
