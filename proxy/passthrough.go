@@ -88,7 +88,7 @@ type sniffListener struct {
 	wg        sync.WaitGroup
 
 	mu  sync.Mutex
-	raw map[net.Conn]bool // passed through, open
+	raw map[net.Conn]bool // being sniffed or passed through
 	err error
 }
 
@@ -122,6 +122,8 @@ func (l *sniffListener) accept() {
 // sniff reads c's first bytes (RawMagic's length at most) within the
 // handshake timeout and passes c through or on to Accept.
 func (l *sniffListener) sniff(c net.Conn) {
+	l.hold(c, true) // closeRaw cuts it while it is sniffed or passed through
+	defer l.hold(c, false)
 	buf := make([]byte, len(RawMagic))
 	c.SetReadDeadline(time.Now().Add(l.handshake))
 	n, err := io.ReadAtLeast(c, buf, 1)
@@ -161,13 +163,17 @@ func (l *sniffListener) passThrough(c net.Conn) {
 		c.Close()
 		return
 	}
-	l.mu.Lock()
-	l.raw[c] = true
-	l.mu.Unlock()
 	forwardRaw(c, d, "", l.idle, nil, nil)
+}
+
+func (l *sniffListener) hold(c net.Conn, on bool) {
 	l.mu.Lock()
-	delete(l.raw, c)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	if on {
+		l.raw[c] = true
+	} else {
+		delete(l.raw, c)
+	}
 }
 
 func (l *sniffListener) Accept() (net.Conn, error) {
@@ -194,9 +200,8 @@ func (l *sniffListener) Close() error {
 	return err
 }
 
-// closeRaw closes the connections passed through and waits for them (and
-// for the connections still being sniffed, which the handshake timeout
-// ends).
+// closeRaw closes the connections passed through and those still being
+// sniffed, and waits for them.
 func (l *sniffListener) closeRaw() {
 	l.mu.Lock()
 	for c := range l.raw {
