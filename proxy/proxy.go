@@ -23,18 +23,18 @@ import (
 	"github.com/tensorpress/tensorpress/auth"
 	"github.com/tensorpress/tensorpress/budget"
 	"github.com/tensorpress/tensorpress/codec"
-	"github.com/tensorpress/tensorpress/rpc"
 	// Importing rpc registers the "tensorpress" compressor, so that a
 	// proxy's server reads what the other side's proxy sends on the hop
 	// with grpc.UseCompressor(rpc.Name).
+	"github.com/tensorpress/tensorpress/rpc"
 )
 
 // DefaultMaxMessageSize is the largest message a proxy forwards unless
 // WithMaxMessageSize says otherwise: 64 MiB, each way, on both of its legs.
 const DefaultMaxMessageSize = 64 << 20
 
-// ErrBadOption is returned by ServerOptions for an option value out of
-// range.
+// ErrBadOption is returned by ServerOptions, NewLocal and NewRemote for
+// an option value out of range.
 var ErrBadOption = errors.New("proxy: bad option")
 
 // bidi describes every outgoing call: both sides may stream, so that one
