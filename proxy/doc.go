@@ -62,7 +62,8 @@
 //
 // Limits (WithLimits; DefaultLimits) bound the connections: the handshake
 // timeout (10 s: the first bytes, the whole TPRAW/1 marker, TLS and the
-// HTTP/2 preface), the idle timeout (5 min: a gRPC connection without
+// HTTP/2 preface on gRPC listeners; TLS, and the local proxy's hello on
+// the remote side in TCP mode), the idle timeout (5 min: a gRPC connection without
 // calls gets a GOAWAY; a passed-through or TCP-mode connection that moved
 // no byte either way is closed), concurrent streams per connection (256),
 // connections in all (4096) and from one IP address (256), over which a

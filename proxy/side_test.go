@@ -275,3 +275,34 @@ func TestHopDialOptions(t *testing.T) {
 		t.Errorf("the call carried rate %q, want the connection's 12345", got)
 	}
 }
+
+// TestTCPHello: a remote side in TCP mode closes a connection that sends
+// no hello within the handshake timeout.
+func TestTCPHello(t *testing.T) {
+	lim := DefaultLimits()
+	lim.HandshakeTimeout = 10 * time.Millisecond
+	s, err := NewRemote("127.0.0.1:1", WithTCP(), WithLimits(lim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(wait))
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("a silent connection: %v, want it closed", err)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}

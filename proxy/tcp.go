@@ -3,8 +3,10 @@ package proxy
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/tensorpress/tensorpress/transport"
 )
@@ -22,6 +24,9 @@ func (s *Side) forwardTCP(c net.Conn) error {
 	}
 	var wrapped *transport.Conn
 	if s.remote {
+		if in, err = s.firstBytes(in); err != nil {
+			return err
+		}
 		if wrapped, err = transport.Wrap(in); err != nil {
 			return err
 		}
@@ -45,6 +50,18 @@ func (s *Side) forwardTCP(c net.Conn) error {
 		out = wrapped
 	}
 	return s.pipe(in, out, c, d)
+}
+
+// firstBytes waits for the local proxy's first bytes (its hello) within
+// the handshake timeout, and returns c with them to be read again.
+func (s *Side) firstBytes(c net.Conn) (net.Conn, error) {
+	buf := make([]byte, 1)
+	c.SetReadDeadline(time.Now().Add(s.c.limits.HandshakeTimeout))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return nil, fmt.Errorf("proxy: no hello from %s within the handshake timeout: %w", c.RemoteAddr(), err)
+	}
+	c.SetReadDeadline(time.Time{})
+	return &replayConn{Conn: c, pre: buf}, nil
 }
 
 // acceptTLS runs the TLS handshake of an accepted connection where the
