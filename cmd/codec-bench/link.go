@@ -153,14 +153,9 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var links []string
-	switch *mode {
-	case "sim", "tc":
-		links = []string{*mode}
-	case "both":
-		links = []string{"sim", "tc"}
-	default:
-		return usagef("--link %q: want sim, tc or both", *mode)
+	links, err := linkModes(*mode)
+	if err != nil {
+		return err
 	}
 	if *reps < 1 || *duration <= 0 || *pool < 1<<20 {
 		return usagef("--reps, --duration must be positive, --pool at least 1 MiB")
@@ -172,20 +167,63 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	tensors, err := linkTensors(*workloadFlag, *updateWithin)
+	if err != nil {
+		return err
+	}
+	chains, err := linkChainsToRun(prof, tensors, *only, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	work, err := linkWorkload(*workloadFlag, *pool)
+	if err != nil {
+		return err
+	}
+	b := &linkBench{tensors: tensors, updateWithin: *updateWithin, prof: prof, work: work, stderr: stderr, latency: *latency, explain: *explain}
+	rows, changes, err := b.runLinks(ctx, links, rates, chains, *duration, *reps, *change)
+	if err != nil {
+		return err
+	}
+	return writeLinkOutputs(stdout, rows, changes, *jsonOut, *plotOut)
+}
+
+// linkModes returns the links --link names: sim, tc or both.
+func linkModes(mode string) ([]string, error) {
+	switch mode {
+	case "sim", "tc":
+		return []string{mode}, nil
+	case "both":
+		return []string{"sim", "tc"}, nil
+	}
+	return nil, usagef("--link %q: want sim, tc or both", mode)
+}
+
+// linkTensors checks --workload and --update-within and reports whether
+// the workload is tensor frames.
+func linkTensors(workload string, updateWithin time.Duration) (bool, error) {
 	var tensors bool
-	switch *workloadFlag {
+	switch workload {
 	case "bytes", "mixed":
 	case "tensors":
 		tensors = true
 	default:
-		return usagef("--workload %q: want bytes, mixed or tensors", *workloadFlag)
+		return false, usagef("--workload %q: want bytes, mixed or tensors", workload)
 	}
-	if *updateWithin < 0 || *updateWithin > 0 && !tensors {
-		return usagef("--update-within: a positive time, with --workload tensors")
+	if updateWithin < 0 || updateWithin > 0 && !tensors {
+		return false, usagef("--update-within: a positive time, with --workload tensors")
 	}
+	return tensors, nil
+}
+
+// linkChainsToRun returns the chains of the profile, the zstd tool's for
+// byte streams where it is installed, and only those --chains names when
+// it is given.
+func linkChainsToRun(prof *profile.Profile, tensors bool, only string, stderr io.Writer) ([]linkChain, error) {
 	chains, err := linkChains(prof, tensors)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !tensors {
 		if zstd, err := exec.LookPath("zstd"); err != nil {
@@ -194,55 +232,65 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 			chains = append(chains, linkExternals(zstd)...)
 		}
 	}
-	if *only != "" {
-		if chains, err = pickChains(chains, *only); err != nil {
-			return err
-		}
+	if only != "" {
+		return pickChains(chains, only)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	var work *workload
-	if *workloadFlag == "mixed" {
-		var images []byte
-		if images, err = readIDXImages(mixedImagesPath); err == nil {
-			work, err = newMixedWorkload(*pool, images)
-		}
-	} else {
-		work, err = newWorkload(*pool)
+	return chains, nil
+}
+
+// linkWorkload builds the workload of --workload: mixed, with Fashion-MNIST
+// images, or the synthetic tensors.
+func linkWorkload(kind string, pool int64) (*workload, error) {
+	if kind != "mixed" {
+		return newWorkload(pool)
 	}
+	images, err := readIDXImages(mixedImagesPath)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	b := &linkBench{tensors: tensors, updateWithin: *updateWithin, prof: prof, work: work, stderr: stderr, latency: *latency, explain: *explain}
+	return newMixedWorkload(pool, images)
+}
+
+// runLinks runs every chain at every rate on each link (and the rate
+// change scenario with change); a tc link's namespaces are removed when
+// it returns.
+func (b *linkBench) runLinks(ctx context.Context, links []string, rates []float64, chains []linkChain, d time.Duration, reps int, change bool) ([]*linkRow, []*changeRow, error) {
 	var rows []*linkRow
 	var changes []*changeRow
 	for _, l := range links {
 		if l == "tc" {
+			var err error
 			if b.pair, err = netns.New(); err != nil {
-				return err
+				return nil, nil, err
 			}
 			defer b.pair.Close()
 		}
 		for _, rate := range rates {
-			rs, err := b.rate(ctx, l, rate, chains, *duration, *reps)
+			rs, err := b.rate(ctx, l, rate, chains, d, reps)
 			rows = append(rows, rs...)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 		}
-		if *change {
-			c, err := b.changeScenario(ctx, l, *duration)
+		if change {
+			c, err := b.changeScenario(ctx, l, d)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			changes = append(changes, c...)
 		}
 	}
-	if *jsonOut != "-" {
+	return rows, changes, nil
+}
+
+// writeLinkOutputs writes the tables (unless JSON goes to stdout), the
+// JSON rows and the plot.
+func writeLinkOutputs(stdout io.Writer, rows []*linkRow, changes []*changeRow, jsonOut, plotOut string) error {
+	if jsonOut != "-" {
 		writeLinkTable(stdout, rows)
 		writeChangeTable(stdout, changes)
 	}
-	if *jsonOut != "" {
+	if jsonOut != "" {
 		var all []any
 		for _, r := range rows {
 			all = append(all, r)
@@ -250,12 +298,12 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 		for _, c := range changes {
 			all = append(all, c)
 		}
-		if err := writeJSONRows(*jsonOut, stdout, all); err != nil {
+		if err := writeJSONRows(jsonOut, stdout, all); err != nil {
 			return err
 		}
 	}
-	if *plotOut != "" {
-		return plotLink(*plotOut, rows)
+	if plotOut != "" {
+		return plotLink(plotOut, rows)
 	}
 	return nil
 }
