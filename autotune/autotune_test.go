@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
@@ -208,19 +209,44 @@ func wrappedLink(tb testing.TB, link netsim.Link, p codec.Policy, chunk int) (a 
 	}
 }
 
+// sendOver writes chunks frames of 32 KiB from gen through a codec.Writer
+// whose policy is tu, over a simulated link, and returns the recipes of
+// the frames in order; during is called before each frame. The frames
+// are written as a transport.Conn writes small messages (WriteFrame: one
+// at a time, on the writing goroutine). Tests call it in a bubble of
+// testing/synctest, where the link's pace and the codecs' speeds are on
+// the bubble's clock: a goroutine waiting for a mutex would stop that
+// clock, which rules out transport.Conn (its control goroutine waits for
+// the write lock while a Write waits for the link).
 func sendOver(t *testing.T, link netsim.Link, tu *Tuner, chunks int, gen func(n int, seed uint64) []byte, during func(i int, a *netsim.Conn)) []string {
 	t.Helper()
 	sp := &spy{Tuner: tu}
-	a, ca, finish := wrappedLink(t, link, sp, 32<<10)
+	a, b := netsim.Pipe(link)
+	w, err := codec.NewWriter(a, codec.WithPolicy(sp), codec.WithChunkSize(32<<10), codec.WithEncoderConcurrency(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, b)
+		done <- err
+	}()
 	for i := range chunks {
 		if during != nil {
 			during(i, a)
 		}
-		if _, err := ca.Write(gen(32<<10, uint64(i))); err != nil {
+		if err := w.WriteFrame(gen(32<<10, uint64(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	finish()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
 	sp.rec.mu.Lock()
 	defer sp.rec.mu.Unlock()
 	return sp.rec.recipes
@@ -255,52 +281,37 @@ func xzOnText(tb testing.TB) Stats {
 	return e
 }
 
-// When the codec is the bottleneck (xz on an unshaped link), storing raw
-// is fastest, and stays.
+// When the codec is the bottleneck (a coder of 8 MB/s, paced, on an
+// unshaped link), storing raw is fastest, and stays. In a bubble of
+// testing/synctest: the link and the coder run on the bubble's clock.
 func TestTunerCPUBoundStaysRaw(t *testing.T) {
-	retryTiming(t, func() (string, bool) {
-		tu, err := New(WithCores(2), WithCandidates(nil, xz))
+	synctest.Test(t, func(t *testing.T) {
+		tu, err := New(WithCores(2), WithCandidates(nil, pacedRecipe))
 		if err != nil {
 			t.Fatal(err)
 		}
 		rs := sendOver(t, netsim.Link{}, tu, 40, text, nil)
-		// The first frames go with xz (the initial guess is a 100 Mbit/s
-		// link); the writer is not held back, and raw wins in one switch.
-		if i := slices.Index(rs, "raw"); i < 0 || i > DefaultMinFrames+1 || slices.Contains(rs[i:], xz.String()) {
-			return fmt.Sprintf("xz kept on an unlimited link: %v", rs), false
+		// The first frames go with paced (on two cores it beats raw on
+		// the initial guess of a 100 Mbit/s link); the writer is not held
+		// back, and raw wins in one switch.
+		if rs[0] != pacedRecipe.String() {
+			t.Errorf("first frame %s, want %s (the initial guess)", rs[0], pacedRecipe)
 		}
-		return fmt.Sprintf("recipes %v", rs), true
+		if i := slices.Index(rs, "raw"); i < 0 || i > DefaultMinFrames+1 || slices.Contains(rs[i:], pacedRecipe.String()) {
+			t.Fatalf("paced kept on an unlimited link: %v", rs)
+		}
 	})
-}
-
-// retryTiming runs a test whose outcome rests on codec speeds measured
-// while it runs, up to three times: the load of other tests on a small
-// machine can change between the Tuner's samples and the traffic and
-// move a crossover. It fails with every attempt's message when none
-// passes.
-func retryTiming(t *testing.T, attempt func() (msg string, ok bool)) {
-	t.Helper()
-	var errs []string
-	for a := range 3 {
-		msg, ok := attempt()
-		if ok {
-			t.Log(msg)
-			return
-		}
-		errs = append(errs, fmt.Sprintf("attempt %d: %s", a+1, msg))
-	}
-	t.Fatal(strings.Join(errs, "\n"))
 }
 
 // On a slow link the recipe with the best ratio on float weights (plane
 // coding) is chosen from the first frame (for the initial guess of the
-// bandwidth) and kept once the link is measured. The link is slow enough
-// that plane coding on one core (frames of a Conn.Write) outruns it even
-// under the race detector.
+// bandwidth) and kept once the link is measured. In a bubble of
+// testing/synctest coding takes no time of the clock: the link decides
+// (the default candidates but zstd's, see withoutZstd).
 func TestTunerSlowLinkCompresses(t *testing.T) {
-	retryTiming(t, func() (string, bool) {
+	synctest.Test(t, func(t *testing.T) {
 		var ds []Decision
-		tu, err := New(WithCores(2), WithExplain(func(d Decision) { ds = append(ds, d) }))
+		tu, err := New(WithCores(2), WithCandidates(withoutZstd(DefaultCandidates())...), WithExplain(func(d Decision) { ds = append(ds, d) }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,47 +321,43 @@ func TestTunerSlowLinkCompresses(t *testing.T) {
 			fmt.Fprintf(&log, "\n%v", d)
 		}
 		if last := rs[len(rs)-1]; last != planes {
-			return fmt.Sprintf("ends on %s at 1 MiB/s; recipes %v%s", last, rs, &log), false
+			t.Fatalf("ends on %s at 1 MiB/s; recipes %v%s", last, rs, &log)
 		}
 		if n := tu.Switches(); n > 2 {
-			return fmt.Sprintf("%d switches; decisions:%s", n, &log), false
+			t.Fatalf("%d switches; decisions:%s", n, &log)
 		}
 		if len(ds) == 0 || !strings.Contains(ds[0].String(), "initial guess") {
 			t.Fatalf("the first decision is not the initial guess: %v", ds)
 		}
-		return fmt.Sprintf("recipes %v%s", rs, &log), true
+		t.Logf("recipes %v%s", rs, &log)
 	})
 }
 
-// The rate drops 10x and comes back, with xz and raw to choose from on
-// text: raw while the link is faster than xz, xz once it is 10x slower.
-// The Tuner settles within a few frames of each change, in at most two
-// switches per change.
+// The rate drops 10x and comes back, with paced (a coder of 8 MB/s on
+// the clock) and raw to choose from on text: raw while the link is faster
+// than paced, paced once it is 10x slower. The Tuner settles within a few
+// frames of each change, in at most two switches per change besides its
+// probes. In a bubble of testing/synctest the link, the coder, the probes
+// and the measurements all run on the bubble's clock, so the run is the
+// same on every machine and under any load.
 func TestTunerFollowsRateChanges(t *testing.T) {
-	retryTiming(t, func() (string, bool) { return followRateChanges(t) })
+	synctest.Test(t, followRateChanges)
 }
 
 // followRateChanges sends text over a link that drops 10x and rises
-// again, and reports how the Tuner followed; ok is false when a phase
-// does not end on its best choice or there were too many switches.
-func followRateChanges(t *testing.T) (msg string, ok bool) {
+// again, and checks that each phase ends on its best choice.
+func followRateChanges(t *testing.T) {
 	var ds []string
 	var decs []Decision
-	// Probes every 50 ms, and up to half the time when they find nothing:
-	// under the race detector xz runs at 1 MB/s, the rates are 10x lower,
-	// and a probe's frames take 10x longer than without.
-	tu, err := New(WithCores(2), WithCandidates(nil, xz), WithProbeInterval(50*time.Millisecond), WithProbeShare(0.5),
+	tu, err := New(WithCores(2), WithCandidates(nil, pacedRecipe), WithProbeInterval(50*time.Millisecond), WithProbeShare(0.5),
 		WithExplain(func(d Decision) { ds = append(ds, d.String()); decs = append(decs, d) }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Rates relative to xz's speed on this machine (e, per core): frames
-	// of a Conn.Write are encoded on one core, so at 6e raw is 6x faster
-	// than xz, at 0.6e xz (ratio about 4) is 1.7x faster than raw. The
-	// crossover tolerates xz running from 0.66x to 5.5x the measured speed
-	// during the run.
-	e := xzOnText(t)
-	fast := 6 * e.Encode
+	// Frames of a Conn.Write are encoded on one core: at 6x paced's speed
+	// raw is 6x faster than paced, at 0.6x paced (ratio above 2 on this
+	// text) is faster than raw.
+	fast := 6 * pacedSpeed
 	const drop, rise, end = 20, 60, 200
 	rs := sendOver(t, netsim.Link{Rate: fast, Burst: 16 << 10}, tu, end, text, func(i int, a *netsim.Conn) {
 		switch i {
@@ -382,37 +389,38 @@ func followRateChanges(t *testing.T) (msg string, ok bool) {
 		return slices.Index(rs[from:end], want)
 	}
 	settle(0, drop, "raw")
-	down := settle(drop, rise, xz.String())
+	down := settle(drop, rise, pacedRecipe.String())
 	up := settle(rise, end, "raw")
 	if n := tu.Switches() - 2*tu.Probes(); n > 4 && miss == "" {
 		miss = fmt.Sprintf("%d switches besides %d probes for two rate changes: %v", tu.Switches(), tu.Probes(), rs)
 	}
-	summary := fmt.Sprintf("xz: %.1f MB/s per core, ratio %.2f; link %.1f and %.1f MB/s", e.Encode/1e6, e.Ratio, fast/1e6, fast/10e6)
+	e, _ := tu.Profiler().Get(Sniff(codec.FrameInfo{Type: codec.FrameBytes, DType: codec.Byte, Data: text(32<<10, 0)}), pacedRecipe.String())
+	summary := fmt.Sprintf("paced: %.1f MB/s, ratio %.2f; link %.1f and %.1f MB/s", e.Encode/1e6, e.Ratio, fast/1e6, fast/10e6)
 	if miss != "" {
-		return fmt.Sprintf("%s; %s\ndecisions:\n%s", summary, miss, strings.Join(ds, "\n")), false
+		t.Fatalf("%s; %s\ndecisions:\n%s", summary, miss, strings.Join(ds, "\n"))
 	}
-	return fmt.Sprintf("%s: settled %d frames after the drop and %d after the rise, %d switches, %d of them probes",
-		summary, down, up, tu.Switches(), tu.Probes()), true
+	t.Logf("%s: settled %d frames after the drop and %d after the rise, %d switches, %d of them probes",
+		summary, down, up, tu.Switches(), tu.Probes())
 }
 
-// A profile gives the candidates and settings: lossless-fast over a slow
-// link ends on its plane coding; archival (autotune off) always sends its
-// rule's first recipe.
+// A profile gives the candidates and settings: lossless-fast (but its
+// zstd recipes, see withoutZstd) over a slow link ends on its plane
+// coding, in a bubble of testing/synctest where the link decides;
+// archival (autotune off) always sends its rule's first recipe.
 func TestTunerProfile(t *testing.T) {
 	p, err := profile.Builtin("lossless-fast")
 	if err != nil {
 		t.Fatal(err)
 	}
-	retryTiming(t, func() (string, bool) {
-		tu, err := New(WithProfile(p), WithCores(2))
+	synctest.Test(t, func(t *testing.T) {
+		tu, err := New(WithProfile(profileWithoutZstd(p)), WithCores(2))
 		if err != nil {
 			t.Fatal(err)
 		}
 		rs := sendOver(t, netsim.Link{Rate: 1 << 20, Burst: 16 << 10}, tu, 30, floatBytes, nil)
 		if last := rs[len(rs)-1]; last != planes {
-			return fmt.Sprintf("lossless-fast at 1 MiB/s ends on %s: %v", last, rs), false
+			t.Fatalf("lossless-fast at 1 MiB/s ends on %s: %v", last, rs)
 		}
-		return fmt.Sprintf("lossless-fast at 1 MiB/s: %v", rs), true
 	})
 	arch, err := profile.Builtin("archival")
 	if err != nil {
@@ -647,8 +655,17 @@ rules:
 		}
 	}
 
+	// In a bubble of testing/synctest the samples' coding takes no time
+	// of the clock: the first frame's choice is the same on every run.
+	synctest.Test(t, func(t *testing.T) { tunerLoadEdgeCases(t) })
+}
+
+// tunerLoadEdgeCases: the first frame's switch is explained with the
+// recipe it was sent with, a raw frame teaches nothing of the chosen
+// recipe, and the encoders' load is counted on the Tuner's clock.
+func tunerLoadEdgeCases(t *testing.T) {
 	var ds []Decision
-	tu, err = New(WithCores(2), WithExplore(0), WithExplain(func(d Decision) { ds = append(ds, d) }))
+	tu, err := New(WithCores(2), WithCandidates(withoutZstd(DefaultCandidates())...), WithExplore(0), WithExplain(func(d Decision) { ds = append(ds, d) }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
-	"time"
+	"testing/synctest"
 )
 
 func randTensor(name string, dt DType, seed uint64, shape ...int64) *Tensor {
@@ -593,24 +593,20 @@ func TestDTypes(t *testing.T) {
 	}
 }
 
+// Closed Writers leave no goroutine behind: synctest.Test fails when a
+// goroutine of its bubble is still blocked once the test function
+// returns, without waiting for a count of goroutines to come down.
 func TestWriterStopsGoroutines(t *testing.T) {
-	before := runtime.NumGoroutine()
-	for i := 0; i < 5; i++ {
-		w, _ := NewWriter(io.Discard, WithEncoderConcurrency(4))
-		w.WriteTensor(randTensor("x", U8, 1, 1000))
-		w.Close()
-		w2, _ := NewWriter(failWriter{}, WithEncoderConcurrency(2))
-		w2.WriteTensor(randTensor("x", U8, 1, 1000))
-		w2.Close()
-	}
-	// Goroutines that have signalled their end may take a moment to exit
-	// (goleak retries the same way).
-	for i := 0; i < 200 && runtime.NumGoroutine() > before; i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		t.Fatalf("%d goroutines before, %d after closing the writers", before, n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		for i := 0; i < 5; i++ {
+			w, _ := NewWriter(io.Discard, WithEncoderConcurrency(4))
+			w.WriteTensor(randTensor("x", U8, 1, 1000))
+			w.Close()
+			w2, _ := NewWriter(failWriter{}, WithEncoderConcurrency(2))
+			w2.WriteTensor(randTensor("x", U8, 1, 1000))
+			w2.Close()
+		}
+	})
 }
 
 func TestDecodeFrameInto(t *testing.T) {

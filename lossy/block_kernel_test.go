@@ -3,11 +3,11 @@ package lossy
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"math"
 	"testing"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/cpufeature"
 )
 
 // The kernels (AVX2 where the CPU has it, then the Go loops) against
@@ -330,9 +330,35 @@ func TestKernelPaths(t *testing.T) {
 	}
 }
 
+// The accelerated kernels run exactly where blockHasAVX2 says: never on a
+// CPU without AVX2 (nor in noasm builds, where it is false), and on every
+// whole group of elements where it is true; the other elements are left
+// to the Go loops.
 func TestBlockHasAVX2(t *testing.T) {
 	t.Logf("blockHasAVX2 = %v", blockHasAVX2)
-	_ = fmt.Sprint()
+	if blockHasAVX2 && !cpufeature.AVX2 {
+		t.Fatal("blockHasAVX2 on a CPU without AVX2")
+	}
+	x := kernelInput(70, 5)
+	q := make([]byte, len(x))
+	for _, c := range []struct {
+		name  string
+		done  int
+		group int
+	}{
+		{"packSigns", packSignsAsm(q, x), 32},
+		{"packTernary", packTernaryAsm(q, x, math.Float32bits(0.5)), 32},
+		{"quantQSGD", quantQSGDAsm(q, x, 1, 1, 0, 1), 32},
+		{"signDequant", signDequantAsm(make([]float32, len(x)), q, math.Float32bits(0.75)), 32},
+	} {
+		want := 0
+		if blockHasAVX2 {
+			want = len(x) &^ (c.group - 1)
+		}
+		if c.done != want {
+			t.Errorf("%s: the kernel did %d of %d elements, want %d (blockHasAVX2 %v)", c.name, c.done, len(x), want, blockHasAVX2)
+		}
+	}
 }
 
 func TestDequantKernels(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -325,10 +326,14 @@ func TestDeadlines(t *testing.T) {
 	}
 }
 
-// Close unblocks a blocked Read and a blocked Write at once.
+// Close unblocks a blocked Read and a blocked Write at once, without
+// waiting for the close timeout (an hour here: a Close that waited would
+// hang the test until go test's timeout reports it).
 func TestCloseUnblocks(t *testing.T) {
 	a, b := net.Pipe()
-	ca, cb := pair(t, a, b, WithReadAhead(1))
+	sent := make(chan struct{})
+	wa := &signalConn{Conn: a, after: 4 << 10, reached: sent} // beyond the hello
+	ca, cb := pair(t, wa, b, WithReadAhead(1), WithCloseTimeout(time.Hour))
 	defer cb.Close()
 	rerr := make(chan error, 1)
 	go func() {
@@ -337,11 +342,10 @@ func TestCloseUnblocks(t *testing.T) {
 	}()
 	werr := make(chan error, 1)
 	go func() {
-		_, err := ca.Write(make([]byte, 8<<20)) // cb never reads
+		_, err := ca.Write(make([]byte, 8<<20)) // cb never reads: the Write blocks
 		werr <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
-	t0 := time.Now()
+	<-sent // the Write is under way
 	ca.Close()
 	if err := <-rerr; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("blocked read after Close: %v", err)
@@ -349,9 +353,23 @@ func TestCloseUnblocks(t *testing.T) {
 	if err := <-werr; err == nil {
 		t.Fatal("blocked write after Close: no error")
 	}
-	if d := time.Since(t0); d > 2*time.Second {
-		t.Errorf("Close took %v with a write in progress", d)
+}
+
+// signalConn closes reached once more than after bytes were written.
+type signalConn struct {
+	net.Conn
+	after   int
+	n       int
+	reached chan struct{}
+}
+
+func (c *signalConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if c.n <= c.after && c.n+n > c.after {
+		close(c.reached)
 	}
+	c.n += n
+	return n, err
 }
 
 // Concurrent Writes each arrive contiguous.
@@ -545,68 +563,78 @@ func TestWriteTo(t *testing.T) {
 
 // A write deadline that passes while the application only reads does not
 // break the stream: the feedback the reads trigger waits until the
-// deadline moves, and writes after that go through.
+// deadline moves, and writes after that go through. In a bubble of
+// testing/synctest the deadline passes on the bubble's clock, and
+// synctest.Wait lets the control goroutine act on the read before the
+// deadline is cleared.
 func TestPassedWriteDeadlineKeepsStream(t *testing.T) {
-	a, b := tcpPair(t)
-	ca, cb := pair(t, a, b, WithFeedbackInterval(0))
-	defer ca.Close()
-	defer cb.Close()
-	ca.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-	if _, err := ca.Write([]byte("request")); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 100)
-	if n, err := cb.Read(buf); err != nil || string(buf[:n]) != "request" {
-		t.Fatalf("request: %q, %v", buf[:n], err)
-	}
-	time.Sleep(100 * time.Millisecond) // the deadline passes
-	if _, err := cb.Write([]byte("response")); err != nil {
-		t.Fatal(err)
-	}
-	// Reading asks ca to send feedback, past its write deadline.
-	if n, err := ca.Read(buf); err != nil || string(buf[:n]) != "response" {
-		t.Fatalf("response: %q, %v", buf[:n], err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	ca.SetWriteDeadline(time.Time{})
-	if _, err := ca.Write([]byte("next")); err != nil {
-		t.Fatalf("write after the deadline was cleared: %v", err)
-	}
-	if n, err := cb.Read(buf); err != nil || string(buf[:n]) != "next" {
-		t.Fatalf("next: %q, %v", buf[:n], err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		a, b := net.Pipe()
+		ca, cb := pair(t, a, b, WithFeedbackInterval(0))
+		defer ca.Close()
+		defer cb.Close()
+		ca.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := ca.Write([]byte("request")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 100)
+		if n, err := cb.Read(buf); err != nil || string(buf[:n]) != "request" {
+			t.Fatalf("request: %q, %v", buf[:n], err)
+		}
+		time.Sleep(100 * time.Millisecond) // the deadline passes
+		if _, err := cb.Write([]byte("response")); err != nil {
+			t.Fatal(err)
+		}
+		// Reading asks ca to send feedback, past its write deadline.
+		if n, err := ca.Read(buf); err != nil || string(buf[:n]) != "response" {
+			t.Fatalf("response: %q, %v", buf[:n], err)
+		}
+		synctest.Wait() // ca's control goroutine has seen the request for feedback
+		ca.SetWriteDeadline(time.Time{})
+		if _, err := ca.Write([]byte("next")); err != nil {
+			t.Fatalf("write after the deadline was cleared: %v", err)
+		}
+		if n, err := cb.Read(buf); err != nil || string(buf[:n]) != "next" {
+			t.Fatalf("next: %q, %v", buf[:n], err)
+		}
+	})
 }
 
 // The end-ack does not wait for the feedback interval: a peer that sends
 // feedback seldom still acknowledges the end at once, so Close gets its
-// acknowledgement well within its timeout.
+// acknowledgement well within its timeout. In a bubble of testing/synctest
+// the clock moves only when every goroutine waits: a late end-ack would
+// let the close timeout pass first.
 func TestEndAckNotHeldByFeedbackInterval(t *testing.T) {
-	a, b := tcpPair(t)
-	ca, err := Wrap(a, WithCloseTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb, err := Wrap(b, WithFeedbackInterval(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cb.Close()
-	done := make(chan error, 1)
-	go func() {
-		_, err := io.Copy(io.Discard, cb) // sends feedback once, then waits a minute
-		done <- err
-	}()
-	if _, err := ca.Write(floats(1<<20, 1)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond) // cb's feedback went; its interval runs
-	if err := ca.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if !isClosed(ca.acked) {
-		t.Fatal("Close returned without the peer's end-ack")
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		a, b := net.Pipe()
+		ca, err := Wrap(a, WithCloseTimeout(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cb, err := Wrap(b, WithFeedbackInterval(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cb.Close()
+		done := make(chan error, 1)
+		go func() {
+			_, err := io.Copy(io.Discard, cb) // sends feedback once, then waits a minute
+			done <- err
+		}()
+		if _, err := ca.Write(floats(1<<20, 1)); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // cb's feedback went; its interval runs
+		t0 := time.Now()
+		if err := ca.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !isClosed(ca.acked) {
+			t.Fatalf("Close returned after %v without the peer's end-ack", time.Since(t0))
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
 }

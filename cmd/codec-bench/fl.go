@@ -103,41 +103,12 @@ func cmdFL(args []string, stdout, stderr io.Writer) error {
 		LR: float32(*lr), Momentum: float32(*momentum), Nesterov: *nesterov,
 		TrainLimit: *trainLimit, TestLimit: *testLimit,
 	}
-	defComps := flFedAvgDefault
-	switch *mode {
-	case "fedavg":
-		cfg.Mode = fl.FedAvg
-		cfg.Epochs = 0
-		cfg.Clients = orDefault(cfg.Clients, 10)
-		cfg.Batch = orDefault(cfg.Batch, 64)
-	case "sgd":
-		cfg.Mode = fl.SyncSGD
-		cfg.Rounds, cfg.LocalEpochs = 0, 0
-		cfg.Clients = orDefault(cfg.Clients, 4)
-		cfg.Batch = orDefault(cfg.Batch, 32)
-		defComps = flSGDDefault
-	default:
-		return usagef("--mode %q: want fedavg or sgd", *mode)
+	defComps, err := flSetMode(&cfg, *mode, *split, *alpha)
+	if err != nil {
+		return err
 	}
-	switch *split {
-	case "iid":
-		cfg.Split = fl.IID
-	case "dirichlet":
-		cfg.Split, cfg.Alpha = fl.Dirichlet, *alpha
-	default:
-		return usagef("--split %q: want iid or dirichlet", *split)
-	}
-	if cfg.Split != fl.Dirichlet && f.isSet("alpha") {
-		return usagef("--alpha is for --split dirichlet")
-	}
-	if cfg.Mode == fl.SyncSGD && (f.isSet("rounds") || f.isSet("local-epochs")) {
-		return usagef("--rounds and --local-epochs are for --mode fedavg; sgd runs --epochs")
-	}
-	if cfg.Mode == fl.FedAvg && f.isSet("epochs") {
-		return usagef("--epochs is for --mode sgd; fedavg runs --rounds")
-	}
-	if *seeds < 1 || *seeds > 100 {
-		return usagef("--seeds %d outside [1, 100]", *seeds)
+	if err := flCheckFlags(f, cfg, *seeds); err != nil {
+		return err
 	}
 	if !f.isSet("compressors") {
 		*comps = defComps
@@ -154,20 +125,74 @@ func cmdFL(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *jsonOut != "-" {
+	return writeFLOutputs(stdout, rows, cfg, *jsonOut, *plotOut)
+}
+
+// flSetMode sets the mode's and the split's settings and defaults in cfg
+// and returns the mode's default compressors.
+func flSetMode(cfg *fl.Config, mode, split string, alpha float64) (string, error) {
+	defComps := flFedAvgDefault
+	switch mode {
+	case "fedavg":
+		cfg.Mode = fl.FedAvg
+		cfg.Epochs = 0
+		cfg.Clients = orDefault(cfg.Clients, 10)
+		cfg.Batch = orDefault(cfg.Batch, 64)
+	case "sgd":
+		cfg.Mode = fl.SyncSGD
+		cfg.Rounds, cfg.LocalEpochs = 0, 0
+		cfg.Clients = orDefault(cfg.Clients, 4)
+		cfg.Batch = orDefault(cfg.Batch, 32)
+		defComps = flSGDDefault
+	default:
+		return "", usagef("--mode %q: want fedavg or sgd", mode)
+	}
+	switch split {
+	case "iid":
+		cfg.Split = fl.IID
+	case "dirichlet":
+		cfg.Split, cfg.Alpha = fl.Dirichlet, alpha
+	default:
+		return "", usagef("--split %q: want iid or dirichlet", split)
+	}
+	return defComps, nil
+}
+
+// flCheckFlags refuses flags that do not go with the mode or split, and
+// a number of seeds outside [1, 100].
+func flCheckFlags(f *flags, cfg fl.Config, seeds int) error {
+	if cfg.Split != fl.Dirichlet && f.isSet("alpha") {
+		return usagef("--alpha is for --split dirichlet")
+	}
+	if cfg.Mode == fl.SyncSGD && (f.isSet("rounds") || f.isSet("local-epochs")) {
+		return usagef("--rounds and --local-epochs are for --mode fedavg; sgd runs --epochs")
+	}
+	if cfg.Mode == fl.FedAvg && f.isSet("epochs") {
+		return usagef("--epochs is for --mode sgd; fedavg runs --rounds")
+	}
+	if seeds < 1 || seeds > 100 {
+		return usagef("--seeds %d outside [1, 100]", seeds)
+	}
+	return nil
+}
+
+// writeFLOutputs writes the table (unless JSON goes to stdout), the JSON
+// rows and the plot.
+func writeFLOutputs(stdout io.Writer, rows []*flRow, cfg fl.Config, jsonOut, plotOut string) error {
+	if jsonOut != "-" {
 		writeFLTable(stdout, rows)
 	}
-	if *jsonOut != "" {
+	if jsonOut != "" {
 		all := make([]any, len(rows))
 		for i, r := range rows {
 			all[i] = r
 		}
-		if err := writeJSONRows(*jsonOut, stdout, all); err != nil {
+		if err := writeJSONRows(jsonOut, stdout, all); err != nil {
 			return err
 		}
 	}
-	if *plotOut != "" {
-		if err := plotFL(*plotOut, rows, cfg); err != nil {
+	if plotOut != "" {
+		if err := plotFL(plotOut, rows, cfg); err != nil {
 			return err
 		}
 	}

@@ -83,7 +83,37 @@ func cmdGPU(args []string, stdout, stderr io.Writer) error {
 	return tw.Flush()
 }
 
-func gpuRows(d *gpu.Device, n, runs int, stderr io.Writer) (rows []gpuRow, err error) {
+func gpuRows(d *gpu.Device, n, runs int, stderr io.Writer) ([]gpuRow, error) {
+	host, err := d.AllocHost(4 * n)
+	if err != nil {
+		return nil, err
+	}
+	defer d.FreeHost(host)
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := 0; i < len(host); i += 4 {
+		binary.LittleEndian.PutUint32(host[i:], math.Float32bits(float32(rng.NormFloat64())))
+	}
+	rows, err := gpuKernelRows(d, host, n, runs, stderr)
+	if err != nil {
+		return nil, err
+	}
+	frames, err := gpuFrameRows(d, host, n, runs, stderr)
+	if err != nil {
+		return nil, err
+	}
+	return append(rows, frames...), nil
+}
+
+// gpuStep is one kernel measured: the bytes it moves and the launch.
+type gpuStep struct {
+	op    string
+	moved float64
+	f     func() error
+}
+
+// gpuKernelRows times each kernel on n float32 copied from host, against
+// a device-to-device copy.
+func gpuKernelRows(d *gpu.Device, host []byte, n, runs int, stderr io.Writer) (rows []gpuRow, err error) {
 	var ptrs []gpu.Ptr
 	defer func() {
 		for _, p := range ptrs {
@@ -99,15 +129,6 @@ func gpuRows(d *gpu.Device, n, runs int, stderr io.Writer) (rows []gpuRow, err e
 			ptrs = append(ptrs, p)
 		}
 		return p
-	}
-	host, err := d.AllocHost(4 * n)
-	if err != nil {
-		return nil, err
-	}
-	defer d.FreeHost(host)
-	rng := rand.New(rand.NewPCG(1, 1))
-	for i := 0; i < len(host); i += 4 {
-		binary.LittleEndian.PutUint32(host[i:], math.Float32bits(float32(rng.NormFloat64())))
 	}
 	x, out, u, res := alloc(4*n), alloc(4*n), alloc(4*n), alloc(4*n)
 	k1, k01 := n/100, n/1000
@@ -125,60 +146,8 @@ func gpuRows(d *gpu.Device, n, runs int, stderr io.Writer) (rows []gpuRow, err e
 		return nil, err
 	}
 	defer sel.Close()
-	e0, err := d.NewEvent()
-	if err != nil {
-		return nil, err
-	}
-	defer e0.Close()
-	e1, err := d.NewEvent()
-	if err != nil {
-		return nil, err
-	}
-	defer e1.Close()
-	timed := func(f func() error) (float64, error) {
-		var ms []float64
-		for i := range runs + 3 {
-			if err := e0.Record(nil); err != nil {
-				return 0, err
-			}
-			if err := f(); err != nil {
-				return 0, err
-			}
-			if err := errors.Join(e1.Record(nil), e1.Synchronize()); err != nil {
-				return 0, err
-			}
-			el, err := gpu.Elapsed(e0, e1)
-			if err != nil {
-				return 0, err
-			}
-			if i >= 3 {
-				ms = append(ms, float64(el)/float64(time.Millisecond))
-			}
-		}
-		slices.Sort(ms)
-		return ms[len(ms)/2], nil
-	}
 	nb := float64(4 * n)
-	var copyGBs float64
-	add := func(op string, moved float64, f func() error) error {
-		fmt.Fprintf(stderr, "gpu: %s\n", op)
-		ms, err := timed(f)
-		if err != nil {
-			return fmt.Errorf("%s: %w", op, err)
-		}
-		r := gpuRow{Op: op, Ms: ms, GBs: moved / ms / 1e6}
-		if copyGBs == 0 {
-			copyGBs = r.GBs
-		}
-		r.OfCopy = r.GBs / copyGBs
-		rows = append(rows, r)
-		return nil
-	}
-	steps := []struct {
-		op    string
-		moved float64
-		f     func() error
-	}{
+	return gpuMeasure(d, runs, stderr, []gpuStep{
 		{"copy d2d", 2 * nb, func() error { return d.CopyDtoD(out, x, 4*n) }},
 		{"topk 0.1%", nb, func() error { return sel.Exact(idx, val, x, n, k01, nil) }},
 		{"topk 1%", nb, func() error { return sel.Exact(idx, val, x, n, k1, nil) }},
@@ -192,40 +161,79 @@ func gpuRows(d *gpu.Device, n, runs int, stderr io.Writer) (rows []gpuRow, err e
 		{"fp16", nb + nb/2, func() error { return d.F16(out, x, n, nil) }},
 		{"bf16", nb + nb/2, func() error { return d.BF16(out, x, n, nil) }},
 		{"int8 blocks of 4096", nb + nb/4, func() error { return d.Int8Blocks(out, out+gpu.Ptr(n), x, n, 4096, bad, nil) }},
+	})
+}
+
+// gpuMeasure times each step (the median of runs after 3 warm-up runs,
+// between two events) and gives its speed as a share of the first's.
+func gpuMeasure(d *gpu.Device, runs int, stderr io.Writer, steps []gpuStep) ([]gpuRow, error) {
+	e0, err := d.NewEvent()
+	if err != nil {
+		return nil, err
 	}
+	defer e0.Close()
+	e1, err := d.NewEvent()
+	if err != nil {
+		return nil, err
+	}
+	defer e1.Close()
+	var rows []gpuRow
+	var copyGBs float64
 	for _, s := range steps {
-		if err := add(s.op, s.moved, s.f); err != nil {
-			return nil, err
+		fmt.Fprintf(stderr, "gpu: %s\n", s.op)
+		ms, err := gpuMedianMs(e0, e1, runs, s.f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.op, err)
+		}
+		r := gpuRow{Op: s.op, Ms: ms, GBs: s.moved / ms / 1e6}
+		if copyGBs == 0 {
+			copyGBs = r.GBs
+		}
+		r.OfCopy = r.GBs / copyGBs
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// gpuMedianMs runs f 3 + runs times between events e0 and e1 and returns
+// the median of the last runs, in milliseconds.
+func gpuMedianMs(e0, e1 *gpu.Event, runs int, f func() error) (float64, error) {
+	var ms []float64
+	for i := range runs + 3 {
+		if err := e0.Record(nil); err != nil {
+			return 0, err
+		}
+		if err := f(); err != nil {
+			return 0, err
+		}
+		if err := errors.Join(e1.Record(nil), e1.Synchronize()); err != nil {
+			return 0, err
+		}
+		el, err := gpu.Elapsed(e0, e1)
+		if err != nil {
+			return 0, err
+		}
+		if i >= 3 {
+			ms = append(ms, float64(el)/float64(time.Millisecond))
 		}
 	}
-	// The host frame: wall time, the GPU's Sender against the CPU's on one
-	// core.
+	slices.Sort(ms)
+	return ms[len(ms)/2], nil
+}
+
+// gpuFrameRows times a host gradient's frame (TopK 1%, wall time): the
+// GPU's Sender against the CPU's on one core, and says whether their
+// frames are the same.
+func gpuFrameRows(d *gpu.Device, host []byte, n, runs int, stderr io.Writer) ([]gpuRow, error) {
 	g := &codec.Tensor{Name: "layer.weight", DType: codec.F32, Shape: []int64{int64(n)}, Data: host}
 	c := gradient.TopK{Ratio: 0.01}
-	frameMs := func(s interface {
-		Append([]byte, *codec.Tensor) ([]byte, error)
-	}, commit func(), reps int) (float64, []byte, error) {
-		var ms []float64
-		var frame []byte
-		for range reps {
-			t0 := time.Now()
-			var err error
-			if frame, err = s.Append(frame[:0], g); err != nil {
-				return 0, nil, err
-			}
-			commit()
-			ms = append(ms, float64(time.Since(t0))/float64(time.Millisecond))
-		}
-		slices.Sort(ms)
-		return ms[len(ms)/2], frame, nil
-	}
 	fmt.Fprintln(stderr, "gpu: host frame, GPU")
 	gs, err := d.NewSender(c, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer gs.Close()
-	gms, gframe, err := frameMs(gs, func() { gs.Commit() }, max(3, runs/4))
+	gms, gframe, err := frameMedianMs(gs, g, func() { gs.Commit() }, max(3, runs/4))
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +243,7 @@ func gpuRows(d *gpu.Device, n, runs int, stderr io.Writer) (rows []gpuRow, err e
 	var cms float64
 	var cframe []byte
 	if err == nil {
-		cms, cframe, err = frameMs(cs, cs.Commit, 3)
+		cms, cframe, err = frameMedianMs(cs, g, cs.Commit, 3)
 	}
 	runtime.GOMAXPROCS(prev)
 	if err != nil {
@@ -245,8 +253,29 @@ func gpuRows(d *gpu.Device, n, runs int, stderr io.Writer) (rows []gpuRow, err e
 	if !slices.Equal(gframe, cframe) {
 		same = "FRAMES DIFFER"
 	}
-	rows = append(rows,
-		gpuRow{Op: "host frame topk 1%, GPU", Ms: gms, GBs: nb / gms / 1e6},
-		gpuRow{Op: fmt.Sprintf("host frame topk 1%%, CPU 1 core (%.1fx the GPU's time; %s)", cms/gms, same), Ms: cms, GBs: nb / cms / 1e6})
-	return rows, nil
+	nb := float64(4 * n)
+	return []gpuRow{
+		{Op: "host frame topk 1%, GPU", Ms: gms, GBs: nb / gms / 1e6},
+		{Op: fmt.Sprintf("host frame topk 1%%, CPU 1 core (%.1fx the GPU's time; %s)", cms/gms, same), Ms: cms, GBs: nb / cms / 1e6},
+	}, nil
+}
+
+// frameMedianMs appends g's frame with s reps times, committing each, and
+// returns the median wall time in milliseconds and the last frame.
+func frameMedianMs(s interface {
+	Append([]byte, *codec.Tensor) ([]byte, error)
+}, g *codec.Tensor, commit func(), reps int) (float64, []byte, error) {
+	var ms []float64
+	var frame []byte
+	for range reps {
+		t0 := time.Now()
+		var err error
+		if frame, err = s.Append(frame[:0], g); err != nil {
+			return 0, nil, err
+		}
+		commit()
+		ms = append(ms, float64(time.Since(t0))/float64(time.Millisecond))
+	}
+	slices.Sort(ms)
+	return ms[len(ms)/2], frame, nil
 }

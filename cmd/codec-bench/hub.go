@@ -344,13 +344,9 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	if _, err := fl.parse(args, 0, 0); err != nil {
 		return err
 	}
-	var rates []float64
-	for _, p := range strings.Split(*rateFlag, ",") {
-		r, err := parseRate("--rate", p)
-		if err != nil {
-			return err
-		}
-		rates = append(rates, r)
+	rates, err := parseHubRates(*rateFlag)
+	if err != nil {
+		return err
 	}
 	if *plotOut != "" && !strings.HasSuffix(*plotOut, ".svg") && !strings.HasSuffix(*plotOut, ".png") {
 		return usagef("--plot %q: want a .svg or .png file", *plotOut)
@@ -365,32 +361,68 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	case *format != "table" && *format != "json":
 		return usagef("--format %q: want table or json", *format)
 	}
+	rows, err := hubRows(hubLinks(rates, *rtt, *loopback), *tensors, *clients, stderr)
+	if err != nil {
+		return err
+	}
+	if *plotOut != "" {
+		if err := plotHub(*plotOut, rows); err != nil {
+			return err
+		}
+	}
+	return writeHubRows(stdout, *format, rows)
+}
+
+// parseHubRates parses --rate: rates in bits per second with a unit,
+// comma-separated.
+func parseHubRates(list string) ([]float64, error) {
+	var rates []float64
+	for _, p := range strings.Split(list, ",") {
+		r, err := parseRate("--rate", p)
+		if err != nil {
+			return nil, err
+		}
+		rates = append(rates, r)
+	}
+	return rates, nil
+}
+
+// hubLinks returns the links the hub benchmark runs over: plain loopback
+// (with loopback) and a simulated link at each rate with rtt; plain
+// loopback when that leaves none.
+func hubLinks(rates []float64, rtt time.Duration, loopback bool) []hubLink {
 	var links []hubLink
-	if *loopback {
+	if loopback {
 		links = append(links, hubLink{})
 	}
 	for _, r := range rates {
-		if l := (hubLink{r, *rtt}); l != (hubLink{}) {
+		if l := (hubLink{r, rtt}); l != (hubLink{}) {
 			links = append(links, l)
 		}
 	}
 	if len(links) == 0 {
 		links = []hubLink{{}}
 	}
+	return links
+}
+
+// hubRows runs every mode over every link, the hub first on each, with
+// progress on stderr.
+func hubRows(links []hubLink, tensors, clients int, stderr io.Writer) ([]*hubRow, error) {
 	var size int64
-	for i := range *tensors {
+	for i := range tensors {
 		size += 4 * int64(hubTensorElems(i))
 	}
 	var rows []*hubRow
 	for _, link := range links {
 		var hubSecs float64
 		for _, mode := range []string{"hub", "per-tensor", "per-tensor-gzip"} {
-			fmt.Fprintf(stderr, "hub: %s: %s, %d clients, %d tensors (%d bytes)\n", link, mode, *clients, *tensors, size)
-			r, err := hubRun(mode, *tensors, *clients, link)
+			fmt.Fprintf(stderr, "hub: %s: %s, %d clients, %d tensors (%d bytes)\n", link, mode, clients, tensors, size)
+			r, err := hubRun(mode, tensors, clients, link)
 			if err != nil {
-				return fmt.Errorf("%s, %s: %w", link, mode, err)
+				return nil, fmt.Errorf("%s, %s: %w", link, mode, err)
 			}
-			r.Tensors, r.ModelBytes = *tensors, size
+			r.Tensors, r.ModelBytes = tensors, size
 			if mode == "hub" {
 				hubSecs = r.Seconds
 			}
@@ -398,12 +430,12 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 			rows = append(rows, r)
 		}
 	}
-	if *plotOut != "" {
-		if err := plotHub(*plotOut, rows); err != nil {
-			return err
-		}
-	}
-	if *format == "json" {
+	return rows, nil
+}
+
+// writeHubRows writes the rows as JSON Lines or as a table.
+func writeHubRows(stdout io.Writer, format string, rows []*hubRow) error {
+	if format == "json" {
 		enc := json.NewEncoder(stdout)
 		for _, r := range rows {
 			if err := enc.Encode(r); err != nil {

@@ -154,14 +154,9 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var links []string
-	switch *mode {
-	case "sim", "tc":
-		links = []string{*mode}
-	case "both":
-		links = []string{"sim", "tc"}
-	default:
-		return usagef("--link %q: want sim, tc or both", *mode)
+	links, err := linkModes(*mode)
+	if err != nil {
+		return err
 	}
 	if *reps < 1 || *duration <= 0 || *pool < 1<<20 {
 		return usagef("--reps, --duration must be positive, --pool at least 1 MiB")
@@ -173,20 +168,63 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	tensors, err := linkTensors(*workloadFlag, *updateWithin)
+	if err != nil {
+		return err
+	}
+	chains, err := linkChainsToRun(prof, tensors, *only, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	work, err := linkWorkload(*workloadFlag, *pool)
+	if err != nil {
+		return err
+	}
+	b := &linkBench{tensors: tensors, updateWithin: *updateWithin, prof: prof, work: work, stderr: stderr, latency: *latency, explain: *explain}
+	rows, changes, err := b.runLinks(ctx, links, rates, chains, *duration, *reps, *change)
+	if err != nil {
+		return err
+	}
+	return writeLinkOutputs(stdout, rows, changes, *jsonOut, *plotOut)
+}
+
+// linkModes returns the links --link names: sim, tc or both.
+func linkModes(mode string) ([]string, error) {
+	switch mode {
+	case "sim", "tc":
+		return []string{mode}, nil
+	case "both":
+		return []string{"sim", "tc"}, nil
+	}
+	return nil, usagef("--link %q: want sim, tc or both", mode)
+}
+
+// linkTensors checks --workload and --update-within and reports whether
+// the workload is tensor frames.
+func linkTensors(workload string, updateWithin time.Duration) (bool, error) {
 	var tensors bool
-	switch *workloadFlag {
+	switch workload {
 	case "bytes", "mixed":
 	case "tensors":
 		tensors = true
 	default:
-		return usagef("--workload %q: want bytes, mixed or tensors", *workloadFlag)
+		return false, usagef("--workload %q: want bytes, mixed or tensors", workload)
 	}
-	if *updateWithin < 0 || *updateWithin > 0 && !tensors {
-		return usagef("--update-within: a positive time, with --workload tensors")
+	if updateWithin < 0 || updateWithin > 0 && !tensors {
+		return false, usagef("--update-within: a positive time, with --workload tensors")
 	}
+	return tensors, nil
+}
+
+// linkChainsToRun returns the chains of the profile, the zstd tool's for
+// byte streams where it is installed, and only those --chains names when
+// it is given.
+func linkChainsToRun(prof *profile.Profile, tensors bool, only string, stderr io.Writer) ([]linkChain, error) {
 	chains, err := linkChains(prof, tensors)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !tensors {
 		if zstd, err := exec.LookPath("zstd"); err != nil {
@@ -195,55 +233,65 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 			chains = append(chains, linkExternals(zstd)...)
 		}
 	}
-	if *only != "" {
-		if chains, err = pickChains(chains, *only); err != nil {
-			return err
-		}
+	if only != "" {
+		return pickChains(chains, only)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	var work *workload
-	if *workloadFlag == "mixed" {
-		var images []byte
-		if images, err = readIDXImages(mixedImagesPath); err == nil {
-			work, err = newMixedWorkload(*pool, images)
-		}
-	} else {
-		work, err = newWorkload(*pool)
+	return chains, nil
+}
+
+// linkWorkload builds the workload of --workload: mixed, with Fashion-MNIST
+// images, or the synthetic tensors.
+func linkWorkload(kind string, pool int64) (*workload, error) {
+	if kind != "mixed" {
+		return newWorkload(pool)
 	}
+	images, err := readIDXImages(mixedImagesPath)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	b := &linkBench{tensors: tensors, updateWithin: *updateWithin, prof: prof, work: work, stderr: stderr, latency: *latency, explain: *explain}
+	return newMixedWorkload(pool, images)
+}
+
+// runLinks runs every chain at every rate on each link (and the rate
+// change scenario with change); a tc link's namespaces are removed when
+// it returns.
+func (b *linkBench) runLinks(ctx context.Context, links []string, rates []float64, chains []linkChain, d time.Duration, reps int, change bool) ([]*linkRow, []*changeRow, error) {
 	var rows []*linkRow
 	var changes []*changeRow
 	for _, l := range links {
 		if l == "tc" {
+			var err error
 			if b.pair, err = netns.New(); err != nil {
-				return err
+				return nil, nil, err
 			}
 			defer b.pair.Close()
 		}
 		for _, rate := range rates {
-			rs, err := b.rate(ctx, l, rate, chains, *duration, *reps)
+			rs, err := b.rate(ctx, l, rate, chains, d, reps)
 			rows = append(rows, rs...)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 		}
-		if *change {
-			c, err := b.changeScenario(ctx, l, *duration)
+		if change {
+			c, err := b.changeScenario(ctx, l, d)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			changes = append(changes, c...)
 		}
 	}
-	if *jsonOut != "-" {
+	return rows, changes, nil
+}
+
+// writeLinkOutputs writes the tables (unless JSON goes to stdout), the
+// JSON rows and the plot.
+func writeLinkOutputs(stdout io.Writer, rows []*linkRow, changes []*changeRow, jsonOut, plotOut string) error {
+	if jsonOut != "-" {
 		writeLinkTable(stdout, rows)
 		writeChangeTable(stdout, changes)
 	}
-	if *jsonOut != "" {
+	if jsonOut != "" {
 		var all []any
 		for _, r := range rows {
 			all = append(all, r)
@@ -251,12 +299,12 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 		for _, c := range changes {
 			all = append(all, c)
 		}
-		if err := writeJSONRows(*jsonOut, stdout, all); err != nil {
+		if err := writeJSONRows(jsonOut, stdout, all); err != nil {
 			return err
 		}
 	}
-	if *plotOut != "" {
-		return plotLink(*plotOut, rows)
+	if plotOut != "" {
+		return plotLink(plotOut, rows)
 	}
 	return nil
 }
@@ -532,128 +580,46 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	if err != nil {
 		return runResult{}, err
 	}
-	defer client.Close()
-	defer server.Close()
+	x := &xfer{b: b}
+	defer x.cleanup()
+	x.later(func() { client.Close() })
+	x.later(func() { server.Close() })
 	// abort ends the transfer: it kills external processes and closes
 	// both ends, so that neither side waits for the other.
 	xctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	abort := func() { cancel(); client.Close(); server.Close() }
-	cc := &counting{Conn: client}
+	x.later(cancel)
+	x.abort = func() { cancel(); client.Close(); server.Close() }
+	x.cc = &counting{Conn: client}
+	x.w, x.closeWrite, x.rd = x.cc, x.cc.CloseWrite, server
 	var res runResult
-	var w io.Writer = cc
-	var closeWrite func() error = cc.CloseWrite
-	var rd io.Reader = server
-	var ts *transport.Conn
-	if ch.auto {
-		all := []autotune.Option{autotune.WithProfile(b.prof)}
-		if b.explain {
-			all = append(all, autotune.WithExplain(func(d autotune.Decision) { fmt.Fprintf(b.stderr, "\nautotune: %v", d) }))
-		}
-		tu, err := autotune.New(append(all, opts...)...)
-		if err != nil {
-			return res, err
-		}
-		res.tuner = tu
+	if res.tuner, err = b.linkTuner(ch, opts); err != nil {
+		return res, err
 	}
 	var t0 time.Time
 	stop := func() bool { return until > 0 && time.Since(t0) >= until }
-	send := func() (int64, error) { return b.work.send(w, n, stop) }
-	receive := func() (received, error) { return receiveHashed(rd) }
-	var zp *zstdPipe
+	x.send = func() (int64, error) { return b.work.send(x.w, n, stop) }
+	x.receive = func() (received, error) { return receiveHashed(x.rd) }
 	switch {
 	case ch.external != nil:
-		// The compressor's output goes into the connection, the
-		// decompressor reads the other end.
-		p, err := startZstdPipe(xctx, ch.zstd, ch.external, cc, server)
-		if err != nil {
-			return res, err
-		}
-		zp = p
-		defer func() { abort(); p.close() }()
-		w = p
-		closeWrite = func() error {
-			if err := p.finishCompressor(); err != nil {
-				return err
-			}
-			return cc.CloseWrite()
-		}
-		receive = func() (received, error) {
-			got, err := receiveHashed(p)
-			if err == nil {
-				err = p.waitDecomp()
-			}
-			return got, err
-		}
+		err = x.viaZstd(xctx, ch, server)
 	case !ch.plain:
-		topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize))}
-		var sopts []session.Option
-		if b.tensors {
-			// A tensor session: the sender's session applies the
-			// profile's rules (lossless tags, gradient updates).
-			sopts = append(sopts, session.WithProfile(b.prof), session.WithUpdateDeadline(b.updateWithin))
-		}
-		if res.tuner != nil {
-			topts = append(topts, transport.WithPolicy(res.tuner))
-		} else {
-			topts = append(topts, transport.WithRecipe(ch.recipe))
-		}
-		// The sender wraps the connection itself (a counting wrapper would
-		// hide its vectored writes); the receiver counts the wire bytes.
-		tc, err := session.Wrap(client, append(sopts, session.WithConn(topts...))...)
-		if err != nil {
-			return res, err
-		}
-		defer tc.Close()
-		ts, err = transport.Wrap(server)
-		if err != nil {
-			return res, err
-		}
-		defer ts.Close()
-		w, closeWrite, rd = tc, tc.CloseWrite, ts
-		if b.tensors {
-			tsr := ts
-			send = func() (int64, error) { return b.sendTensors(tc, n, stop) }
-			receive = func() (received, error) { return receiveTensors(tsr) }
-		}
+		err = x.viaTransport(client, server, ch, res.tuner, n, stop)
 	}
-	done := make(chan error, 1)
-	var got received
-	go func() {
-		r, err := receive()
-		if err != nil {
-			abort()
+	if err != nil {
+		return res, err
+	}
+	got, sent, serr, rerr := x.run(ctx, &t0, func() {
+		if onStart != nil {
+			onStart(setRate)
 		}
-		got = r
-		done <- err
-	}()
-	stopCtx := context.AfterFunc(ctx, abort)
-	defer stopCtx()
-	t0 = time.Now()
-	if onStart != nil {
-		onStart(setRate)
-	}
-	sent, serr := send()
-	if serr == nil {
-		serr = closeWrite()
-	}
-	if serr != nil {
-		abort()
-		if zp != nil {
-			// The compressor's exit status tells why a write failed.
-			if cerr := zp.waitComp(); cerr != nil && cerr != serr {
-				serr = fmt.Errorf("%w (%v)", serr, cerr)
-			}
-		}
-	}
-	rerr := <-done
+	})
 	res.seconds = time.Since(t0).Seconds()
 	if !got.first.IsZero() {
 		res.firstByte = got.first.Sub(t0).Seconds()
 	}
-	res.wire = cc.n.Load()
-	if ts != nil {
-		res.wire = int64(ts.Feedback().WireBytes)
+	res.wire = x.cc.n.Load()
+	if x.ts != nil {
+		res.wire = int64(x.ts.Feedback().WireBytes)
 	}
 	if res.tuner != nil {
 		res.switches = res.tuner.Switches() + res.tuner.DensitySwitches()
@@ -673,6 +639,143 @@ func (b *linkBench) transfer(ctx context.Context, link string, rate float64, ch 
 	}
 	res.sent = sent
 	return res, nil
+}
+
+// xfer is one transfer's plumbing: where the sender writes and how it
+// ends its stream, where the receiver reads, how each side runs, and what
+// undoes it all (in reverse order, when the transfer returns).
+type xfer struct {
+	b          *linkBench
+	cc         *counting // the client's end, counting the wire bytes
+	w          io.Writer
+	closeWrite func() error
+	rd         io.Reader
+	ts         *transport.Conn // the receiver's wrapped end, if any
+	zp         *zstdPipe       // the zstd tool's processes, if any
+	send       func() (int64, error)
+	receive    func() (received, error)
+	abort      func()
+	undo       []func()
+}
+
+// later adds f to what cleanup runs, as a defer would.
+func (x *xfer) later(f func()) { x.undo = append(x.undo, f) }
+
+func (x *xfer) cleanup() {
+	for i := len(x.undo) - 1; i >= 0; i-- {
+		x.undo[i]()
+	}
+}
+
+// linkTuner returns the autotuner of an autotune chain (nil for others):
+// the profile's settings, then opts.
+func (b *linkBench) linkTuner(ch linkChain, opts []autotune.Option) (*autotune.Tuner, error) {
+	if !ch.auto {
+		return nil, nil
+	}
+	all := []autotune.Option{autotune.WithProfile(b.prof)}
+	if b.explain {
+		all = append(all, autotune.WithExplain(func(d autotune.Decision) { fmt.Fprintf(b.stderr, "\nautotune: %v", d) }))
+	}
+	return autotune.New(append(all, opts...)...)
+}
+
+// viaZstd puts the zstd tool on the link: the compressor's output goes
+// into the connection, the decompressor reads the other end.
+func (x *xfer) viaZstd(ctx context.Context, ch linkChain, server net.Conn) error {
+	p, err := startZstdPipe(ctx, ch.zstd, ch.external, x.cc, server)
+	if err != nil {
+		return err
+	}
+	x.zp = p
+	x.later(func() { x.abort(); p.close() })
+	x.w = p
+	x.closeWrite = func() error {
+		if err := p.finishCompressor(); err != nil {
+			return err
+		}
+		return x.cc.CloseWrite()
+	}
+	x.receive = func() (received, error) {
+		got, err := receiveHashed(p)
+		if err == nil {
+			err = p.waitDecomp()
+		}
+		return got, err
+	}
+	return nil
+}
+
+// viaTransport wraps both ends with transport: the chain's recipe or the
+// tuner on the sender's, and for the tensor workload a tensor session
+// with the profile's rules.
+func (x *xfer) viaTransport(client, server net.Conn, ch linkChain, tu *autotune.Tuner, n int64, stop func() bool) error {
+	b := x.b
+	topts := []transport.Option{transport.WithCodec(codec.WithChunkSize(b.prof.ChunkSize))}
+	var sopts []session.Option
+	if b.tensors {
+		// A tensor session: the sender's session applies the
+		// profile's rules (lossless tags, gradient updates).
+		sopts = append(sopts, session.WithProfile(b.prof), session.WithUpdateDeadline(b.updateWithin))
+	}
+	if tu != nil {
+		topts = append(topts, transport.WithPolicy(tu))
+	} else {
+		topts = append(topts, transport.WithRecipe(ch.recipe))
+	}
+	// The sender wraps the connection itself (a counting wrapper would
+	// hide its vectored writes); the receiver counts the wire bytes.
+	tc, err := session.Wrap(client, append(sopts, session.WithConn(topts...))...)
+	if err != nil {
+		return err
+	}
+	x.later(func() { tc.Close() })
+	ts, err := transport.Wrap(server)
+	if err != nil {
+		return err
+	}
+	x.later(func() { ts.Close() })
+	x.ts = ts
+	x.w, x.closeWrite, x.rd = tc, tc.CloseWrite, ts
+	if b.tensors {
+		x.send = func() (int64, error) { return b.sendTensors(tc, n, stop) }
+		x.receive = func() (received, error) { return receiveTensors(ts) }
+	}
+	return nil
+}
+
+// run receives on a goroutine and sends here, from *t0 (set as the first
+// byte is about to leave, after start); a failure on either side aborts
+// both. It returns what was received and sent, and each side's error.
+func (x *xfer) run(ctx context.Context, t0 *time.Time, start func()) (got received, sent int64, serr, rerr error) {
+	done := make(chan error, 1)
+	go func() {
+		r, err := x.receive()
+		if err != nil {
+			x.abort()
+		}
+		got = r
+		done <- err
+	}()
+	stopCtx := context.AfterFunc(ctx, x.abort)
+	x.later(func() { stopCtx() })
+	*t0 = time.Now()
+	start()
+	sent, serr = x.send()
+	if serr == nil {
+		serr = x.closeWrite()
+	}
+	if serr != nil {
+		x.abort()
+		if x.zp != nil {
+			// The compressor's exit status tells why a write failed.
+			if cerr := x.zp.waitComp(); cerr != nil && cerr != serr {
+				serr = fmt.Errorf("%w (%v)", serr, cerr)
+			}
+		}
+	}
+	rerr = <-done
+	return got, sent, serr, rerr
 }
 
 func rateName(bits float64) string {

@@ -192,21 +192,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	p := newProgress(stderr)
-	exts := zstdExternals(o.extTime, o.timeTiny, o.levels)
 	sum := &summary{maxRelErr: o.maxRelErr, tieRatio: 0.005, peerName: fmt.Sprintf("zstd -%d", peerLevel)}
-	if o.noExternal {
-		exts = nil
-	} else if zstd, err := exec.LookPath("zstd"); err != nil {
-		fmt.Fprintf(stderr, "note: zstd command not found (%v); no external rows\n", err)
-		exts = nil
-	} else {
-		for i := range exts {
-			exts[i].path = zstd
-			if o.levels[i] == peerLevel {
-				sum.peer, sum.peerCmd = exts[i].prefix(), exts[i].name(tinyInput+1)
-			}
-		}
-	}
+	exts := runExternals(o, sum, stderr)
 	rw, err := newRowWriter(o.format, stdout, sum)
 	if err != nil {
 		return err
@@ -232,41 +219,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	b := &bench{enc: enc, dec: new(codec.Decoder), chunk: o.chunk, minTime: o.minTime, reps: o.reps}
 	measured := 0
 	for i := range samples {
-		s := &samples[i]
-		if s.load != nil {
-			var lerr error
-			if s.data, lerr = s.load(); lerr != nil {
-				p.clear()
-				fmt.Fprintf(stderr, "note: %s: skipping: %v\n", s.name, lerr)
-				continue
-			}
-		}
-		if len(s.data) == 0 {
-			p.clear()
-			fmt.Fprintf(stderr, "note: %s: empty, nothing to measure\n", s.name)
-			continue
-		}
-		p.tensor(i, len(samples), s.name, fmt.Sprintf("%v, %d bytes", s.dtype, len(s.data)))
-		bits, bound := planeStats(s)
-		dens := sampleDensity(s)
-		emit := func(r row) error {
-			r.EntropyBound, r.PlaneBits, r.Density = bound, bits, dens
-			return rw.write(r)
-		}
 		var n int
-		if n, err = b.runSample(s, o.chains, emit, p); err != nil {
+		if n, err = b.measureSample(&samples[i], i, len(samples), o, exts, rw, p, stderr); err != nil {
 			break
 		}
 		measured += n
-		if len(exts) > 0 {
-			if xerr := runExternal(exts, s, emit, func(what string) { p.step(s.name, what) }); xerr != nil {
-				p.clear()
-				fmt.Fprintf(stderr, "note: %s: external tool failed: %v\n", s.name, xerr)
-			}
-		}
-		if s.load != nil {
-			s.data = nil // read again if needed: the next tensor may need the memory
-		}
 	}
 	p.clear()
 	if ferr := rw.flush(); err == nil {
@@ -279,6 +236,68 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "\n%d tensor(s) in %.0f s. %s\n", len(samples), time.Since(p.start).Seconds(), howMeasured(o, exts))
 	}
 	return err
+}
+
+// runExternals returns the zstd tool's runs (none with --no-external or
+// without the tool) and sets the summary's peer, zstd -peerLevel.
+func runExternals(o *runOptions, sum *summary, stderr io.Writer) []external {
+	if o.noExternal {
+		return nil
+	}
+	exts := zstdExternals(o.extTime, o.timeTiny, o.levels)
+	zstd, err := exec.LookPath("zstd")
+	if err != nil {
+		fmt.Fprintf(stderr, "note: zstd command not found (%v); no external rows\n", err)
+		return nil
+	}
+	for i := range exts {
+		exts[i].path = zstd
+		if o.levels[i] == peerLevel {
+			sum.peer, sum.peerCmd = exts[i].prefix(), exts[i].name(tinyInput+1)
+		}
+	}
+	return exts
+}
+
+// measureSample measures sample i of n (loaded first where it is a file's
+// tensor) with every chain and the external tool, and writes its rows. It
+// returns how many chains it measured; a tensor that cannot be loaded or
+// is empty is skipped with a note, and a failing external tool is noted.
+func (b *bench) measureSample(s *sample, i, n int, o *runOptions, exts []external, rw rowWriter, p *progress, stderr io.Writer) (int, error) {
+	if s.load != nil {
+		var lerr error
+		if s.data, lerr = s.load(); lerr != nil {
+			p.clear()
+			fmt.Fprintf(stderr, "note: %s: skipping: %v\n", s.name, lerr)
+			return 0, nil
+		}
+	}
+	if len(s.data) == 0 {
+		p.clear()
+		fmt.Fprintf(stderr, "note: %s: empty, nothing to measure\n", s.name)
+		return 0, nil
+	}
+	p.tensor(i, n, s.name, fmt.Sprintf("%v, %d bytes", s.dtype, len(s.data)))
+	bits, bound := planeStats(s)
+	dens := sampleDensity(s)
+	emit := func(r row) error {
+		r.EntropyBound, r.PlaneBits, r.Density = bound, bits, dens
+		return rw.write(r)
+	}
+	measured, err := b.runSample(s, o.chains, emit, p)
+	if err != nil {
+		return measured, err
+	}
+	if len(exts) > 0 {
+		if xerr := runExternal(exts, s, emit, func(what string) { p.step(s.name, what) }); xerr != nil {
+			p.clear()
+			fmt.Fprintf(stderr, "note: %s: external tool failed: %v\n", s.name, xerr)
+		}
+	}
+	if s.load != nil {
+		s.data = nil // read again if needed: the next tensor may need the memory
+	}
+	return measured, nil
 }
 
 // howMeasured is the footnote of the summary: how speeds were taken, and

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -45,26 +46,33 @@ func TestPipeRateAndLatency(t *testing.T) {
 }
 
 // SetRate takes effect for what is written next; Close stops a blocked
-// writer.
+// writer. In a bubble of testing/synctest, synctest.Wait sees the writer
+// blocked on the slow link before Close.
 func TestSetRateAndClose(t *testing.T) {
-	a, b := Pipe(Link{Rate: 1 << 30})
-	go io.Copy(io.Discard, b)
-	if _, err := a.Write(make([]byte, 1<<20)); err != nil {
-		t.Fatal(err)
-	}
-	a.SetRate(1 << 10) // 1 KiB/s: a 1 MiB write would take 17 minutes
-	if a.Rate() != 1<<10 {
-		t.Fatalf("rate %v", a.Rate())
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := a.Write(make([]byte, 1<<20))
-		errc <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	a.Close()
-	if err := <-errc; err == nil {
-		t.Fatal("a write blocked on a slow link returned no error when the link was closed")
-	}
-	b.Close()
+	synctest.Test(t, func(t *testing.T) {
+		a, b := Pipe(Link{Rate: 1 << 30})
+		go io.Copy(io.Discard, b)
+		if _, err := a.Write(make([]byte, 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+		a.SetRate(1 << 10) // 1 KiB/s: a 1 MiB write would take 17 minutes
+		if a.Rate() != 1<<10 {
+			t.Fatalf("rate %v", a.Rate())
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := a.Write(make([]byte, 1<<20))
+			errc <- err
+		}()
+		synctest.Wait() // the write is blocked
+		start := time.Now()
+		a.Close()
+		if err := <-errc; err == nil {
+			t.Fatal("a write blocked on a slow link returned no error when the link was closed")
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("Close took %v of the clock to stop the write", d)
+		}
+		b.Close()
+	})
 }
