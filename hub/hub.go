@@ -1,16 +1,19 @@
 package hub
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 
+	"github.com/tensorpress/tensorpress/budget"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/tensorfile"
 )
@@ -43,6 +46,8 @@ type Hub struct {
 	policy    codec.Policy
 	cache     *cache
 	enc       *codec.Encoder
+	budget    *budget.Budget // what is held for peers; nil: not counted
+	log       *slog.Logger
 
 	encodes     atomic.Int64 // chunks encoded
 	encodeNanos atomic.Int64
@@ -201,6 +206,19 @@ func WithCacheBytes(n int64) Option {
 	}
 }
 
+// WithLogger logs the hub's work to l: a line per fetch and per upload
+// at info (peer, version, tensors, bytes, duration, outcome), and the
+// progress of publishing a large version from files. Default: none.
+func WithLogger(l *slog.Logger) Option {
+	return func(h *Hub) error {
+		if l == nil {
+			return errors.New("hub: nil logger")
+		}
+		h.log = l
+		return nil
+	}
+}
+
 // New returns an empty Hub.
 func New(opts ...Option) (*Hub, error) {
 	enc, err := codec.NewEncoder()
@@ -208,7 +226,7 @@ func New(opts ...Option) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{versions: map[uint64]*version{}, retention: DefaultRetention, chunk: DefaultChunkSize,
-		policy: defaultPolicy(), cache: newCache(DefaultCacheBytes), enc: enc}
+		policy: defaultPolicy(), cache: newCache(DefaultCacheBytes), enc: enc, log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("hub: nil option")
@@ -485,7 +503,7 @@ func FrameBytes(model, base []*codec.Tensor, opts ...Option) (int64, error) {
 	}
 	var n int64
 	for _, it := range h.plan(v.tensors) {
-		f, err := h.frames(v, &it, bv, false)
+		f, err := h.frames(context.Background(), v, &it, bv, false)
 		if err != nil {
 			return 0, err
 		}

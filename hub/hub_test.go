@@ -294,7 +294,7 @@ func TestDeltas(t *testing.T) {
 				bv, _ = h.get(b)
 			}
 			cur, _ := h.get(2)
-			f, _ := h.frames(cur, &it, bv, false)
+			f, _ := h.frames(context.Background(), cur, &it, bv, false)
 			n += int64(len(f))
 		}
 		return res, n
@@ -317,7 +317,7 @@ func TestDeltas(t *testing.T) {
 	var same int64
 	for _, it := range h2.plan(v1) {
 		cur2, _ := h2.get(2)
-		f, err := h2.frames(cur2, &it, b1, false)
+		f, err := h2.frames(context.Background(), cur2, &it, b1, false)
 		if err != nil {
 			t.Fatal(err)
 		}
