@@ -193,4 +193,3 @@ func deltaRecipe(esz int) *codec.Recipe {
 	}
 	return deltaRecipes[1]
 }
-

@@ -493,4 +493,3 @@ func (h *Hub) digests(ver *version, ts []*codec.Tensor, lossless bool) ([]*hubpb
 	}
 	return out, nil
 }
-
