@@ -23,9 +23,21 @@
 // the two errors.
 //
 // A fetch whose stream breaks (the connection cut, the hub restarted with
-// the same version) resumes after the last chunk it received, on the same
-// version (Request.Retries): chunks are whole frames and the plan is the
-// same for the same request, so the tensors assemble across streams.
+// the same version, or drained: GOAWAY, then the stream cut) resumes after
+// the last chunk it received, on the same version: chunks are whole frames
+// and the plan is the same for the same request, so the tensors assemble
+// across streams. A stream that cannot be opened is tried again after a
+// pause that doubles (jittered, capped: Request.RetryWait, RetryMaxWait),
+// Request.Retries times in a row; Request.Stall ends a fetch that gets no
+// chunk for that long (ErrStalled), the context the whole. How soon a hub
+// that came back is seen also depends on the connection's own reconnect
+// backoff (grpc.WithConnectParams: grpc-go's default waits up to 120 s). A
+// client killed in between resumes in a new process with ResumeAfter.
+//
+// A base the client's copy of which differs from the hub's (or that it
+// lacks) is not the hub's error: those tensors end the fetch as a
+// *BaseError naming them, every other tensor delivered and checked, for
+// the client to fetch them again without a base.
 //
 // Clients upload updates for a round (Upload): each tensor's update goes
 // through the client's gradient.Outbox (error feedback per peer), is added

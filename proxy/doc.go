@@ -11,7 +11,80 @@
 // generated code: messages are opaque bytes, received into gRPC's buffers
 // (mem.BufferSlice) and sent on from them without a copy.
 //
-// A local proxy:
+// # A whole proxy
+//
+// NewLocal and NewRemote build what `tensorpress proxy` runs, from
+// options checked there (ErrBadOption); Serve runs it on a listener until
+// its context ends, then drains:
+//
+//	remote, err := proxy.NewRemote("127.0.0.1:50051", // the application's server
+//		proxy.WithListenAuth(auth.Config{CertFile: "remote.pem", KeyFile: "remote-key.pem", CAFile: "ca.pem"}),
+//		proxy.WithBudget(budget.New(512<<20)))
+//	...
+//	err = remote.Serve(ctx, ln) // ln: where the local proxies connect
+//
+//	local, err := proxy.NewLocal("server-host:7000", // the remote proxy
+//		proxy.WithDialAuth(auth.Config{CertFile: "local.pem", KeyFile: "local-key.pem", CAFile: "ca.pem"}))
+//	...
+//	err = local.Serve(ctx, ln) // ln: where the application's client connects
+//
+// A Side works in one of three ways:
+//
+//   - gRPC mode: a gRPC server forwards every call over one connection to
+//     the other proxy (ServerOptions, below), the hop coded by a Hop; the
+//     hop's flow-control windows are 8 MiB per stream and per connection.
+//   - Pass-through: a local side whose remote proxy is on this host (and
+//     no bandwidth, TLS or token configured) passes each of the
+//     application's connections through as it is after RawMagic; the
+//     remote side, reading RawMagic first from a loopback peer, passes the
+//     rest on to the server. From any other peer RawMagic closes the
+//     connection: the remote proxy is no relay for other hosts.
+//   - TCP mode (WithTCP): any byte stream, each connection carried to the
+//     remote proxy as tensorpress frames (transport.Wrap), under TLS where
+//     configured.
+//
+// When Serve's context ends, the listener closes, calls and connections
+// get the drain (WithDrain, DefaultDrain: 10 s) to finish, and are cut
+// after.
+//
+// # Limits for a port on the internet
+//
+// Everything a proxy holds for its peers is charged to one memory budget
+// (WithBudget; a budget of budget.DefaultBytes, 512 MiB, by default):
+// each message as received, the decoded size that a coded message's
+// frames claim in their checked headers (codec.DecodedSize) before
+// decoding it, and what is coded for the hop, until the message has been
+// sent on. A message that does not fit fails its call with
+// ResourceExhausted, as does one whose frames claim more than the
+// message size limit, before any decoding. gRPC itself receives a message
+// whole before the proxy sees it: that memory is bounded by the message
+// limit times the concurrent streams, not by the budget.
+//
+// Limits (WithLimits; DefaultLimits) bound the connections: the handshake
+// timeout (10 s: the first bytes, the whole TPRAW/1 marker, TLS and the
+// HTTP/2 preface on gRPC listeners; TLS, and the local proxy's hello on
+// the remote side in TCP mode), the idle timeout (5 min: a gRPC connection without
+// calls gets a GOAWAY; a passed-through or TCP-mode connection that moved
+// no byte either way is closed), concurrent streams per connection (256),
+// connections in all (4096) and from one IP address (256), over which a
+// connection is closed as soon as it is accepted.
+//
+// # Authentication
+//
+// WithListenAuth is what a Side's listener requires (package auth): on the
+// remote side, mutual TLS (a CA file with the server's certificate) and/or
+// a token in every call's metadata (gRPC mode; the token is removed
+// before the call goes on). WithDialAuth is what the local side presents
+// to the remote proxy. Serve refuses a listener off loopback that
+// requires neither, unless the auth.Config says Insecure. TCP mode
+// authenticates with mutual TLS only. The local side's listener, for the
+// application, has no authentication of its own from the CLI: keep it on
+// loopback.
+//
+// # The forwarding core
+//
+// ServerOptions alone is the core, for a program that runs its own gRPC
+// server. A local proxy:
 //
 //	hop, err := grpc.NewClient("remote-host:7000", grpc.WithTransportCredentials(creds))
 //	...
@@ -42,7 +115,10 @@
 // sender in the metadata of the next call (local to remote) or of the
 // response header (remote to local). On loopback the message follows as
 // it is, no copy: the proxies then cost their two extra gRPC legs only.
-// NewHop with a bandwidth plans with it instead, loopback included. Each
+// NewHop with a bandwidth plans with it instead, loopback included.
+// Hop.DialOptions on the local side's connection (a Side uses them) let
+// each call find the connection it took, and announce that connection's
+// rate, however many connections gRPC keeps. Each
 // message is decoded whole into gRPC's pooled buffers, within the message
 // size limit (ResourceExhausted beyond it); frames are at most 1 MiB.
 //
@@ -98,9 +174,9 @@
 //     service config) apply to its own leg only; the hop's are those of
 //     the connection given to ServerOptions.
 //
-// # Limits
+// # Message limits
 //
-//   - A message is at most DefaultMaxMessageSize (256 MiB) each way, unless
+//   - A message is at most DefaultMaxMessageSize (64 MiB) each way, unless
 //     WithMaxMessageSize says otherwise; gRPC applies the limit after
 //     decompression too, and fails a larger message with
 //     ResourceExhausted. The application's own limits still apply at its
@@ -108,7 +184,8 @@
 //     4 MiB, whatever the proxies allow.
 //   - gRPC holds each message whole, so a proxy holds up to two messages
 //     per call (one each way), plus what the flow-control windows of its
-//     connections hold.
+//     connections hold; the budget bounds what the calls hold together
+//     (see "Limits for a port on the internet").
 //
 // # Concurrency
 //

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/tensorpress/tensorpress/autotune"
@@ -69,8 +70,21 @@ type Hop struct {
 
 	mu    sync.Mutex
 	stats *Stats
-	conns map[string]*hopConn // by remote address
-	last  *hopConn
+	conns map[connKey]*hopConn // by both ends' addresses: one TCP connection each
+	last  *hopConn             // the last made, for a rate before a call has its connection
+	// perCall: DialOptions put each call's rate in its metadata.
+	perCall bool
+}
+
+// connKey names a connection by its two ends, as peer.Peer does.
+type connKey struct{ local, remote string }
+
+func keyOf(local, remote net.Addr) connKey {
+	k := connKey{remote: remote.String()}
+	if local != nil {
+		k.local = local.String()
+	}
+	return k
 }
 
 // NewHop returns a Hop for a link of bandwidth bytes per second, or of the
@@ -79,7 +93,7 @@ func NewHop(bandwidth float64) (*Hop, error) {
 	if bandwidth < 0 || math.IsNaN(bandwidth) || math.IsInf(bandwidth, 0) {
 		return nil, fmt.Errorf("%w: bandwidth %v", ErrBadOption, bandwidth)
 	}
-	return &Hop{rate: bandwidth, conns: map[string]*hopConn{}}, nil
+	return &Hop{rate: bandwidth, conns: map[connKey]*hopConn{}}, nil
 }
 
 func (h *Hop) setStats(st *Stats) {
@@ -98,28 +112,36 @@ func (h *Hop) Conn(c net.Conn) net.Conn {
 	if st == nil {
 		st = new(Stats)
 	}
-	hc := &hopConn{Conn: c, h: h, key: c.RemoteAddr().String(), st: st}
+	hc := &hopConn{Conn: c, h: h, key: keyOf(c.LocalAddr(), c.RemoteAddr()), st: st}
 	hc.loop.Store(h.rate == 0 && loopback.Conn(c))
 	hc.peer, hc.peerKey = st.peer(c.RemoteAddr())
-	tu, err := autotune.New(
-		autotune.WithExplain(func(autotune.Decision) { st.Switches.Add(1) }),
-		autotune.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		panic(err) // no options that can fail
-	}
-	hc.tuner = tu
-	if h.rate > 0 {
-		tu.Link().SetRate(h.rate, "configured")
-	}
-	hc.comp, err = rpc.NewCompressor(rpc.WithName("tensorpress-hop"), rpc.WithPolicy(&recipeStats{inner: tu, st: st}))
-	if err != nil {
-		panic(err)
+	// On an error (none of these options can fail) the connection codes
+	// as a Hop without a Tuner does: recipes by the kind of data.
+	hc.tuner, hc.comp, hc.err = newCoder(st)
+	if hc.tuner != nil && h.rate > 0 {
+		hc.tuner.Link().SetRate(h.rate, "configured")
 	}
 	h.mu.Lock()
 	h.conns[hc.key] = hc
 	h.last = hc
 	h.mu.Unlock()
 	return hc
+}
+
+// newCoder returns a connection's Tuner and the Compressor that it
+// drives, counting in st.
+func newCoder(st *Stats) (*autotune.Tuner, *rpc.Compressor, error) {
+	tu, err := autotune.New(
+		autotune.WithExplain(func(autotune.Decision) { st.Switches.Add(1) }),
+		autotune.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return nil, nil, err
+	}
+	comp, err := rpc.NewCompressor(rpc.WithName("tensorpress-hop"), rpc.WithPolicy(&recipeStats{inner: tu, st: st}))
+	if err != nil {
+		return nil, nil, err
+	}
+	return tu, comp, nil
 }
 
 // Listener returns ln whose accepted connections are the hop's (Conn).
@@ -138,17 +160,33 @@ func (l hopListener) Accept() (net.Conn, error) {
 	return l.h.Conn(c), nil
 }
 
-// conn returns the hop's connection to or from addr, else the last one
-// made (the local side has one), else nil.
-func (h *Hop) conn(addr net.Addr) *hopConn {
+// conn returns the hop's connection of a call's peer (its two ends'
+// addresses), nil if it is not one of the hop's.
+func (h *Hop) conn(p *peer.Peer) *hopConn {
+	if p == nil || p.Addr == nil {
+		return nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if addr != nil {
-		if hc := h.conns[addr.String()]; hc != nil {
-			return hc
-		}
-	}
+	return h.conns[keyOf(p.LocalAddr, p.Addr)]
+}
+
+// lastConn returns the connection made last, nil if it is closed: on the
+// local side, the one a call is about to take in all likelihood (gRPC
+// keeps one connection to the remote proxy), whose measured rate the
+// call's metadata carries before the call has its connection.
+func (h *Hop) lastConn() *hopConn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	return h.last
+}
+
+// announcedPerCall reports whether DialOptions put each call's rate in
+// its metadata.
+func (h *Hop) announcedPerCall() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.perCall
 }
 
 // rateFor is the rate to tell the other side that it sends at (its
@@ -174,13 +212,14 @@ const configured = ";configured"
 type hopConn struct {
 	net.Conn
 	h       *Hop
-	key     string
+	key     connKey
 	st      *Stats
 	peer    *peerCount
 	peerKey string
-	loop    atomic.Bool // on loopback, and no rate configured on either side
-	tuner   *autotune.Tuner
+	loop    atomic.Bool     // on loopback, and no rate configured on either side
+	tuner   *autotune.Tuner // nil: newCoder failed (err)
 	comp    *rpc.Compressor
+	err     error
 	meter   meter
 	once    sync.Once
 }
@@ -219,7 +258,7 @@ func (c *hopConn) Close() error {
 // setRate takes the rate the other side measured (metadata value v) for
 // the Tuner, unless the Hop has a configured one.
 func (c *hopConn) setRate(v []string) {
-	if c == nil || c.h.rate > 0 || len(v) == 0 {
+	if c == nil || c.tuner == nil || c.h.rate > 0 || len(v) == 0 {
 		return
 	}
 	num, set := strings.CutSuffix(v[0], configured)
@@ -239,6 +278,9 @@ func (c *hopConn) setRate(v []string) {
 func (c *hopConn) estimate() float64 {
 	if c.loop.Load() {
 		return math.Inf(1)
+	}
+	if c.tuner == nil {
+		return 0
 	}
 	return 8 * c.tuner.Link().Estimate().Bandwidth
 }
@@ -264,9 +306,10 @@ func encode(c *hopConn, m mem.BufferSlice, st *Stats) (mem.BufferSlice, error) {
 	var out mem.BufferSlice
 	w := mem.NewWriter(&out, mem.DefaultBufferPool())
 	w.Write([]byte{markFrames})
-	comp := defaultComp
-	if c != nil {
-		comp = c.comp
+	comp, err := compressorOf(c)
+	if err != nil {
+		out.Free()
+		return nil, status.Errorf(codes.Internal, "proxy: coding a message for the hop: %v", err)
 	}
 	cw, err := comp.Compress(w)
 	if err == nil {
@@ -321,9 +364,9 @@ func decode(c *hopConn, m mem.BufferSlice, max int, st *Stats) (mem.BufferSlice,
 	t0 := time.Now()
 	r := m.Reader()
 	r.ReadByte()
-	comp := defaultComp
-	if c != nil {
-		comp = c.comp
+	comp, err := compressorOf(c)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "proxy: %v", err)
 	}
 	dr, err := comp.Decompress(r)
 	if err != nil {
@@ -358,13 +401,18 @@ func hopLimit(n int) int {
 
 // defaultComp codes and decodes for a proxy that has no Hop of its own
 // (a remote proxy given none): recipes by the kind of data.
-var defaultComp = func() *rpc.Compressor {
-	c, err := rpc.NewCompressor(rpc.WithName("tensorpress-hop"))
-	if err != nil {
-		panic(err)
+var defaultComp = sync.OnceValues(func() (*rpc.Compressor, error) {
+	return rpc.NewCompressor(rpc.WithName("tensorpress-hop"))
+})
+
+// compressorOf returns the Compressor of c, or defaultComp where c is nil
+// or has none.
+func compressorOf(c *hopConn) (*rpc.Compressor, error) {
+	if c != nil && c.comp != nil {
+		return c.comp, nil
 	}
-	return c
-}()
+	return defaultComp()
+}
 
 // errKind is the class of a decoding error for the metrics.
 func errKind(err error) string {

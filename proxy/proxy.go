@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,17 +19,22 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/tensorpress/tensorpress/auth"
+	"github.com/tensorpress/tensorpress/budget"
+	"github.com/tensorpress/tensorpress/codec"
 	// Importing rpc registers the "tensorpress" compressor, so that a
 	// proxy's server reads what the other side's proxy sends on the hop
 	// with grpc.UseCompressor(rpc.Name).
+	"github.com/tensorpress/tensorpress/rpc"
 )
 
 // DefaultMaxMessageSize is the largest message a proxy forwards unless
-// WithMaxMessageSize says otherwise: 256 MiB, each way, on both of its legs.
-const DefaultMaxMessageSize = 256 << 20
+// WithMaxMessageSize says otherwise: 64 MiB, each way, on both of its legs.
+const DefaultMaxMessageSize = 64 << 20
 
-// ErrBadOption is returned by ServerOptions for an option value out of
-// range.
+// ErrBadOption is returned by ServerOptions, NewLocal and NewRemote for
+// an option value out of range.
 var ErrBadOption = errors.New("proxy: bad option")
 
 // bidi describes every outgoing call: both sides may stream, so that one
@@ -69,6 +76,24 @@ type config struct {
 	calls   []grpc.CallOption
 	stats   *Stats
 	out, in *Hop
+	budget  *budget.Budget
+	limits  Limits
+
+	// A Side's alone (side.go).
+	bandwidth            float64
+	tcp                  bool
+	drain                time.Duration
+	log                  *slog.Logger
+	listenAuth, dialAuth auth.Config
+}
+
+func defaultConfig() config {
+	return config{
+		maxMsg: DefaultMaxMessageSize,
+		limits: DefaultLimits(),
+		drain:  DefaultDrain,
+		log:    slog.New(slog.DiscardHandler),
+	}
 }
 
 // WithOutgoingHop codes the messages the proxy sends to the next one with
@@ -233,17 +258,27 @@ func WithCallOptions(opts ...grpc.CallOption) Option {
 
 // ServerOptions returns the options of a proxy's gRPC server: every call
 // to a service the server does not register is forwarded to conn (Forward)
-// with the pass-through codec, within the message size limit.
+// with the pass-through codec, within the message size limit, the memory
+// budget (WithBudget; by default one of budget.DefaultBytes for this
+// server) and the limits of a gRPC connection (WithLimits: the handshake
+// timeout, the idle timeout, the concurrent streams).
 //
 // Services registered on the same server are served there, not forwarded;
 // their messages go through the registered proto codec.
 func ServerOptions(conn grpc.ClientConnInterface, opts ...Option) ([]grpc.ServerOption, error) {
-	c := config{maxMsg: DefaultMaxMessageSize}
+	c := defaultConfig()
 	for _, o := range opts {
 		if err := o(&c); err != nil {
 			return nil, err
 		}
 	}
+	if c.budget == nil {
+		c.budget = budget.New(budget.DefaultBytes)
+	}
+	return c.serverOptions(conn)
+}
+
+func (c config) serverOptions(conn grpc.ClientConnInterface) ([]grpc.ServerOption, error) {
 	// The legs on the hop carry each message with its mark byte, and
 	// coded messages with their frames' headers: their limits leave room
 	// for that (hopLimit); decode holds the application's message to
@@ -264,19 +299,19 @@ func ServerOptions(conn grpc.ClientConnInterface, opts ...Option) ([]grpc.Server
 		st = new(Stats)
 	}
 	f := newForwarder(conn, st, calls)
-	f.maxMsg, f.outHop, f.inHop = c.maxMsg, c.out, c.in
+	f.maxMsg, f.outHop, f.inHop, f.budget = c.maxMsg, c.out, c.in, c.budget
 	for _, h := range []*Hop{c.out, c.in} {
 		if h != nil {
 			h.setStats(st)
 			st.addHop(h)
 		}
 	}
-	return []grpc.ServerOption{
+	return append([]grpc.ServerOption{
 		grpc.UnknownServiceHandler(f.handle),
 		grpc.ForceServerCodecV2(passThrough{}),
 		grpc.MaxRecvMsgSize(serverMax),
 		grpc.MaxSendMsgSize(serverMax),
-	}, nil
+	}, c.limits.serverOptions()...), nil
 }
 
 type forwarder struct {
@@ -285,40 +320,114 @@ type forwarder struct {
 	stats         *Stats
 	maxMsg        int
 	outHop, inHop *Hop
+	budget        *budget.Budget
 }
 
 // leg is what one direction of a call does to each message besides
 // forwarding it: decode it from the hop (dec), code it for the hop (enc),
-// time its arrival on the hop (recv).
+// time its arrival on the hop (recv), charge what it holds to budget.
 type leg struct {
 	dec, enc *hopConn
 	decode   bool
 	encode   bool
 	recv     *hopConn
 	max      int
+	budget   *budget.Budget
 }
 
-// apply returns the message to send for m (a reference of its own) and
-// the application's bytes in it.
-func (l leg) apply(m mem.BufferSlice, st *Stats) (mem.BufferSlice, int, error) {
+// apply returns the message to send for m (a reference of its own), the
+// application's bytes in it, and the charges to release once it is sent:
+// m as received, then its decoded size as its frames claim (checked
+// against the limit before decoding) or what coding it holds.
+func (l leg) apply(m mem.BufferSlice, st *Stats) (mem.BufferSlice, int, charges, error) {
 	if l.recv != nil {
 		l.recv.meter.message(m.Len() + 5) // gRPC's message header
 	}
-	var err error
+	var ch charges
+	if err := ch.add(l.budget, int64(m.Len())); err != nil {
+		return nil, 0, nil, err
+	}
 	if l.decode {
-		if m, err = decode(l.dec, m, l.max, st); err != nil {
-			return nil, 0, err
+		out, err := l.decodeCharged(m, st, &ch)
+		if err != nil {
+			ch.release()
+			return nil, 0, nil, err
 		}
+		m = out
 	} else {
 		m.Ref()
 	}
 	n := m.Len()
-	if l.encode {
-		e, err := encode(l.enc, m, st)
-		m.Free()
-		return e, n, err
+	if !l.encode {
+		return m, n, ch, nil
 	}
-	return m, n, nil
+	err := ch.add(l.budget, int64(n))
+	var e mem.BufferSlice
+	if err == nil {
+		e, err = encode(l.enc, m, st)
+	}
+	m.Free()
+	if err != nil {
+		ch.release()
+		return nil, 0, nil, err
+	}
+	return e, n, ch, nil
+}
+
+// decodeCharged charges the decoded size m's frames claim, refusing a
+// claim over the limit, then decodes m.
+func (l leg) decodeCharged(m mem.BufferSlice, st *Stats, ch *charges) (mem.BufferSlice, error) {
+	n, err := claim(m, st)
+	if err != nil {
+		return nil, err
+	}
+	if n > int64(l.max) {
+		st.decodeError("limit")
+		return nil, status.Errorf(codes.ResourceExhausted, "proxy: a message from the other proxy claims %d bytes, more than %d", n, l.max)
+	}
+	if err := ch.add(l.budget, n); err != nil {
+		return nil, err
+	}
+	return decode(l.dec, m, l.max, st)
+}
+
+// claim returns the bytes a message of a marked call holds once decoded:
+// what its frames' checked headers claim (codec.DecodedSize), or its
+// length less the mark byte for a message sent as it is. A message
+// without a valid mark claims 0: decode refuses it.
+func claim(m mem.BufferSlice, st *Stats) (int64, error) {
+	r := m.Reader()
+	mark, err := r.ReadByte()
+	if err != nil || mark != markFrames {
+		return int64(max(m.Len()-1, 0)), nil
+	}
+	n, err := codec.DecodedSize(r, rpc.DefaultLimits()) // the limits decode applies
+	if err != nil {
+		st.decodeError(errKind(err))
+		return 0, status.Errorf(codes.Internal, "proxy: a message from the other proxy: %v", err)
+	}
+	return n, nil
+}
+
+// charges are what one message holds of the budget.
+type charges []*budget.Charge
+
+// add charges n bytes to b, or fails with ResourceExhausted (releasing
+// what c held) when they do not fit.
+func (c *charges) add(b *budget.Budget, n int64) error {
+	ch, err := b.TryCharge(n)
+	if err != nil {
+		c.release()
+		return status.Errorf(codes.ResourceExhausted, "proxy: %v", err)
+	}
+	*c = append(*c, ch)
+	return nil
+}
+
+func (c charges) release() {
+	for _, ch := range c {
+		ch.Release()
+	}
 }
 
 // handle forwards one call. The client's messages go out from a goroutine
@@ -342,61 +451,94 @@ func (f *forwarder) handle(_ any, in grpc.ServerStream) error {
 	f.stats.Active.Add(1)
 	defer f.stats.Active.Add(-1)
 
-	opts := f.opts
-	md, _ := metadata.FromIncomingContext(ctx)
-	if sub := contentSubtype(md); sub != "" {
-		opts = append([]grpc.CallOption{grpc.CallContentSubtype(sub)}, opts...)
+	c, err := f.newCall(ctx)
+	if err != nil {
+		return err
 	}
-	omd := forwardable(md)
-	var upLeg, downLeg leg
-	var hc *hopConn // the hop's connection of this call
-	marked := len(md.Get(hopKey)) > 0
-	if v := md.Get(hopKey); marked && v[0] != hopVersion {
+	out, err := f.conn.NewStream(metadata.NewOutgoingContext(ctx, c.omd), &bidi, method, c.opts...)
+	if err != nil {
+		return err
+	}
+	f.outgoingLegs(&c, out)
+	return f.pump(in, out, c, cancel)
+}
+
+// call is what handle knows of one call before and after its outgoing
+// stream opens.
+type call struct {
+	md, omd     metadata.MD // incoming, outgoing
+	opts        []grpc.CallOption
+	marked      bool     // a call between proxies (remote side)
+	hc          *hopConn // the hop's connection of this call
+	upLeg, down leg
+	header      metadata.MD // added to the server's header
+}
+
+// newCall reads the incoming call's metadata: its content-subtype, the
+// metadata to forward, and on the remote side the hop's mark and the rate
+// the local proxy measured.
+func (f *forwarder) newCall(ctx context.Context) (call, error) {
+	var c call
+	c.md, _ = metadata.FromIncomingContext(ctx)
+	c.opts = f.opts
+	if sub := contentSubtype(c.md); sub != "" {
+		c.opts = append([]grpc.CallOption{grpc.CallContentSubtype(sub)}, c.opts...)
+	}
+	c.omd = forwardable(c.md)
+	c.upLeg, c.down = leg{max: f.maxMsg, budget: f.budget}, leg{max: f.maxMsg, budget: f.budget}
+	v := c.md.Get(hopKey)
+	c.marked = len(v) > 0
+	if c.marked && v[0] != hopVersion {
 		f.stats.decodeError("version")
-		return status.Errorf(codes.Unimplemented, "proxy: the other proxy codes the hop in format %q, this one in %q: run the same tensorpress release on both sides", v[0], hopVersion)
+		return c, status.Errorf(codes.Unimplemented, "proxy: the other proxy codes the hop in format %q, this one in %q: run the same tensorpress release on both sides", v[0], hopVersion)
 	}
 	switch {
 	case f.outHop != nil:
 		// Local side: mark the call and tell the remote proxy the rate
 		// its responses arrive at.
-		hc = f.outHop.conn(nil)
-		omd = hopMD(omd, f.outHop.rateFor(hc), true)
-	case marked:
+		rate := ""
+		if !f.outHop.announcedPerCall() {
+			rate = f.outHop.rateFor(f.outHop.lastConn())
+		}
+		c.omd = hopMD(c.omd, rate, true)
+	case c.marked:
 		// Remote side: the messages come marked, and go back so.
-		if f.inHop != nil {
-			if p, ok := peer.FromContext(ctx); ok {
-				hc = f.inHop.conn(p.Addr)
-			}
+		if p, ok := peer.FromContext(ctx); ok && f.inHop != nil {
+			c.hc = f.inHop.callConn(p)
 		}
-		hc.setRate(md.Get(rateKey))
-		upLeg = leg{decode: true, dec: hc, recv: hc, max: f.maxMsg}
-		downLeg = leg{encode: true, enc: hc}
+		c.hc.setRate(c.md.Get(rateKey))
+		c.upLeg.decode, c.upLeg.dec, c.upLeg.recv = true, c.hc, c.hc
+		c.down.encode, c.down.enc = true, c.hc
+		c.header = hopMD(metadata.MD{}, f.inHop.rateForConn(c.hc), false)
 	}
-	out, err := f.conn.NewStream(metadata.NewOutgoingContext(ctx, omd), &bidi, method, opts...)
-	if err != nil {
-		return err
-	}
-	if f.outHop != nil {
-		if p, ok := peer.FromContext(out.Context()); ok {
-			hc = f.outHop.conn(p.Addr)
-		}
-		upLeg = leg{encode: true, enc: hc}
-		downLeg = leg{decode: true, dec: hc, recv: hc, max: f.maxMsg}
-	}
-	var header metadata.MD // added to the server's header
-	if marked && f.outHop == nil {
-		header = hopMD(metadata.MD{}, f.inHop.rateForConn(hc), false)
-	}
+	return c, nil
+}
 
+// outgoingLegs sets the local side's legs on the hop's connection that
+// the outgoing call took.
+func (f *forwarder) outgoingLegs(c *call, out grpc.ClientStream) {
+	if f.outHop == nil {
+		return
+	}
+	if p, ok := peer.FromContext(out.Context()); ok {
+		c.hc = f.outHop.callConn(p)
+	}
+	c.upLeg.encode, c.upLeg.enc = true, c.hc
+	c.down.decode, c.down.dec, c.down.recv = true, c.hc, c.hc
+}
+
+// pump forwards the client's messages (up, on a goroutine) and the
+// server's (down) until the call ends, and returns its status.
+func (f *forwarder) pump(in grpc.ServerStream, out grpc.ClientStream, c call, cancel func()) error {
 	upErr := make(chan error, 1)
 	go func() {
-		err := up(in, out, f.stats, upLeg)
+		err := up(in, out, f.stats, c.upLeg)
 		upErr <- err // before cancel: down must find it when it sees the cancellation
 		if err != nil {
 			cancel()
 		}
 	}()
-	err = down(in, out, f.stats, downLeg, header, f.outHop != nil, hc)
+	err := down(in, out, f.stats, c.down, c.header, f.outHop != nil, c.hc)
 	if cerr := in.Context().Err(); cerr != nil && err != nil {
 		// The incoming call's deadline passed (or the client left): say
 		// so, whichever way it reached the outgoing call first (the up
@@ -438,16 +580,17 @@ func up(in grpc.ServerStream, out grpc.ClientStream, st *Stats, l leg) error {
 	}
 }
 
-// pass applies l to m (freeing it), sends the result and returns the
-// application's bytes of the message.
+// pass applies l to m (freeing it), sends the result, releases its
+// charges and returns the application's bytes of the message.
 func pass(m mem.BufferSlice, l leg, st *Stats, send func(any) error) (int, error) {
-	s, n, err := l.apply(m, st)
+	s, n, ch, err := l.apply(m, st)
 	m.Free()
 	if err != nil {
 		return 0, err
 	}
 	err = send(&s)
 	s.Free()
+	ch.release()
 	return n, err
 }
 
@@ -506,7 +649,7 @@ func hopHeader(k string) bool {
 	case "content-type", "user-agent", "te", "host", "connection":
 		return true
 	}
-	return strings.HasPrefix(k, ":") || strings.HasPrefix(k, "grpc-") || k == hopKey || k == rateKey
+	return strings.HasPrefix(k, ":") || strings.HasPrefix(k, "grpc-") || k == hopKey || k == rateKey || k == auth.TokenKey
 }
 
 // contentSubtype returns the subtype of the incoming call's content-type

@@ -377,3 +377,37 @@ func appendJSONString(dst []byte, s string) []byte {
 	}
 	return append(dst, '"')
 }
+
+// AppendSafetensorsHeader appends the JSON header (without its length
+// prefix, padded with spaces to a multiple of 8 bytes) of a file whose
+// tensors lie at the data_offsets given (Begin, End), for a writer that
+// places each tensor's bytes itself, in any order, and writes the header
+// last: a file written as its tensors arrive. The tensors are checked as
+// NewSafetensorsWriter checks them, and their offsets must tile the data
+// buffer exactly, as a reader requires; the header is written in the
+// order of the offsets. A reader accepts more padding (spaces) after it.
+func AppendSafetensorsHeader(dst []byte, tensors []TensorInfo, meta map[string]string, opts ...Option) ([]byte, error) {
+	c, err := newConfig(opts)
+	if err != nil {
+		return dst, err
+	}
+	c.keepOrder = true
+	sorted := slices.Clone(tensors)
+	slices.SortStableFunc(sorted, func(a, b TensorInfo) int { return cmpInt64(a.Begin, b.Begin) })
+	layout, _, err := layoutST(sorted, meta, c)
+	if err != nil {
+		return dst, err
+	}
+	for i, t := range sorted {
+		if t.Begin != layout[i].Begin || t.End != layout[i].End {
+			return dst, stErr(isCorrupt, "tensor %q at data_offsets [%d, %d]: want [%d, %d] (the tensors must tile the data buffer)",
+				t.Name, t.Begin, t.End, layout[i].Begin, layout[i].End)
+		}
+	}
+	start := len(dst)
+	dst = appendSTHeader(dst, layout, meta)
+	if n := int64(len(dst) - start); n > c.limits.MaxHeaderSize {
+		return dst[:start], stErr(isLimit, "header of %d bytes would be over the limit of %d", n, c.limits.MaxHeaderSize)
+	}
+	return dst, nil
+}

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,18 +11,14 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/encoding/gzip" // an application's gzip calls are accepted
-	"google.golang.org/grpc/status"
 
+	"github.com/tensorpress/tensorpress/auth"
+	"github.com/tensorpress/tensorpress/budget"
 	"github.com/tensorpress/tensorpress/proxy"
-	"github.com/tensorpress/tensorpress/transport"
 )
 
 const proxyText = `
@@ -38,240 +34,229 @@ objects, such as Flower's, keep their IDs).
   --side remote: listen for the local proxy; --to is the application's server.
 
 Between the proxies each message goes as tensorpress frames, lossless, whose
-recipes an autotuner chooses per frame for the link (float runs found
-inside protobuf bytes fields coded by plane, mostly-zero data as
-positions, the rest with zstd, or stored raw where the link is faster
-than the coders); each proxy measures how fast the other's messages
-arrive and tells it. Where --to is on this host (loopback), nothing can
-be saved: the local proxy passes the application's connections through
-as they are, and the remote proxy passes them on. --bandwidth gives the
-link's rate instead of measuring it (and codes on loopback too). Both
-proxies must run the same tensorpress release.
+recipes an autotuner chooses per frame for the link; each proxy measures
+how fast the other's messages arrive and tells it. Where --to is on this
+host (loopback), nothing can be saved: the local proxy passes the
+application's connections through as they are, and the remote proxy
+passes them on (from a loopback peer only). --bandwidth gives the link's
+rate instead of measuring it (and codes on loopback too). Both proxies
+must run the same tensorpress release.
 
-For example, the client's machine runs
-  tensorpress proxy --side local --listen 127.0.0.1:50051 --to server-host:7000
-and the server's
-  tensorpress proxy --side remote --listen :7000 --to 127.0.0.1:50051
+Authentication between the proxies: on the remote side --tls-cert and
+--tls-key give its certificate, --tls-ca requires client certificates
+signed by that authority (mutual TLS), --token-file requires the token in
+every call; on the local side the same flags are what it presents to the
+remote proxy (--tls-ca checks the remote's certificate). A listener off
+loopback without mutual TLS or a token refuses to start unless --insecure;
+the local side's listener, for the application, needs --insecure there.
+
+For example, the server's machine runs
+  tensorpress proxy --side remote --listen :7000 --to 127.0.0.1:50051 \
+    --tls-cert remote.pem --tls-key remote-key.pem --tls-ca ca.pem
+and the client's
+  tensorpress proxy --side local --listen 127.0.0.1:50051 --to server-host:7000 \
+    --tls-cert local.pem --tls-key local-key.pem --tls-ca ca.pem
 SIGTERM or SIGINT stops a proxy: calls in flight get --drain to finish.
+
+Limits, for a port on the internet: everything a proxy holds for its peers
+(messages received, decoded, coded) is charged to --memory before it is
+held, and a call that does not fit fails with RESOURCE_EXHAUSTED; a
+message over --max-message is refused before it is decoded. A connection
+gets --handshake-timeout to send its first bytes, its TLS and HTTP/2
+handshake; --idle-timeout closes connections without calls (or bytes);
+--max-streams, --max-conns and --max-conns-per-peer bound the rest.
 
 --mode tcp forwards any byte stream instead (protocols that are not gRPC):
 each connection to the local proxy becomes one to the remote proxy that
-carries tensorpress frames (package transport: the autotuner picks each
-frame's recipe on the measured link), and one from the remote proxy to
---to. Half-closes pass through; the bytes arrive as they were sent.
+carries tensorpress frames (package transport), and one from the remote
+proxy to --to. Half-closes pass through; the bytes arrive as they were
+sent. TCP mode authenticates the hop with mutual TLS only (no token).
 `
+
+// proxyFlags are the command line of a proxy.
+type proxyFlags struct {
+	side, listen, to, mode, metrics, bandwidth    *string
+	maxMsg, memory                                *int64
+	drain, handshake, idle                        *time.Duration
+	maxStreams, maxConns, maxConnsPerPeer         *int
+	tlsCert, tlsKey, tlsCA, serverName, tokenFile *string
+	insecure                                      *bool
+	newLog                                        func() (*slog.Logger, error)
+}
+
+func defineProxyFlags(fs *flag.FlagSet, stderr io.Writer) *proxyFlags {
+	lim := proxy.DefaultLimits()
+	return &proxyFlags{
+		side:            fs.String("side", "", "`local` (beside the client) or `remote` (beside the server); required"),
+		listen:          fs.String("listen", "", "`address` to listen on (host:port); required"),
+		to:              fs.String("to", "", "`address` to forward to: the remote proxy, or the server; required"),
+		mode:            fs.String("mode", "grpc", "`grpc` (any gRPC service) or `tcp` (any byte stream, through package transport)"),
+		maxMsg:          sizeFlag(fs, "max-message", proxy.DefaultMaxMessageSize, "largest message, in `bytes`, both ways (grpc; 64MiB, 1GiB)"),
+		memory:          sizeFlag(fs, "memory", budget.DefaultBytes, "memory budget, in `bytes`, for everything the proxy holds for its peers (grpc)"),
+		drain:           fs.Duration("drain", proxy.DefaultDrain, "time calls get to finish at shutdown"),
+		handshake:       fs.Duration("handshake-timeout", lim.HandshakeTimeout, "time a connection gets to send its first bytes, TLS and HTTP/2 handshake"),
+		idle:            fs.Duration("idle-timeout", lim.IdleTimeout, "close a connection without calls (grpc) or bytes (pass-through, tcp) for this long"),
+		maxStreams:      fs.Int("max-streams", int(lim.MaxStreams), "concurrent calls per connection"),
+		maxConns:        fs.Int("max-conns", lim.MaxConns, "connections open at once, all peers"),
+		maxConnsPerPeer: fs.Int("max-conns-per-peer", lim.MaxConnsPerPeer, "connections open at once from one IP address"),
+		metrics:         fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on, without authentication: off loopback with --insecure only (default: none)"),
+		bandwidth:       fs.String("bandwidth", "auto", "the link's `rate` between the proxies (10Mbit, 1Gbit; auto: measured), local side (the remote takes the local's)"),
+		tlsCert:         fs.String("tls-cert", "", "certificate `file` (PEM): the remote side's server certificate, the local side's client certificate"),
+		tlsKey:          fs.String("tls-key", "", "key `file` (PEM) of --tls-cert"),
+		tlsCA:           fs.String("tls-ca", "", "authority `file` (PEM): remote side, require client certificates it signed (mutual TLS); local side, check the remote's certificate"),
+		serverName:      fs.String("tls-server-name", "", "`name` the local side checks the remote's certificate for (default: the host of --to)"),
+		tokenFile:       fs.String("token-file", "", "`file` holding the shared token between the proxies (grpc; 16 bytes or more, such as 32 random hex digits): required by the remote side, sent by the local side"),
+		insecure:        fs.Bool("insecure", false, "allow a listener off loopback without mutual TLS or a token (--listen, --metrics)"),
+		newLog:          logFlags(fs, stderr),
+	}
+}
 
 func cmdProxy(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("proxy", "proxy --side local|remote --listen ADDR --to ADDR [flags]", proxyText, stderr)
-	side := fs.String("side", "", "`local` (beside the client) or `remote` (beside the server); required")
-	listen := fs.String("listen", "", "`address` to listen on (host:port); required")
-	to := fs.String("to", "", "`address` to forward to: the remote proxy, or the server; required")
-	mode := fs.String("mode", "grpc", "`grpc` (any gRPC service) or `tcp` (any byte stream, through package transport)")
-	maxMsg := sizeFlag(fs, "max-message", proxy.DefaultMaxMessageSize, "largest message, in `bytes`, both ways (grpc; 64MiB, 1GiB)")
-	drain := fs.Duration("drain", 10*time.Second, "time calls get to finish at shutdown")
-	metricsAddr := fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (grpc mode; default: none)")
-	bwFlag := fs.String("bandwidth", "auto", "the link's `rate` between the proxies (10Mbit, 1Gbit; auto: measured), local side (the remote takes the local's)")
-	newLog := logFlags(fs, stderr)
+	f := defineProxyFlags(fs, stderr)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	log, err := newLog()
+	log, err := f.newLog()
 	if err != nil {
 		return err
 	}
-	switch {
-	case *side != "local" && *side != "remote":
-		return usagef("--side %q: want local or remote", *side)
-	case *listen == "":
-		return usagef("--listen is required")
-	case *to == "":
-		return usagef("--to is required")
-	case *mode != "grpc" && *mode != "tcp":
-		return usagef("--mode %q: want grpc or tcp", *mode)
-	}
-	bw, err := parseBandwidth(*bwFlag)
-	if err != nil {
-		return usagef("--bandwidth %q: %v", *bwFlag, err)
-	}
-	if *mode == "tcp" {
-		return tcpProxy(*listen, *to, *drain, log, "tcp", func(c net.Conn) error { return forwardTCP(*side, c, *to) })
-	}
-	var stats proxy.Stats
-	if *side == "local" && bw == 0 && onLoopback(*to) {
-		// Nothing to save on loopback: pass the connections through.
-		log.Info("the remote proxy is on this host: passing connections through, no coding", "to", *to)
-		if *metricsAddr != "" {
-			errc := make(chan error, 1)
-			stopMetrics, err := serveMetrics(*metricsAddr, errc, log, proxy.Collector(&stats))
-			if err != nil {
-				return err
-			}
-			defer stopMetrics()
-		}
-		return tcpProxy(*listen, *to, *drain, log, "grpc-passthrough", func(c net.Conn) error {
-			return forwardRaw(c, *to, rawMagic, &stats.HopOut, &stats.HopIn)
-		})
-	}
-	hop, err := proxy.NewHop(bw)
-	if err != nil {
-		return usagef("%v", err)
-	}
-	conn, err := grpc.NewClient(*to, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(hopWindow), grpc.WithInitialConnWindowSize(hopWindow),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-			if err != nil {
-				return nil, err
-			}
-			if *side == "local" {
-				return hop.Conn(c), nil
-			}
-			return c, nil
-		}))
+	side, err := f.build(log)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	opts := []proxy.Option{proxy.WithMaxMessageSize(int(*maxMsg)), proxy.WithStats(&stats)}
-	if *side == "local" {
-		opts = append(opts, proxy.WithOutgoingHop(hop))
-	} else {
-		opts = append(opts, proxy.WithIncomingHop(hop))
-	}
-	sopts, err := proxy.ServerOptions(conn, opts...)
-	if err != nil {
-		return usagef("%v", err)
-	}
-	sopts = append(sopts, grpc.ChainStreamInterceptor(logCalls(log, *to)))
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := f.listenChecked()
 	if err != nil {
 		return err
 	}
-	if *side == "remote" {
-		sniff := newSniffListener(ln, *to)
-		defer sniff.closeRaw()
-		ln = hop.Listener(sniff)
-		sopts = append(sopts, grpc.InitialWindowSize(hopWindow), grpc.InitialConnWindowSize(hopWindow))
-	}
-	s := grpc.NewServer(sopts...)
-	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
+	ctx, stop := signal.NotifyContext(proxyContext(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log.Info("listening", "addr", ln.Addr().String(), "side", *side, "to", *to)
-	errc := make(chan error, 2)
-	if *metricsAddr != "" {
-		stopMetrics, err := serveMetrics(*metricsAddr, errc, log, proxy.Collector(&stats))
+	if *f.metrics != "" {
+		stopMetrics, err := f.serveMetrics(side, log, stop)
 		if err != nil {
 			ln.Close()
 			return err
 		}
 		defer stopMetrics()
 	}
-	return serve(ctx, s, ln, errc, *drain, log)
+	return side.Serve(ctx, ln)
 }
 
-// tcpProxy accepts connections on listen and hands each to forward
-// (forwardTCP: on the local side carried to the remote proxy through
-// transport.Wrap, on the remote side unwrapped and forwarded to the
-// server; forwardRaw: passed through as it is); SIGTERM stops accepting,
-// and the connections open get drain to end.
-func tcpProxy(listen, to string, drain time.Duration, log *slog.Logger, mode string, forward func(net.Conn) error) error {
-	ln, err := net.Listen("tcp", listen)
+// proxyContext is the context a proxy runs in until a signal: tests end
+// it.
+var proxyContext = context.Background
+
+// build checks the flags and returns the proxy they describe.
+func (f *proxyFlags) build(log *slog.Logger) (*proxy.Side, error) {
+	switch {
+	case *f.side != "local" && *f.side != "remote":
+		return nil, usagef("--side %q: want local or remote", *f.side)
+	case *f.listen == "":
+		return nil, usagef("--listen is required")
+	case *f.to == "":
+		return nil, usagef("--to is required")
+	case *f.mode != "grpc" && *f.mode != "tcp":
+		return nil, usagef("--mode %q: want grpc or tcp", *f.mode)
+	case *f.memory <= 0:
+		return nil, usagef("--memory %d: want more than 0", *f.memory)
+	case *f.maxStreams <= 0 || int64(*f.maxStreams) > 1<<31-1:
+		return nil, usagef("--max-streams %d: want 1 or more", *f.maxStreams)
+	case *f.mode == "tcp" && *f.tokenFile != "":
+		return nil, usagef("--token-file: TCP mode authenticates the hop with mutual TLS only (--tls-cert, --tls-key, --tls-ca)")
+	}
+	opts, err := f.options(log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	log.Info("listening", "addr", ln.Addr().String(), "to", to, "mode", mode)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	open := map[net.Conn]bool{}
-	track := func(c net.Conn, on bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if on {
-			open[c] = true
-		} else {
-			delete(open, c)
+	newSide := proxy.NewLocal
+	if *f.side == "remote" {
+		newSide = proxy.NewRemote
+	}
+	s, err := newSide(*f.to, opts...)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return s, nil
+}
+
+// options are the proxy's options from the flags.
+func (f *proxyFlags) options(log *slog.Logger) ([]proxy.Option, error) {
+	bw, err := parseBandwidth(*f.bandwidth)
+	if err != nil {
+		return nil, usagef("--bandwidth %q: %v", *f.bandwidth, err)
+	}
+	if *f.maxMsg <= 0 || *f.maxMsg > 1<<31-1 {
+		return nil, usagef("--max-message %d: want 1 to %d bytes", *f.maxMsg, 1<<31-1)
+	}
+	lim := proxy.Limits{
+		HandshakeTimeout: *f.handshake, IdleTimeout: *f.idle, MaxStreams: uint32(*f.maxStreams),
+		MaxConns: *f.maxConns, MaxConnsPerPeer: *f.maxConnsPerPeer,
+	}
+	listen, dial := f.auth()
+	opts := []proxy.Option{
+		proxy.WithLogger(log), proxy.WithBandwidth(bw), proxy.WithMaxMessageSize(int(*f.maxMsg)),
+		proxy.WithBudget(budget.New(*f.memory)), proxy.WithLimits(lim), proxy.WithDrain(*f.drain),
+		proxy.WithListenAuth(listen), proxy.WithDialAuth(dial),
+	}
+	if *f.mode == "tcp" {
+		opts = append(opts, proxy.WithTCP())
+	}
+	return opts, nil
+}
+
+// auth returns what the listener requires and what the dial presents:
+// the TLS and token flags are the remote side's listener's, or the local
+// side's dial to the remote proxy.
+func (f *proxyFlags) auth() (listen, dial auth.Config) {
+	a := auth.Config{
+		CertFile: *f.tlsCert, KeyFile: *f.tlsKey, CAFile: *f.tlsCA,
+		ServerName: *f.serverName, TokenFile: *f.tokenFile,
+	}
+	if *f.side == "remote" {
+		a.Insecure = *f.insecure
+		return a, auth.Config{}
+	}
+	return auth.Config{Insecure: *f.insecure}, a
+}
+
+// listenChecked listens on --listen, once the listener's authentication
+// allows that address.
+func (f *proxyFlags) listenChecked() (net.Listener, error) {
+	listen, _ := f.auth()
+	if err := listen.CheckListen(*f.listen); err != nil {
+		if *f.side == "local" {
+			return nil, fmt.Errorf("%w (the local side's listener, for the application, has no authentication of its own: keep it on loopback)", err)
 		}
+		return nil, err
 	}
+	return net.Listen("tcp", *f.listen)
+}
+
+// serveMetrics serves the proxy's metrics on --metrics; a failure of
+// that server stops the proxy.
+func (f *proxyFlags) serveMetrics(side *proxy.Side, log *slog.Logger, stop func()) (func(), error) {
+	if err := (auth.Config{Insecure: *f.insecure}).CheckListen(*f.metrics); err != nil {
+		return nil, fmt.Errorf("--metrics: %w (/metrics has no authentication)", err)
+	}
+	errc := make(chan error, 1)
+	stopMetrics, err := serveMetrics(*f.metrics, errc, log, proxy.Collector(side.Stats()))
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
 	go func() {
-		<-ctx.Done()
-		ln.Close()
+		select {
+		case err := <-errc:
+			log.Error("metrics server failed: stopping", "err", err)
+			stop()
+		case <-done:
+		}
 	}()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Error("accept", "err", err)
-			}
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			track(c, true)
-			defer track(c, false)
-			if err := forward(c); err != nil {
-				var op *net.OpError
-				if errors.As(err, &op) && op.Op == "dial" {
-					log.Warn("connection not forwarded: the next hop is down", "remote", c.RemoteAddr().String(), "to", to, "err", err)
-				} else {
-					log.Info("connection ended", "remote", c.RemoteAddr().String(), "err", err)
-				}
-			}
-		}()
-	}
-	drainThenCut(wg.Wait, drain, func() {
-		mu.Lock()
-		for c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	return nil
+	return func() {
+		close(done)
+		stopMetrics()
+	}, nil
 }
-
-// forwardTCP carries c to the next hop: wrapped in tensorpress frames
-// toward the remote proxy (local side), or unwrapped toward the server
-// (remote side).
-func forwardTCP(side string, c net.Conn, to string) error {
-	defer c.Close()
-	d, err := net.Dial("tcp", to)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	var in, out net.Conn = c, d // out: toward the server
-	var wrapped *transport.Conn
-	if side == "local" {
-		wrapped, err = transport.Wrap(d)
-		out = wrapped
-	} else {
-		wrapped, err = transport.Wrap(c)
-		in = wrapped
-	}
-	if err != nil {
-		return err
-	}
-	defer wrapped.Close()
-	errc := make(chan error, 2)
-	pipe := func(dst, src net.Conn) {
-		_, err := io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
-		}
-		errc <- err
-	}
-	go pipe(out, in)
-	go pipe(in, out)
-	return errors.Join(<-errc, <-errc)
-}
-
-// hopWindow is the flow-control window of the connection between the
-// proxies, per stream and per connection: a message of a few megabytes
-// crosses without waiting for window updates (gRPC's default starts at
-// 64 KiB and grows with its bandwidth-delay estimate).
-const hopWindow = 8 << 20
 
 // parseBandwidth reads a rate in bits per second ("10Mbit", "1Gbit",
 // "500kbit", "1e9") as bytes per second; "auto" or "" is 0.
@@ -291,25 +276,4 @@ func parseBandwidth(s string) (float64, error) {
 		return 0, fmt.Errorf("want a rate such as 10Mbit or auto")
 	}
 	return v * mult / 8, nil
-}
-
-// logCalls logs each call that ends in an error: at warn level where the
-// proxy or the next hop failed (Unavailable, Internal, ResourceExhausted,
-// Unimplemented: a peer down, a bad message, a limit, another release),
-// else, where the status is the application's own, at debug level.
-func logCalls(log *slog.Logger, to string) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		err := h(srv, ss)
-		if err == nil {
-			return nil
-		}
-		st := status.Convert(err)
-		level := slog.LevelDebug
-		switch st.Code() {
-		case codes.Unavailable, codes.Internal, codes.ResourceExhausted, codes.Unimplemented:
-			level = slog.LevelWarn
-		}
-		log.Log(ss.Context(), level, "call failed", "method", info.FullMethod, "to", to, "code", st.Code().String(), "err", st.Message())
-		return err
-	}
 }

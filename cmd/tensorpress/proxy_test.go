@@ -37,7 +37,7 @@ func testProxyPeerDown(t *testing.T, why, logged string, extra ...string) {
 	dead := ln.Addr().String()
 	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	hubContext = func() context.Context { return ctx }
+	proxyContext = func() context.Context { return ctx }
 	local := startProxy(t, "local", dead, extra...)
 	defer func() {
 		cancel()

@@ -131,7 +131,7 @@ func BenchmarkPythonProxy(b *testing.B) {
 			direct := startRelay(b, host, serverAddr, l.link)
 			// Through the proxies: client -> local -> link -> remote -> server.
 			ctx, cancel := context.WithCancel(context.Background())
-			hubContext = func() context.Context { return ctx }
+			proxyContext = func() context.Context { return ctx }
 			// The remote proxy listens where the link arrives, as on
 			// another machine: on a shaped link it must not take its
 			// peer for loopback (it would send its responses uncoded).
@@ -211,7 +211,7 @@ func startProxyB(b *testing.B, side, listen, to string) *runningProxy {
 	b.Helper()
 	p := &runningProxy{done: make(chan int, 1), errb: new(syncBuffer)}
 	go func() {
-		p.done <- run([]string{"proxy", "--side", side, "--listen", listen, "--to", to}, new(bytes.Buffer), p.errb)
+		p.done <- run([]string{"proxy", "--side", side, "--listen", listen, "--to", to, "--insecure"}, new(bytes.Buffer), p.errb) // the remote listens where the simulated link arrives, off loopback
 	}()
 	for range 2000 {
 		if i := strings.Index(p.errb.String(), "msg=listening addr="); i >= 0 {

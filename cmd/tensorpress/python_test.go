@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tensorpress/tensorpress/internal/testcert"
 )
 
 // python is Debian's interpreter with grpcio and numpy, or skips.
@@ -69,18 +71,30 @@ func pythonServer(t *testing.T, py string) (string, <-chan string) {
 // (float32 weights from 1 KiB; 256 MiB with TENSORPRESS_BIG=1) comes back
 // bit for bit with the server's SHA-256 matching the client's, a
 // bidirectional stream too, and the client's deadline and cancellation
-// reach the Python server.
+// reach the Python server. The proxies talk in plain text, then with
+// mutual TLS between them.
 func TestPythonThroughProxies(t *testing.T) {
 	py := python(t)
+	t.Run("plain", func(t *testing.T) { testPythonThroughProxies(t, py, nil, nil) })
+	t.Run("mTLS", func(t *testing.T) {
+		certs, err := testcert.Write(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		testPythonThroughProxies(t, py, mtlsArgs(certs, "remote"), mtlsArgs(certs, "local"))
+	})
+}
+
+func testPythonThroughProxies(t *testing.T, py string, remoteArgs, localArgs []string) {
 	serverAddr, slow := pythonServer(t, py)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	hubContext = func() context.Context { return ctx }
-	remote := startProxy(t, "remote", serverAddr)
+	proxyContext = func() context.Context { return ctx }
+	remote := startProxy(t, "remote", serverAddr, remoteArgs...)
 	// The proxies talk over loopback, where they would send the messages
 	// as they are: a configured bandwidth makes them code the hop as over
 	// a wide-area link.
-	local := startProxy(t, "local", remote.addr, "--metrics", "127.0.0.1:0", "--bandwidth", "10Mbit")
+	local := startProxy(t, "local", remote.addr, append([]string{"--metrics", "127.0.0.1:0", "--bandwidth", "10Mbit"}, localArgs...)...)
 	defer func() {
 		cancel()
 		local.wait(t)
@@ -172,7 +186,7 @@ func TestPythonThroughProxies(t *testing.T) {
 	t.Logf("the hop carried %.1f%% of the bytes up and %.1f%% of those down", 100*hop["out"]/got["up"], 100*hop["in"]/got["down"])
 	// The bytes each recipe put on the hop add up to the hop's bytes out,
 	// less gRPC's framing: 5 bytes a message, 9 per HTTP/2 data frame (16
-	// KiB at least), and the headers of each call.
+	// KiB at least), and the headers of each call (and TLS's records).
 	var recipeOut, recipeIn float64
 	for _, mt := range fams["tensorpress_proxy_recipe_bytes_total"].GetMetric() {
 		labels := map[string]string{}
@@ -187,7 +201,12 @@ func TestPythonThroughProxies(t *testing.T) {
 		}
 	}
 	calls := float64(len(strings.Split(sizes, ",")) + 3)
-	if framing := hop["out"] - recipeOut; recipeIn != got["up"] || framing < 0 || framing > hop["out"]*9/16384+calls*(5+1024)+16 {
+	slack := hop["out"]*9/16384 + calls*(5+1024) + 16
+	if remoteArgs != nil {
+		// TLS: 29 bytes a record of 16 KiB at most, and the handshake.
+		slack += hop["out"]*29/16384 + 16<<10
+	}
+	if framing := hop["out"] - recipeOut; recipeIn != got["up"] || framing < 0 || framing > slack {
 		t.Errorf("recipes: %v bytes in (the client sent %v), %v out, for %v on the hop", recipeIn, got["up"], recipeOut, hop["out"])
 	}
 	if fams["tensorpress_proxy_encode_seconds_total"].GetMetric()[0].GetCounter().GetValue() <= 0 ||
@@ -258,7 +277,7 @@ func TestTCPProxies(t *testing.T) {
 		}
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
-	hubContext = func() context.Context { return ctx }
+	proxyContext = func() context.Context { return ctx }
 	remote := startProxy(t, "remote", ln.Addr().String(), "--mode", "tcp")
 	local := startProxy(t, "local", remote.addr, "--mode", "tcp")
 	defer func() {
@@ -299,7 +318,7 @@ func TestPythonPassthrough(t *testing.T) {
 	py := python(t)
 	serverAddr, _ := pythonServer(t, py)
 	ctx, cancel := context.WithCancel(context.Background())
-	hubContext = func() context.Context { return ctx }
+	proxyContext = func() context.Context { return ctx }
 	remote := startProxy(t, "remote", serverAddr)
 	local := startProxy(t, "local", remote.addr, "--metrics", "127.0.0.1:0")
 	defer func() {
