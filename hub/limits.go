@@ -92,10 +92,13 @@ func (l Limits) ServerOptions() ([]grpc.ServerOption, error) {
 // WithBudget charges what the hub holds for its peers to b (shared with
 // the rest of the process, as package budget intends): each upload
 // message's decoded size as its frames' checked headers claim it, before
-// it is decoded (ResourceExhausted when it does not fit), the sums of a
-// round until DropRound, and each fetch's chunks from the moment they
-// are encoded until the client has granted the credit back (a fetch
-// waits for the budget: backpressure). Nil, the default, charges nothing.
+// it is decoded (ResourceExhausted when it does not fit, or when it
+// claims more than one frame may hold), the sums of a round until
+// DropRound, what encoding a chunk holds, and each fetch's chunk from the
+// moment it is made until the next is sent, as gRPC may hold it queued
+// for a slow client meanwhile (a fetch waits for the budget:
+// backpressure, until its context ends). Nil, the default, charges
+// nothing.
 func WithBudget(b *budget.Budget) Option {
 	return func(h *Hub) error {
 		h.budget = b
@@ -103,7 +106,8 @@ func WithBudget(b *budget.Budget) Option {
 	}
 }
 
-// charges are a fetch's charges for its chunks in flight, oldest first.
+// charges are a fetch's charges for the chunks gRPC may still hold,
+// oldest first.
 type charges struct {
 	mu sync.Mutex
 	q  []*budget.Charge
@@ -115,16 +119,16 @@ func (c *charges) push(ch *budget.Charge) {
 	c.mu.Unlock()
 }
 
-// release gives back the n oldest charges.
-func (c *charges) release(n int) {
+// keep gives back all but the n newest charges.
+func (c *charges) keep(n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n = min(n, len(c.q))
-	for _, ch := range c.q[:n] {
+	drop := max(0, len(c.q)-n)
+	for _, ch := range c.q[:drop] {
 		ch.Release()
 	}
-	c.q = c.q[n:]
+	c.q = c.q[drop:]
 }
 
 // releaseAll gives back every charge.
-func (c *charges) releaseAll() { c.release(1 << 62) }
+func (c *charges) releaseAll() { c.keep(0) }

@@ -226,20 +226,24 @@ func (h *Hub) lossyRecipe(cur *version, t *codec.Tensor, s *scratch) (*codec.Rec
 
 // frames returns the item's encoded frames: from the cache, or encoded
 // once for every request that asks for them meanwhile, what encoding
-// holds charged to the budget meanwhile.
-func (h *Hub) frames(ctx context.Context, cur *version, it *item, base *version, lossless bool) ([]byte, error) {
+// holds charged meanwhile (charge; nil: not counted).
+func (h *Hub) frames(charge func(n int64) (*budget.Charge, error), cur *version, it *item, base *version, lossless bool) ([]byte, error) {
 	var b uint64
 	if base != nil {
 		b = base.id
 	}
 	return h.cache.get(cur.id, it.key(cur.id, b, lossless), func() ([]byte, error) {
-		// What encoding holds: the elements read (or the delta), the
-		// base's, and the frames made.
-		ch, err := h.budget.Charge(ctx, 3*it.rawBytes())
-		if err != nil {
-			return nil, err
+		if charge != nil {
+			// What encoding holds: the elements read (or the delta),
+			// the base's, and the frames made.
+			ch, err := charge(3 * it.rawBytes())
+			if err != nil {
+				return nil, err
+			}
+			defer ch.Release()
 		}
-		defer ch.Release()
+		h.encoding <- struct{}{}
+		defer func() { <-h.encoding }()
 		return h.encode(cur, it, base, lossless)
 	})
 }
@@ -292,7 +296,7 @@ type fetchStream struct {
 	plan      []item
 	credit    int
 	grants    chan int
-	held      charges // the budget's charges of the chunks in flight
+	held      charges // the budget's charges of the chunks gRPC may hold
 
 	chunks, bytes int64 // sent
 }
@@ -341,10 +345,8 @@ func (f *fetchStream) open() error {
 	return nil
 }
 
-// receiveGrants takes the client's credit grants while chunks are sent:
-// each grant gives back the budget of the chunks the client has taken
-// (here, so that a fetch waiting for the budget still sees them), then
-// goes to send. It returns when the stream ends.
+// receiveGrants takes the client's credit grants while chunks are sent,
+// until the stream ends.
 func (f *fetchStream) receiveGrants() {
 	defer close(f.grants)
 	for {
@@ -352,10 +354,8 @@ func (f *fetchStream) receiveGrants() {
 		if err != nil {
 			return
 		}
-		n := int(m.GetCredit())
-		f.held.release(n)
 		select {
-		case f.grants <- n:
+		case f.grants <- int(m.GetCredit()):
 		case <-f.ctx.Done():
 			return
 		}
@@ -380,14 +380,25 @@ func (f *fetchStream) send() error {
 		if err := f.st.Send(c); err != nil {
 			return err
 		}
+		// gRPC may still hold the chunk sent, queued for a client that
+		// reads slowly, until the next Send returns: the one before it
+		// is gone.
+		f.held.keep(1)
 		f.sent(seq, c)
 	}
 	return nil
 }
 
+// testHookNoCredit, when set, is called each time a fetch finds the
+// client's credit spent, before it waits for more.
+var testHookNoCredit func()
+
 // awaitCredit returns when the client has credit for one more chunk.
 func (f *fetchStream) awaitCredit() error {
 	for f.credit <= 0 {
+		if testHookNoCredit != nil {
+			testHookNoCredit()
+		}
 		select {
 		case n, ok := <-f.grants:
 			if !ok {
@@ -402,15 +413,16 @@ func (f *fetchStream) awaitCredit() error {
 }
 
 // chunk makes chunk seq of last: its frames, charged to the budget until
-// the client grants its credit back, and with the digests on the last.
+// the next chunk is sent (or the stream ends), and with the digests on
+// the last.
 func (f *fetchStream) chunk(seq, last uint64) (*hubpb.FetchChunk, error) {
 	c := &hubpb.FetchChunk{Seq: seq, Version: f.ver.id, Last: seq == last}
 	if len(f.plan) > 0 {
-		frames, err := f.h.frames(f.ctx, f.ver, &f.plan[seq-1], f.base, f.req.RequireLossless)
+		frames, err := f.h.frames(f.charge, f.ver, &f.plan[seq-1], f.base, f.req.RequireLossless)
 		if err != nil {
 			return nil, fetchError(f.ctx, seq, err)
 		}
-		ch, err := f.h.budget.Charge(f.ctx, int64(len(frames)))
+		ch, err := f.charge(int64(len(frames)))
 		if err != nil {
 			return nil, fetchError(f.ctx, seq, err)
 		}
@@ -424,6 +436,19 @@ func (f *fetchStream) chunk(seq, last uint64) (*hubpb.FetchChunk, error) {
 		}
 	}
 	return c, nil
+}
+
+// charge charges a chunk of n bytes to the budget. When it does not fit
+// now, the fetch gives back the charge of the chunk before (which gRPC
+// has sent by now unless the client is slow) and waits: fetches that wait
+// never hold the budget they wait for.
+func (f *fetchStream) charge(n int64) (*budget.Charge, error) {
+	ch, err := f.h.budget.TryCharge(n)
+	if err == nil {
+		return ch, nil
+	}
+	f.held.releaseAll()
+	return f.h.budget.Charge(f.ctx, n)
 }
 
 // fetchError is the status of a chunk that could not be made.

@@ -183,8 +183,9 @@ type uploadStream struct {
 
 // addUpdate adds upload message seq, m, into its round's sum: first the
 // decoded size its frames' checked headers claim is charged to the
-// budget (ResourceExhausted when it does not fit), then it is decoded and
-// added, then the charge is released.
+// budget (ResourceExhausted when it does not fit, or is more than the
+// one frame an update is may hold), then it is decoded and added, then
+// the charge is released.
 func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMessage) error {
 	if len(m.Frame) == 0 {
 		h.badUpdates[0].Add(1)
@@ -193,6 +194,9 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 	claim, err := codec.DecodedSize(bytes.NewReader(m.Frame), codec.Limits{})
 	if err != nil {
 		return h.refuseUpdate(seq, err)
+	}
+	if max := codec.DefaultLimits().MaxDecodedSize; claim > max {
+		return h.refuseUpdate(seq, fmt.Errorf("%w: hub: the frames claim %d bytes decoded, more than one frame holds (%d)", codec.ErrLimit, claim, max))
 	}
 	ch, err := h.budget.TryCharge(claim)
 	if err != nil {
@@ -299,69 +303,95 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req Upl
 		return err
 	}
 	defer ob.Abort() // whatever was not acknowledged
-	acked, sent := 0, 0
-	var frames [][]byte
-	inflight := func(sent, acked int) int {
-		n := 0
-		for _, f := range frames[acked:sent] {
-			n += len(f)
-		}
-		return n
-	}
-	recvAck := func() error {
-		a, err := st.Recv()
-		if err != nil {
-			return err
-		}
-		if a.Seq != uint64(acked+1) {
-			return fmt.Errorf("%w: hub: acknowledgement %d after %d", codec.ErrCorrupt, a.Seq, acked)
-		}
-		ob.Accept(1)
-		acked++
-		return nil
-	}
 	// Every update is compressed (and staged in ob) before the first is
 	// sent, so that when the stream breaks each one is either counted or
 	// back in the residual, whatever the point of the break.
-	frames = make([][]byte, len(updates))
-	for i, u := range updates {
-		if frames[i], err = ob.Append(nil, u, req.spec(u), 0); err != nil {
+	u := &uploader{st: st, ob: ob, frames: make([][]byte, len(updates))}
+	for i, x := range updates {
+		if u.frames[i], err = ob.Append(nil, x, req.spec(x), 0); err != nil {
 			return err
 		}
 	}
-	for _, frame := range frames {
-		for sent > acked && (sent-acked >= uploadWindow || inflight(sent, acked)+len(frame) > uploadWindowBytes) {
-			if err := recvAck(); err != nil {
+	if err := u.sendAll(req); err != nil {
+		return err
+	}
+	return u.finish()
+}
+
+// uploader is the client's side of one Upload stream: the frames staged,
+// how many were sent and acknowledged.
+type uploader struct {
+	st          hubpb.Hub_UploadClient
+	ob          *gradient.Outbox
+	frames      [][]byte
+	sent, acked int
+}
+
+// inflight is the bytes sent and not acknowledged.
+func (u *uploader) inflight() int {
+	n := 0
+	for _, f := range u.frames[u.acked:u.sent] {
+		n += len(f)
+	}
+	return n
+}
+
+// recvAck takes the next acknowledgement and commits its update in ob.
+func (u *uploader) recvAck() error {
+	a, err := u.st.Recv()
+	if err != nil {
+		return err
+	}
+	if a.Seq != uint64(u.acked+1) {
+		return fmt.Errorf("%w: hub: acknowledgement %d after %d", codec.ErrCorrupt, a.Seq, u.acked)
+	}
+	u.ob.Accept(1)
+	u.acked++
+	return nil
+}
+
+// sendAll sends every frame, keeping the window: at most uploadWindow
+// unacknowledged, and more than one only within uploadWindowBytes.
+func (u *uploader) sendAll(req UploadRequest) error {
+	for _, frame := range u.frames {
+		for u.sent > u.acked && (u.sent-u.acked >= uploadWindow || u.inflight()+len(frame) > uploadWindowBytes) {
+			if err := u.recvAck(); err != nil {
 				return err
 			}
 		}
 		msg := &hubpb.UploadMessage{Round: req.Round, Weight: req.Weight, Peer: req.Peer, Frame: frame}
-		if err := st.Send(msg); err != nil {
+		if err := u.st.Send(msg); err != nil {
 			if err == io.EOF {
 				// The hub ended the stream: take the acknowledgements it
 				// sent, then its status.
-				for err = recvAck(); err == nil; err = recvAck() {
+				for err = u.recvAck(); err == nil; err = u.recvAck() {
 				}
 				if err == io.EOF {
-					err = fmt.Errorf("hub: upload: the hub ended the stream after %d of %d updates", acked, len(updates))
+					err = fmt.Errorf("hub: upload: the hub ended the stream after %d of %d updates", u.acked, len(u.frames))
 				}
 			}
 			return err
 		}
-		sent++
+		u.sent++
 	}
-	if err := st.CloseSend(); err != nil {
+	return nil
+}
+
+// finish closes the sending side and takes the acknowledgements left,
+// then the end of the stream.
+func (u *uploader) finish() error {
+	if err := u.st.CloseSend(); err != nil {
 		return err
 	}
-	for acked < sent {
-		if err := recvAck(); err != nil {
+	for u.acked < u.sent {
+		if err := u.recvAck(); err != nil {
 			if err == io.EOF {
-				err = fmt.Errorf("hub: upload: %d of %d updates acknowledged", acked, sent)
+				err = fmt.Errorf("hub: upload: %d of %d updates acknowledged", u.acked, u.sent)
 			}
 			return err
 		}
 	}
-	if _, err := st.Recv(); err != io.EOF {
+	if _, err := u.st.Recv(); err != io.EOF {
 		if err == nil {
 			err = fmt.Errorf("%w: hub: an acknowledgement beyond the updates", codec.ErrCorrupt)
 		}

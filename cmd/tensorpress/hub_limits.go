@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/subtle"
 	"flag"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -44,7 +45,7 @@ func (a *authFlags) check(listen, metrics string) error {
 			continue
 		}
 		if err := c.CheckListen(addr); err != nil {
-			return usagef("%s: %v", flag, err)
+			return fmt.Errorf("%s: %w", flag, err)
 		}
 	}
 	return nil
