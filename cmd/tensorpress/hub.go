@@ -3,15 +3,13 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -28,7 +26,6 @@ import (
 	"github.com/tensorpress/tensorpress/hub/hubpb"
 	"github.com/tensorpress/tensorpress/hub/natsfan"
 	"github.com/tensorpress/tensorpress/profile"
-	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
 const hubText = `
@@ -142,6 +139,7 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	f.setMemoryLimit(log)
 	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	src, err := f.startSources(ctx, h, log)
@@ -193,6 +191,19 @@ func (f *hubFlags) newHub(log *slog.Logger) (*hub.Hub, error) {
 	return hub.New(opts...)
 }
 
+// setMemoryLimit makes the Go runtime's soft memory limit what the hub
+// may hold, --memory and --cache, plus 32 MiB for the rest of the process
+// (unless GOMEMLIMIT says otherwise): the garbage collector then returns
+// what the budget released before the heap doubles.
+func (f *hubFlags) setMemoryLimit(log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	limit := *f.memory + *f.cache + 32<<20
+	debug.SetMemoryLimit(limit)
+	log.Debug("Go memory limit", "bytes", limit)
+}
+
 // server makes the gRPC server of h: its limits, its authentication.
 func (f *hubFlags) server(h *hub.Hub) (*grpc.Server, error) {
 	sopts, err := f.limits.l.ServerOptions()
@@ -212,7 +223,7 @@ func (f *hubFlags) server(h *hub.Hub) (*grpc.Server, error) {
 // and what goes with them: the NATS publisher, the metrics collectors,
 // the functions that stop them.
 type sources struct {
-	w          *dirWatcher
+	w          *hub.Watcher
 	collectors []prometheus.Collector
 	closers    []func() // run last first
 }
@@ -233,16 +244,16 @@ func (f *hubFlags) startSources(ctx context.Context, h *hub.Hub, log *slog.Logge
 		src.relay(ctx, fo, h, *f.retention, log)
 		return src, nil
 	}
-	src.w = newDirWatcher(h, *f.dir, *f.retention, log)
+	src.w = hub.NewWatcher(h, *f.dir, *f.retention, log)
 	src.closers = append(src.closers, func() { src.w.Close() })
 	if fo != nil {
 		pub := natsfan.NewPublisher(fo.nc, fo.store, *f.retention, log)
 		q := newPublishQueue(ctx, pub, *f.dir, log)
 		src.closers = append(src.closers, q.wait)
-		src.w.onPublish = q.add
+		src.w.OnPublish = q.add
 		src.collectors = append(src.collectors, natsfan.Collector(pub, nil))
 	}
-	return src, src.w.start()
+	return src, src.w.Start()
 }
 
 // relay serves the versions NATS holds.
@@ -265,7 +276,7 @@ func (src *sources) watch(ctx context.Context, interval time.Duration) {
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		src.w.run(ctx, interval)
+		src.w.Run(ctx, interval)
 	}()
 	src.closers = append(src.closers, func() { <-watched })
 }
@@ -359,44 +370,3 @@ func drainThenCut(wait func(), drain time.Duration, cut func()) {
 // hubContext is the context a hub or proxy runs in until a signal: tests
 // end it.
 var hubContext = context.Background
-
-func publishVersion(h *hub.Hub, v uint64, dir string) ([]io.Closer, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var st, npy []string
-	for _, e := range ents {
-		switch {
-		case strings.HasSuffix(e.Name(), ".safetensors"):
-			st = append(st, e.Name())
-		case strings.HasSuffix(e.Name(), ".npy"):
-			npy = append(npy, e.Name())
-		}
-	}
-	switch {
-	case len(st) == 1 && len(npy) == 0:
-		f, err := tensorfile.OpenSafetensorsFile(filepath.Join(dir, st[0]))
-		if err != nil {
-			return nil, err
-		}
-		return []io.Closer{f}, h.PublishSafetensors(v, f.Safetensors)
-	case len(st) == 0 && len(npy) > 0:
-		var closers []io.Closer
-		var files []hub.NpyFile
-		for _, name := range npy {
-			f, err := os.Open(filepath.Join(dir, name))
-			if err != nil {
-				return closers, err
-			}
-			closers = append(closers, f)
-			fi, err := f.Stat()
-			if err != nil {
-				return closers, err
-			}
-			files = append(files, hub.NpyFile{Name: strings.TrimSuffix(name, ".npy"), R: f, Size: fi.Size()})
-		}
-		return closers, h.PublishNpy(v, files)
-	}
-	return nil, fmt.Errorf("%s: want one .safetensors file or .npy files, found %d and %d", dir, len(st), len(npy))
-}
