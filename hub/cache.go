@@ -27,7 +27,16 @@ type centry struct {
 
 func newCache(max int64) *cache { return &cache{max: max, m: map[string]*list.Element{}} }
 
+// get returns the frames of key (of version v): the cache's, those being
+// encoded for another request (waited for), or encode's. A request that
+// waited for an encoding that failed encodes once itself: the failure may
+// have been the other request's own (its context ended while it waited
+// for the memory budget, say).
 func (c *cache) get(v uint64, key string, encode func() ([]byte, error)) ([]byte, error) {
+	return c.getOnce(v, key, encode, true)
+}
+
+func (c *cache) getOnce(v uint64, key string, encode func() ([]byte, error), retry bool) ([]byte, error) {
 	if c.max == 0 {
 		return encode()
 	}
@@ -38,6 +47,9 @@ func (c *cache) get(v uint64, key string, encode func() ([]byte, error)) ([]byte
 		c.mu.Unlock()
 		c.hits.Add(1)
 		<-e.ready
+		if e.err != nil && retry {
+			return c.getOnce(v, key, encode, false)
+		}
 		return e.frames, e.err
 	}
 	e := &centry{key: key, version: v, ready: make(chan struct{})}
