@@ -480,8 +480,11 @@ func (f *fetchStream) sent(seq uint64, c *hubpb.FetchChunk) {
 // info too: a fetch that was cut is the client's to resume).
 func (f *fetchStream) logDone(err error) {
 	args := []any{"peer", peerName(f.ctx), "chunks", f.chunks, "bytes", f.bytes, "duration", time.Since(f.start).Round(time.Millisecond)}
-	if f.ver != nil {
+	switch {
+	case f.ver != nil:
 		args = append(args, "version", f.ver.id, "tensors", len(f.ts))
+	case f.req != nil:
+		args = append(args, "version", f.req.Version) // not found
 	}
 	if f.base != nil {
 		args = append(args, "base", f.base.id)

@@ -95,7 +95,7 @@ func addHubFlags(fs *flag.FlagSet, stderr io.Writer) *hubFlags {
 		prof:      fs.String("profile", "", "YAML profile `file` (default: lossless, by data class)"),
 		retention: fs.Int("retention", hub.DefaultRetention, "versions kept (the newest)"),
 		cache:     sizeFlag(fs, "cache", hub.DefaultCacheBytes, "encoded chunks kept for the next clients, in `bytes` (256MiB, 1GiB)"),
-		memory:    sizeFlag(fs, "memory", budget.DefaultBytes, "memory `budget` for what the hub holds for its peers at once, beside --cache (uploads, sums, fetches in flight)"),
+		memory:    sizeFlag(fs, "memory", budget.DefaultBytes, "memory budget, in `bytes`, for what the hub holds for its peers at once, beside --cache (uploads, sums, fetches in flight)"),
 		drain:     fs.Duration("drain", 10*time.Second, "time streams get to finish at shutdown"),
 		metrics:   fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (default: none)"),
 		watch:     fs.Duration("watch", 2*time.Second, "how often --dir is looked at for new versions (0: never)"),
