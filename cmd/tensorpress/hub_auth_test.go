@@ -168,3 +168,25 @@ func TestHubToken(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
+
+// TestHubLimitFlags: limits that cannot work are refused before the hub
+// starts.
+func TestHubLimitFlags(t *testing.T) {
+	models := hubModels(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--memory", "0"}, "--memory 0"},
+		{[]string{"--max-streams", "0"}, "--max-streams 0"},
+		{[]string{"--max-message", "512"}, "largest message 512 bytes"},
+		{[]string{"--handshake-timeout", "0s"}, "handshake timeout 0s"},
+		{[]string{"--idle-timeout", "-1s"}, "idle timeout -1s"},
+	} {
+		var errb bytes.Buffer
+		code := run(append([]string{"hub", "--dir", models}, c.args...), io.Discard, &errb)
+		if code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, want 2 saying %q: %s", c.args, code, c.want, errb.String())
+		}
+	}
+}
