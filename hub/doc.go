@@ -47,7 +47,16 @@
 // counted or in the client's residual.
 //
 // Models are published from memory (Publish) or served from files without
-// being held (PublishSafetensors, PublishNpy).
+// being held (PublishSafetensors, PublishNpy), reading each file once for
+// its digests (logged at info: the start, then the progress every 2 s).
+// A directory of versions (one subdirectory per version, named by its
+// number, holding one .safetensors file or .npy files) is read by one set
+// of rules, VersionDir (OpenVersion): to publish a version into a Hub, or
+// to read its tensors one at a time (the NATS publisher's input). A
+// Watcher publishes a directory's newest versions at the start and each
+// new one as it appears; a version that cannot be published (corrupt,
+// unreadable, still being written) is logged as a warning naming the file
+// and why, the others served, and it is tried again at the next poll.
 //
 // Serving: the hub is an ordinary gRPC service (hubpb.RegisterHubServer on
 // the caller's grpc.Server), so TLS (grpc.Creds on the server, transport
@@ -69,6 +78,25 @@
 // default 4 MiB receive limit at the default chunk size; uploads of large
 // tensors need grpc.MaxRecvMsgSize on the server.
 //
+// A hub on a port open to peers it does not trust: Limits.ServerOptions
+// gives the server bounds per connection (DefaultLimits: the handshake
+// within 10 s, a connection with no call open closed after 5 min, 32
+// calls at once per connection, messages of 32 MiB at most, a ping after
+// 30 s of silence answered within 10 s), and WithBudget a memory budget
+// (package budget, shared with the rest of the process) that what the hub
+// holds for its peers is charged to: an upload message's decoded size as
+// its frames' checked headers claim it (codec.DecodedSize), before any of
+// it is decoded, refused with ResourceExhausted when it does not fit, or
+// claims more than an update's one frame may hold (codec's MaxDecodedSize);
+// a round's sums until DropRound; what encoding a chunk holds, and a
+// fetch's chunk until the next is sent (a fetch waits for the budget,
+// without holding any of it meanwhile, until its context ends). Encoding
+// runs on at most GOMAXPROCS chunks at once. Authentication is the
+// caller's too: package auth's ServerOptions (mutual TLS, a shared token)
+// go beside these. WithLogger logs a line per fetch and per upload at
+// info: the peer, the version (the round), the tensors, the chunks and
+// bytes, the time taken and the outcome (ok, or the status code).
+//
 // Metrics: Collector exports the Hub's Stats (fetches, chunks and bytes
 // sent, encodes and their time, cache hits, bytes before and after coding
 // by recipe, chunks and bytes by client host, uploads, refused updates by
@@ -77,7 +105,8 @@
 //
 // Guarantees:
 //   - A client's memory is bounded by its credit (chunks in flight) and
-//     the tensors it keeps; the hub's by the cache bound plus, per fetch,
+//     the tensors it keeps; the hub's by its budget (WithBudget) and the
+//     cache bound; without a budget, by the cache bound plus, per fetch,
 //     the chunks in flight.
 //   - Chunks are the same for every request that selects the same
 //     tensors, so they are encoded once and shared.

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/tensorpress/tensorpress/budget"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/tensorfile"
 )
@@ -43,6 +47,9 @@ type Hub struct {
 	policy    codec.Policy
 	cache     *cache
 	enc       *codec.Encoder
+	budget    *budget.Budget // what is held for peers; nil: not counted
+	encoding  chan struct{}  // a token per encode running: at most GOMAXPROCS
+	log       *slog.Logger
 
 	encodes     atomic.Int64 // chunks encoded
 	encodeNanos atomic.Int64
@@ -201,6 +208,19 @@ func WithCacheBytes(n int64) Option {
 	}
 }
 
+// WithLogger logs the hub's work to l: a line per fetch and per upload
+// at info (peer, version, tensors, bytes, duration, outcome), and the
+// progress of publishing a large version from files. Default: none.
+func WithLogger(l *slog.Logger) Option {
+	return func(h *Hub) error {
+		if l == nil {
+			return errors.New("hub: nil logger")
+		}
+		h.log = l
+		return nil
+	}
+}
+
 // New returns an empty Hub.
 func New(opts ...Option) (*Hub, error) {
 	enc, err := codec.NewEncoder()
@@ -208,7 +228,8 @@ func New(opts ...Option) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{versions: map[uint64]*version{}, retention: DefaultRetention, chunk: DefaultChunkSize,
-		policy: defaultPolicy(), cache: newCache(DefaultCacheBytes), enc: enc}
+		policy: defaultPolicy(), cache: newCache(DefaultCacheBytes), enc: enc, log: slog.New(slog.DiscardHandler),
+		encoding: make(chan struct{}, runtime.GOMAXPROCS(0))}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("hub: nil option")
@@ -321,6 +342,7 @@ func (h *Hub) publishFiles(op string, v uint64, fts []fileTensor) error {
 		return errors.New("hub: version 0 is reserved (it means the newest)")
 	}
 	ver := &version{id: v, byName: map[string]*codec.Tensor{}, sections: map[string]*io.SectionReader{}, digests: map[string][32]byte{}}
+	prog := h.newProgress(v, fts)
 	buf := make([]byte, 1<<20)
 	for _, ft := range fts {
 		t := &ft.t
@@ -340,8 +362,40 @@ func (h *Hub) publishFiles(op string, v uint64, fts []fileTensor) error {
 		ver.sections[t.Name] = ft.sec
 		ver.digests[t.Name] = [32]byte(d.Sum(nil))
 		ver.bytes += uint64(ft.sec.Size())
+		prog.add(ft.sec.Size())
 	}
 	return h.publish(ver)
+}
+
+// progressEvery is how often reading a version's files for their digests
+// is logged.
+const progressEvery = 2 * time.Second
+
+// progress logs how far reading a version's files has come: at the
+// start, then every progressEvery.
+type progress struct {
+	log         *slog.Logger
+	v           uint64
+	done, total int64
+	last        time.Time
+}
+
+func (h *Hub) newProgress(v uint64, fts []fileTensor) *progress {
+	p := &progress{log: h.log, v: v, last: time.Now()}
+	for _, ft := range fts {
+		p.total += ft.sec.Size()
+	}
+	p.log.Info("reading version", "version", v, "tensors", len(fts), "bytes", p.total)
+	return p
+}
+
+func (p *progress) add(n int64) {
+	p.done += n
+	if now := time.Now(); now.Sub(p.last) >= progressEvery && p.done < p.total {
+		p.last = now
+		p.log.Info("reading version", "version", p.v, "done", fmt.Sprintf("%.0f%%", 100*float64(p.done)/float64(p.total)),
+			"bytes", p.done, "of", p.total)
+	}
 }
 
 // publish adds ver and drops versions beyond the retention.
@@ -485,7 +539,7 @@ func FrameBytes(model, base []*codec.Tensor, opts ...Option) (int64, error) {
 	}
 	var n int64
 	for _, it := range h.plan(v.tensors) {
-		f, err := h.frames(v, &it, bv, false)
+		f, err := h.frames(nil, v, &it, bv, false)
 		if err != nil {
 			return 0, err
 		}

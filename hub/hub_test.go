@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -214,13 +213,22 @@ func TestFetchSelect(t *testing.T) {
 }
 
 // TestFetchPullBased: a client that stops reading holds the hub at its
-// credit; the hub sends nothing more until it reads again.
+// credit; the hub sends nothing more until it reads again. (The hub says
+// when it waits for credit: testHookNoCredit.)
 func TestFetchPullBased(t *testing.T) {
+	waiting := make(chan struct{}, 16)
+	testHookNoCredit = func() {
+		select {
+		case waiting <- struct{}{}:
+		default: // nobody waits for this one
+		}
+	}
+	t.Cleanup(func() { testHookNoCredit = nil }) // after the server stops
 	h, _ := New(WithChunkSize(4 << 10))
 	h.Publish(1, model(8, 3)) // 2 large tensors in 4 KiB chunks: many chunks
 	c, _ := serve(t, h)
 	st := openFetch(t, c, 2)
-	time.Sleep(200 * time.Millisecond) // the client reads nothing
+	<-waiting // the client reads nothing
 	if n := h.Stats().ChunksSent; n != 2 {
 		t.Fatalf("%d chunks sent on a credit of 2", n)
 	}
@@ -230,7 +238,7 @@ func TestFetchPullBased(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	<-waiting
 	if n := h.Stats().ChunksSent; n != 5 {
 		t.Fatalf("%d chunks sent on a credit of 5", n)
 	}
@@ -294,7 +302,7 @@ func TestDeltas(t *testing.T) {
 				bv, _ = h.get(b)
 			}
 			cur, _ := h.get(2)
-			f, _ := h.frames(cur, &it, bv, false)
+			f, _ := h.frames(nil, cur, &it, bv, false)
 			n += int64(len(f))
 		}
 		return res, n
@@ -317,7 +325,7 @@ func TestDeltas(t *testing.T) {
 	var same int64
 	for _, it := range h2.plan(v1) {
 		cur2, _ := h2.get(2)
-		f, err := h2.frames(cur2, &it, b1, false)
+		f, err := h2.frames(nil, cur2, &it, b1, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,10 @@ import "github.com/prometheus/client_golang/prometheus"
 //	tensorpress_hub_active_uploads              upload streams open
 //	tensorpress_hub_refused_updates_total{reason="malformed"|"oversized"}
 //	tensorpress_hub_versions                    versions held
+//	tensorpress_hub_memory_limit_bytes          the memory budget (WithBudget; 0: none)
+//	tensorpress_hub_memory_in_use_bytes         what is charged to it now
+//	tensorpress_hub_memory_peak_bytes           the most charged at once
+//	tensorpress_hub_memory_refused_total        charges refused (ResourceExhausted)
 //	tensorpress_hub_recipe_in_bytes_total{recipe}   bytes of the segments each recipe coded, before coding
 //	tensorpress_hub_recipe_out_bytes_total{recipe}  and after (frame headers aside; the ratio is in/out)
 //	tensorpress_hub_peer_chunks_total{peer}          chunks sent to each client host
@@ -35,7 +39,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var descs = struct {
 	fetches, active, chunks, sent, raw, encodes, hits, encodeSecs, updates, updateBytes, uploads, refused, versions,
-	recipeIn, recipeOut, peerChunks, peerBytes *prometheus.Desc
+	recipeIn, recipeOut, peerChunks, peerBytes, memLimit, memInUse, memPeak, memRefused *prometheus.Desc
 }{
 	fetches:     desc("fetches_total", "Fetch RPCs served."),
 	active:      desc("active_fetches", "Fetch streams open."),
@@ -54,12 +58,16 @@ var descs = struct {
 	recipeOut:   desc("recipe_out_bytes_total", "Bytes of the segments each recipe coded, after coding (frame headers aside).", "recipe"),
 	peerChunks:  desc("peer_chunks_total", "Chunks sent, by client host.", "peer"),
 	peerBytes:   desc("peer_sent_bytes_total", "Bytes of the frames sent, by client host.", "peer"),
+	memLimit:    desc("memory_limit_bytes", "The memory budget for what the hub holds for its peers (0: none)."),
+	memInUse:    desc("memory_in_use_bytes", "Bytes charged to the memory budget now."),
+	memPeak:     desc("memory_peak_bytes", "The most bytes charged to the memory budget at once."),
+	memRefused:  desc("memory_refused_total", "Charges the memory budget refused."),
 }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descs.fetches, descs.active, descs.chunks, descs.sent, descs.raw, descs.encodes,
 		descs.hits, descs.encodeSecs, descs.updates, descs.updateBytes, descs.uploads, descs.refused, descs.versions,
-		descs.recipeIn, descs.recipeOut, descs.peerChunks, descs.peerBytes} {
+		descs.recipeIn, descs.recipeOut, descs.peerChunks, descs.peerBytes, descs.memLimit, descs.memInUse, descs.memPeak, descs.memRefused} {
 		ch <- d
 	}
 }
@@ -93,6 +101,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descs.peerChunks, float64(a.In), p)
 		counter(descs.peerBytes, float64(a.Out), p)
 	}
+	m := c.h.budget.Stats()
+	gauge(descs.memLimit, float64(m.Limit))
+	gauge(descs.memInUse, float64(m.InUse))
+	gauge(descs.memPeak, float64(m.Peak))
+	counter(descs.memRefused, float64(m.Refused))
 	c.h.mu.RLock()
 	n := len(c.h.versions)
 	c.h.mu.RUnlock()

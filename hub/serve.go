@@ -1,25 +1,19 @@
 package hub
 
 import (
-	"container/list"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tensorpress/tensorpress/budget"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
-	"github.com/tensorpress/tensorpress/internal/float16"
 	"github.com/tensorpress/tensorpress/rpc"
 )
 
@@ -230,199 +224,28 @@ func (h *Hub) lossyRecipe(cur *version, t *codec.Tensor, s *scratch) (*codec.Rec
 	return r, nil
 }
 
-// A delta's kind.
-const (
-	noDelta   = iota // the elements as they are
-	unchanged        // a bit delta of zeros
-	bitDelta         // diff: lossless
-	subDelta         // the arithmetic difference (DeltaTag)
-)
-
-// DeltaTag marks a tensor whose delta is the arithmetic difference of its
-// elements from the base's (in the element's float type), sent through a
-// lossy recipe; deltas without it are the lossless diff of the bits.
-var DeltaTag = codec.Tag{Key: "tensorpress.delta", Value: "sub"}
-
-// deltaOf returns elements [off, off+count) of t: as they are, or, when
-// base holds a tensor of the same name, dtype and shape, as a delta
-// against it (Base set to the base version): the arithmetic difference
-// when sub and the dtype is a float (tagged DeltaTag), else the lossless
-// diff of the bits.
-func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int, sub bool, s *scratch) (*codec.Tensor, int, error) {
-	c := *t
-	data, err := cur.read(t, off, count, s)
-	if err != nil {
-		return nil, 0, err
-	}
-	c.Offset, c.Data = int64(off), data
-	if base == nil {
-		return &c, noDelta, nil
-	}
-	bt, ok := base.byName[t.Name]
-	if !ok || bt.DType != t.DType || !slices.Equal(bt.Shape, t.Shape) {
-		return &c, noDelta, nil
-	}
-	bd, err := base.read(bt, off, count, s)
-	if err != nil {
-		return nil, 0, err
-	}
-	d := s.get(len(c.Data))
-	c.Data, c.Base = d, base.id
-	if sub && subtract(d, data, bd, t.DType) {
-		c.Tags.Extra = append(slices.Clip(c.Tags.Extra), DeltaTag)
-		return &c, subDelta, nil
-	}
-	if !diff(d, data, bd, t.DType.Size()) {
-		return &c, unchanged, nil
-	}
-	return &c, bitDelta, nil
-}
-
-// subtract sets d to cur − base element by element, rounded to dt, and
-// reports whether dt is a float type it handles.
-func subtract(d, cur, base []byte, dt codec.DType) bool {
-	le := binary.LittleEndian
-	switch dt {
-	case codec.F32:
-		for i := 0; i+4 <= len(d); i += 4 {
-			x := math.Float32frombits(le.Uint32(cur[i:])) - math.Float32frombits(le.Uint32(base[i:]))
-			le.PutUint32(d[i:], math.Float32bits(x))
-		}
-	case codec.F64:
-		for i := 0; i+8 <= len(d); i += 8 {
-			x := math.Float64frombits(le.Uint64(cur[i:])) - math.Float64frombits(le.Uint64(base[i:]))
-			le.PutUint64(d[i:], math.Float64bits(x))
-		}
-	case codec.F16, codec.BF16:
-		to, from := float16.F16ToF32, float16.F16FromF32
-		if dt == codec.BF16 {
-			to, from = float16.BF16ToF32, float16.BF16FromF32
-		}
-		for i := 0; i+2 <= len(d); i += 2 {
-			le.PutUint16(d[i:], from(to(le.Uint16(cur[i:]))-to(le.Uint16(base[i:]))))
-		}
-	default:
-		return false
-	}
-	return true
-}
-
-// add turns d, a difference made by subtract, into base + d, in place.
-func add(d, base []byte, dt codec.DType) {
-	le := binary.LittleEndian
-	switch dt {
-	case codec.F32:
-		for i := 0; i+4 <= len(d); i += 4 {
-			x := math.Float32frombits(le.Uint32(base[i:])) + math.Float32frombits(le.Uint32(d[i:]))
-			le.PutUint32(d[i:], math.Float32bits(x))
-		}
-	case codec.F64:
-		for i := 0; i+8 <= len(d); i += 8 {
-			x := math.Float64frombits(le.Uint64(base[i:])) + math.Float64frombits(le.Uint64(d[i:]))
-			le.PutUint64(d[i:], math.Float64bits(x))
-		}
-	case codec.F16, codec.BF16:
-		to, from := float16.F16ToF32, float16.F16FromF32
-		if dt == codec.BF16 {
-			to, from = float16.BF16ToF32, float16.BF16FromF32
-		}
-		for i := 0; i+2 <= len(d); i += 2 {
-			le.PutUint16(d[i:], from(to(le.Uint16(base[i:]))+to(le.Uint16(d[i:]))))
-		}
-	}
-}
-
-// diff sets d to the delta of the elements of esz bytes in cur against
-// base: the zigzag-coded wrapping difference of their bits as unsigned
-// little-endian integers (a float that moved a little gives a small
-// number, whose high bytes are zero), and reports whether any element
-// differs. Elements of other sizes are XORed byte by byte.
-func diff(d, cur, base []byte, esz int) bool {
-	var any uint64
-	switch esz {
-	case 2:
-		for i := 0; i+2 <= len(d); i += 2 {
-			x := binary.LittleEndian.Uint16(cur[i:]) - binary.LittleEndian.Uint16(base[i:])
-			z := x<<1 ^ uint16(int16(x)>>15)
-			binary.LittleEndian.PutUint16(d[i:], z)
-			any |= uint64(z)
-		}
-	case 4:
-		for i := 0; i+4 <= len(d); i += 4 {
-			x := binary.LittleEndian.Uint32(cur[i:]) - binary.LittleEndian.Uint32(base[i:])
-			z := x<<1 ^ uint32(int32(x)>>31)
-			binary.LittleEndian.PutUint32(d[i:], z)
-			any |= uint64(z)
-		}
-	case 8:
-		for i := 0; i+8 <= len(d); i += 8 {
-			x := binary.LittleEndian.Uint64(cur[i:]) - binary.LittleEndian.Uint64(base[i:])
-			z := x<<1 ^ uint64(int64(x)>>63)
-			binary.LittleEndian.PutUint64(d[i:], z)
-			any |= z
-		}
-	default:
-		for i := range d {
-			d[i] = cur[i] ^ base[i]
-			any |= uint64(d[i])
-		}
-	}
-	return any != 0
-}
-
-// undiff turns d, a delta made by diff against base, back into the
-// elements themselves, in place.
-func undiff(d, base []byte, esz int) {
-	switch esz {
-	case 2:
-		for i := 0; i+2 <= len(d); i += 2 {
-			z := binary.LittleEndian.Uint16(d[i:])
-			x := z>>1 ^ -(z & 1)
-			binary.LittleEndian.PutUint16(d[i:], binary.LittleEndian.Uint16(base[i:])+x)
-		}
-	case 4:
-		for i := 0; i+4 <= len(d); i += 4 {
-			z := binary.LittleEndian.Uint32(d[i:])
-			x := z>>1 ^ -(z & 1)
-			binary.LittleEndian.PutUint32(d[i:], binary.LittleEndian.Uint32(base[i:])+x)
-		}
-	case 8:
-		for i := 0; i+8 <= len(d); i += 8 {
-			z := binary.LittleEndian.Uint64(d[i:])
-			x := z>>1 ^ -(z & 1)
-			binary.LittleEndian.PutUint64(d[i:], binary.LittleEndian.Uint64(base[i:])+x)
-		}
-	default:
-		for i := range d {
-			d[i] ^= base[i]
-		}
-	}
-}
-
-// deltaRecipes code deltas: the element's bytes shuffled into planes
-// (the high ones mostly zero between successive versions), then zstd.
-var deltaRecipes = map[int]*codec.Recipe{
-	1: codec.MustParseRecipe("*:zstd(1)"),
-	2: codec.MustParseRecipe("shuffle2 | *:zstd(1)"),
-	4: codec.MustParseRecipe("shuffle4 | *:zstd(1)"),
-	8: codec.MustParseRecipe("shuffle8 | *:zstd(1)"),
-}
-
-func deltaRecipe(esz int) *codec.Recipe {
-	if r, ok := deltaRecipes[esz]; ok {
-		return r
-	}
-	return deltaRecipes[1]
-}
-
 // frames returns the item's encoded frames: from the cache, or encoded
-// once for every request that asks for them meanwhile.
-func (h *Hub) frames(cur *version, it *item, base *version, lossless bool) ([]byte, error) {
+// once for every request that asks for them meanwhile, what encoding
+// holds charged meanwhile (charge; nil: not counted).
+func (h *Hub) frames(charge func(n int64) (*budget.Charge, error), cur *version, it *item, base *version, lossless bool) ([]byte, error) {
 	var b uint64
 	if base != nil {
 		b = base.id
 	}
-	return h.cache.get(cur.id, it.key(cur.id, b, lossless), func() ([]byte, error) { return h.encode(cur, it, base, lossless) })
+	return h.cache.get(cur.id, it.key(cur.id, b, lossless), func() ([]byte, error) {
+		if charge != nil {
+			// What encoding holds: the elements read (or the delta),
+			// the base's, and the frames made.
+			ch, err := charge(3 * it.rawBytes())
+			if err != nil {
+				return nil, err
+			}
+			defer ch.Release()
+		}
+		h.encoding <- struct{}{}
+		defer func() { <-h.encoding }()
+		return h.encode(cur, it, base, lossless)
+	})
 }
 
 // Server serves a Hub over gRPC (hubpb.HubServer).
@@ -444,109 +267,239 @@ func (s *Server) Versions(context.Context, *hubpb.VersionsRequest) (*hubpb.Versi
 	return &out, nil
 }
 
-// Fetch implements hubpb.HubServer.
-func (s *Server) Fetch(st hubpb.Hub_FetchServer) error {
+// Fetch implements hubpb.HubServer: it opens the fetch (the request, the
+// version, its plan), then sends its chunks as the client grants credit.
+func (s *Server) Fetch(st hubpb.Hub_FetchServer) (err error) {
 	s.h.fetches.Add(1)
 	s.h.active.Add(1)
 	defer s.h.active.Add(-1)
-	first, err := st.Recv()
+	f := &fetchStream{h: s.h, st: st, ctx: st.Context(), start: time.Now()}
+	defer func() { f.logDone(err) }()
+	if err := f.open(); err != nil {
+		return err
+	}
+	defer f.held.releaseAll()
+	go f.receiveGrants()
+	return f.send()
+}
+
+// fetchStream is one Fetch stream, served.
+type fetchStream struct {
+	h     *Hub
+	st    hubpb.Hub_FetchServer
+	ctx   context.Context
+	start time.Time
+
+	req       *hubpb.FetchRequest
+	ver, base *version
+	ts        []*codec.Tensor // the tensors selected
+	plan      []item
+	credit    int
+	grants    chan int
+	held      charges // the budget's charges of the chunks gRPC may hold
+
+	chunks, bytes int64 // sent
+}
+
+// open reads the request and finds what it asks for.
+func (f *fetchStream) open() error {
+	first, err := f.st.Recv()
 	if err != nil {
 		return err
 	}
-	req := first.GetRequest()
-	if req == nil {
+	f.req = first.GetRequest()
+	if f.req == nil {
 		return status.Error(codes.InvalidArgument, "hub: a fetch opens with a request")
 	}
-	ver, err := s.h.get(req.Version)
-	if err != nil {
+	if f.ver, err = f.h.get(f.req.Version); err != nil {
 		return status.Error(codes.NotFound, err.Error())
 	}
-	specs := make([]Spec, len(req.Specs))
-	for i, sp := range req.Specs {
+	specs := make([]Spec, len(f.req.Specs))
+	for i, sp := range f.req.Specs {
 		specs[i] = Spec{Names: sp.Names, Tags: sp.Tags}
 	}
-	ts, err := ver.selectTensors(specs)
-	if err != nil {
+	if f.ts, err = f.ver.selectTensors(specs); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return status.Error(codes.NotFound, err.Error())
 		}
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	plan := s.h.plan(ts)
+	f.plan = f.h.plan(f.ts)
 	// Deltas against the base the client holds, if the hub still keeps it;
 	// else full copies, and the trailer says why.
-	var base *version
-	if req.Base != 0 && req.Base != ver.id {
-		if base, err = s.h.get(req.Base); err != nil {
-			base = nil
-			st.SetTrailer(metadata.Pairs(BaseTrailer, fmt.Sprintf("full copies: base version %d is not kept", req.Base)))
+	if f.req.Base != 0 && f.req.Base != f.ver.id {
+		if f.base, err = f.h.get(f.req.Base); err != nil {
+			f.base = nil
+			f.st.SetTrailer(metadata.Pairs(BaseTrailer, fmt.Sprintf("full copies: base version %d is not kept", f.req.Base)))
 		}
 	}
-	if req.ResumeAfter > uint64(len(plan)) {
-		return status.Errorf(codes.InvalidArgument, "hub: resume after chunk %d of %d", req.ResumeAfter, len(plan))
+	if f.req.ResumeAfter > uint64(len(f.plan)) {
+		return status.Errorf(codes.InvalidArgument, "hub: resume after chunk %d of %d", f.req.ResumeAfter, len(f.plan))
 	}
-	credit := int(req.Credit)
-	if credit == 0 {
-		credit = DefaultCredit
+	f.credit = int(f.req.Credit)
+	if f.credit == 0 {
+		f.credit = DefaultCredit
 	}
-	credit = min(credit, maxCredit)
-	// Credit grants arrive while chunks are sent.
-	ctx := st.Context()
-	grants := make(chan int, 1)
-	go func() {
-		defer close(grants)
-		for {
-			m, err := st.Recv()
-			if err != nil {
-				return
-			}
-			n := int(m.GetCredit())
-			select {
-			case grants <- n:
-			case <-ctx.Done():
-				return
-			}
+	f.credit = min(f.credit, maxCredit)
+	f.grants = make(chan int, 1)
+	return nil
+}
+
+// receiveGrants takes the client's credit grants while chunks are sent,
+// until the stream ends.
+func (f *fetchStream) receiveGrants() {
+	defer close(f.grants)
+	for {
+		m, err := f.st.Recv()
+		if err != nil {
+			return
 		}
-	}()
-	last := uint64(len(plan))
+		select {
+		case f.grants <- int(m.GetCredit()):
+		case <-f.ctx.Done():
+			return
+		}
+	}
+}
+
+// send sends the chunks after the request's ResumeAfter, each when the
+// client has credit for it.
+func (f *fetchStream) send() error {
+	last := uint64(len(f.plan))
 	if last == 0 {
 		last = 1 // an empty version: one last chunk with no frames
 	}
-	for seq := req.ResumeAfter + 1; seq <= last; seq++ {
-		for credit <= 0 {
-			select {
-			case n, ok := <-grants:
-				if !ok {
-					return status.Error(codes.Canceled, "hub: the client stopped granting credit")
-				}
-				credit = min(credit+n, maxCredit)
-			case <-ctx.Done():
-				return status.FromContextError(ctx.Err()).Err()
-			}
-		}
-		c := &hubpb.FetchChunk{Seq: seq, Version: ver.id, Last: seq == last}
-		if len(plan) > 0 {
-			if c.Frames, err = s.h.frames(ver, &plan[seq-1], base, req.RequireLossless); err != nil {
-				return status.Errorf(codes.Internal, "hub: encoding chunk %d: %v", seq, err)
-			}
-		}
-		if c.Last {
-			if c.Digests, err = s.h.digests(ver, ts, req.RequireLossless); err != nil {
-				return status.Errorf(codes.Internal, "hub: %v", err)
-			}
-		}
-		if err := st.Send(c); err != nil {
+	for seq := f.req.ResumeAfter + 1; seq <= last; seq++ {
+		if err := f.awaitCredit(); err != nil {
 			return err
 		}
-		s.h.sent.Add(1)
-		s.h.bytesSent.Add(int64(len(c.Frames)))
-		s.h.peers.add(peerName(ctx), 1, int64(len(c.Frames)))
-		if len(plan) > 0 {
-			s.h.rawSent.Add(plan[seq-1].rawBytes())
+		c, err := f.chunk(seq, last)
+		if err != nil {
+			return err
 		}
-		credit--
+		if err := f.st.Send(c); err != nil {
+			return err
+		}
+		// gRPC may still hold the chunk sent, queued for a client that
+		// reads slowly, until the next Send returns: the one before it
+		// is gone.
+		f.held.keep(1)
+		f.sent(seq, c)
 	}
 	return nil
+}
+
+// testHookNoCredit, when set, is called each time a fetch finds the
+// client's credit spent, before it waits for more.
+var testHookNoCredit func()
+
+// awaitCredit returns when the client has credit for one more chunk.
+func (f *fetchStream) awaitCredit() error {
+	for f.credit <= 0 {
+		if testHookNoCredit != nil {
+			testHookNoCredit()
+		}
+		select {
+		case n, ok := <-f.grants:
+			if !ok {
+				return status.Error(codes.Canceled, "hub: the client stopped granting credit")
+			}
+			f.credit = min(f.credit+n, maxCredit)
+		case <-f.ctx.Done():
+			return status.FromContextError(f.ctx.Err()).Err()
+		}
+	}
+	return nil
+}
+
+// chunk makes chunk seq of last: its frames, charged to the budget until
+// the next chunk is sent (or the stream ends), and with the digests on
+// the last.
+func (f *fetchStream) chunk(seq, last uint64) (*hubpb.FetchChunk, error) {
+	c := &hubpb.FetchChunk{Seq: seq, Version: f.ver.id, Last: seq == last}
+	if len(f.plan) > 0 {
+		frames, err := f.h.frames(f.charge, f.ver, &f.plan[seq-1], f.base, f.req.RequireLossless)
+		if err != nil {
+			return nil, fetchError(f.ctx, seq, err)
+		}
+		ch, err := f.charge(int64(len(frames)))
+		if err != nil {
+			return nil, fetchError(f.ctx, seq, err)
+		}
+		f.held.push(ch)
+		c.Frames = frames
+	}
+	if c.Last {
+		var err error
+		if c.Digests, err = f.h.digests(f.ver, f.ts, f.req.RequireLossless); err != nil {
+			return nil, status.Errorf(codes.Internal, "hub: %v", err)
+		}
+	}
+	return c, nil
+}
+
+// charge charges a chunk of n bytes to the budget. When it does not fit
+// now, the fetch gives back the charge of the chunk before (which gRPC
+// has sent by now unless the client is slow) and waits: fetches that wait
+// never hold the budget they wait for.
+func (f *fetchStream) charge(n int64) (*budget.Charge, error) {
+	ch, err := f.h.budget.TryCharge(n)
+	if err == nil {
+		return ch, nil
+	}
+	f.held.releaseAll()
+	return f.h.budget.Charge(f.ctx, n)
+}
+
+// fetchError is the status of a chunk that could not be made.
+func fetchError(ctx context.Context, seq uint64, err error) error {
+	switch {
+	case errors.Is(err, budget.ErrExhausted):
+		return status.Errorf(codes.ResourceExhausted, "hub: chunk %d: %v", seq, err)
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Errorf(codes.Internal, "hub: encoding chunk %d: %v", seq, err)
+}
+
+// sent counts chunk seq, c, sent.
+func (f *fetchStream) sent(seq uint64, c *hubpb.FetchChunk) {
+	n := int64(len(c.Frames))
+	f.h.sent.Add(1)
+	f.h.bytesSent.Add(n)
+	f.h.peers.add(peerName(f.ctx), 1, n)
+	if len(f.plan) > 0 {
+		f.h.rawSent.Add(f.plan[seq-1].rawBytes())
+	}
+	f.chunks++
+	f.bytes += n
+	f.credit--
+}
+
+// logDone logs the fetch's end at info (an error of the client's at
+// info too: a fetch that was cut is the client's to resume).
+func (f *fetchStream) logDone(err error) {
+	args := []any{"peer", peerName(f.ctx), "chunks", f.chunks, "bytes", f.bytes, "duration", time.Since(f.start).Round(time.Millisecond)}
+	switch {
+	case f.ver != nil:
+		args = append(args, "version", f.ver.id, "tensors", len(f.ts))
+	case f.req != nil:
+		args = append(args, "version", f.req.Version) // not found
+	}
+	if f.base != nil {
+		args = append(args, "base", f.base.id)
+	}
+	f.h.log.Info("fetch", append(args, outcome(err)...)...)
+}
+
+// outcome is the log attributes of an RPC's end: outcome=ok, or its
+// status code and message.
+func outcome(err error) []any {
+	if err == nil {
+		return []any{"outcome", "ok"}
+	}
+	st, _ := status.FromError(err)
+	return []any{"outcome", st.Code().String(), "err", st.Message()}
 }
 
 // digests lists the digests of tensors ts of ver, saying which go
@@ -567,89 +520,4 @@ func (h *Hub) digests(ver *version, ts []*codec.Tensor, lossless bool) ([]*hubpb
 		out = append(out, &hubpb.TensorDigest{Name: t.Name, Sha256: d[:], Lossy: lr != nil})
 	}
 	return out, nil
-}
-
-// cache keeps encoded chunks, at most max bytes, the least recently used
-// evicted first; a chunk being encoded is waited for, not encoded again.
-type cache struct {
-	mu    sync.Mutex
-	max   int64
-	bytes int64
-	m     map[string]*list.Element // of *centry
-	lru   list.List                // front: most recent
-	hits  atomic.Int64             // gets answered by an entry already there
-}
-
-type centry struct {
-	key     string
-	version uint64
-	ready   chan struct{}
-	frames  []byte
-	err     error
-}
-
-func newCache(max int64) *cache { return &cache{max: max, m: map[string]*list.Element{}} }
-
-func (c *cache) get(v uint64, key string, encode func() ([]byte, error)) ([]byte, error) {
-	if c.max == 0 {
-		return encode()
-	}
-	c.mu.Lock()
-	if el, ok := c.m[key]; ok {
-		c.lru.MoveToFront(el)
-		e := el.Value.(*centry)
-		c.mu.Unlock()
-		c.hits.Add(1)
-		<-e.ready
-		return e.frames, e.err
-	}
-	e := &centry{key: key, version: v, ready: make(chan struct{})}
-	c.m[key] = c.lru.PushFront(e)
-	c.mu.Unlock()
-	e.frames, e.err = encode()
-	close(e.ready)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e.err != nil {
-		c.remove(key)
-		return nil, e.err
-	}
-	if el, ok := c.m[key]; ok && el.Value.(*centry) == e {
-		c.bytes += int64(len(e.frames))
-		for c.bytes > c.max && c.lru.Len() > 1 {
-			old := c.lru.Back().Value.(*centry)
-			if old == e {
-				break
-			}
-			c.remove(old.key)
-		}
-	}
-	return e.frames, nil
-}
-
-// remove drops key (under mu).
-func (c *cache) remove(key string) {
-	el, ok := c.m[key]
-	if !ok {
-		return
-	}
-	e := el.Value.(*centry)
-	select {
-	case <-e.ready:
-		c.bytes -= int64(len(e.frames))
-	default: // being encoded: not counted yet
-	}
-	c.lru.Remove(el)
-	delete(c.m, key)
-}
-
-// dropVersion drops the chunks of version v.
-func (c *cache) dropVersion(v uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for key, el := range c.m {
-		if el.Value.(*centry).version == v {
-			c.remove(key)
-		}
-	}
 }

@@ -1,16 +1,19 @@
 package hub
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tensorpress/tensorpress/budget"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
@@ -20,10 +23,11 @@ import (
 // round is the accumulator of one round's uploads: per tensor name, the
 // weighted sum of the updates counted so far.
 type round struct {
-	mu     sync.Mutex
-	sums   map[string]*codec.Tensor // float32 sums
-	counts map[string]int
-	weight map[string]float64
+	mu      sync.Mutex
+	sums    map[string]*codec.Tensor // float32 sums
+	counts  map[string]int
+	weight  map[string]float64
+	charges []*budget.Charge // the sums' memory, until DropRound
 }
 
 func (h *Hub) round(id uint64) *round {
@@ -42,8 +46,9 @@ func (h *Hub) round(id uint64) *round {
 
 // add decodes frame, one tensor's update, and adds weight times it into
 // the round's sum of that tensor: a sparse or quantized frame is added as
-// it is decoded, without a dense copy. It returns the tensor's name.
-func (r *round) add(recv *gradient.Receiver, frame []byte, weight float32) (string, error) {
+// it is decoded, without a dense copy. A new sum is charged to b. It
+// returns the tensor's name.
+func (r *round) add(recv *gradient.Receiver, frame []byte, weight float32, b *budget.Budget) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var name string
@@ -58,6 +63,11 @@ func (r *round) add(recv *gradient.Receiver, frame []byte, weight float32) (stri
 			if elems <= 0 || elems > codec.DefaultLimits().MaxTensorSize/4 {
 				return nil, fmt.Errorf("%w: hub: tensor %q of shape %v", codec.ErrLimit, nm, shape)
 			}
+			ch, err := b.TryCharge(elems * 4)
+			if err != nil {
+				return nil, fmt.Errorf("hub: the sum of tensor %q: %w", nm, err)
+			}
+			r.charges = append(r.charges, ch)
 			s = codec.FromFloat32(nm, make([]float32, elems), shape...)
 			r.sums[nm] = s
 		} else if !slices.Equal(s.Shape, shape) {
@@ -115,18 +125,31 @@ func (h *Hub) Sum(id uint64) (RoundSum, bool) {
 	return out, true
 }
 
-// DropRound forgets round id's sums.
+// DropRound forgets round id's sums, giving their memory back to the
+// budget.
 func (h *Hub) DropRound(id uint64) {
 	h.mu.Lock()
+	r := h.rounds[id]
 	delete(h.rounds, id)
 	h.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ch := range r.charges {
+		ch.Release()
+	}
+	r.charges = nil
 }
 
 // Upload implements hubpb.HubServer: each message's frame is added into
 // its round's sum and acknowledged, in order.
-func (s *Server) Upload(st hubpb.Hub_UploadServer) error {
+func (s *Server) Upload(st hubpb.Hub_UploadServer) (err error) {
 	s.h.uploads.Add(1)
 	defer s.h.uploads.Add(-1)
+	u := &uploadStream{start: time.Now()}
+	defer func() { s.h.logUpload(st.Context(), u, err) }()
 	recv, err := gradient.NewReceiver()
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
@@ -139,28 +162,74 @@ func (s *Server) Upload(st hubpb.Hub_UploadServer) error {
 		if err != nil {
 			return err
 		}
-		if len(m.Frame) == 0 {
-			s.h.badUpdates[0].Add(1)
-			return status.Errorf(codes.InvalidArgument, "hub: upload message %d holds no frame", seq)
+		u.round = m.Round
+		if err := s.h.addUpdate(recv, seq, m); err != nil {
+			return err
 		}
-		w := m.Weight
-		if w == 0 {
-			w = 1
-		}
-		if _, err := s.h.round(m.Round).add(recv, m.Frame, w); err != nil {
-			if errors.Is(err, codec.ErrLimit) {
-				s.h.badUpdates[1].Add(1)
-				return status.Errorf(codes.ResourceExhausted, "hub: upload message %d: %v", seq, err)
-			}
-			s.h.badUpdates[0].Add(1)
-			return status.Errorf(codes.InvalidArgument, "hub: upload message %d: %v", seq, err)
-		}
-		s.h.updates.Add(1)
-		s.h.updateBytes.Add(int64(len(m.Frame)))
+		u.updates++
+		u.bytes += int64(len(m.Frame))
 		if err := st.Send(&hubpb.UploadAck{Seq: seq}); err != nil {
 			return err
 		}
 	}
+}
+
+// uploadStream is what an Upload stream has done, for its log line.
+type uploadStream struct {
+	start          time.Time
+	round          uint64
+	updates, bytes int64
+}
+
+// addUpdate adds upload message seq, m, into its round's sum: first the
+// decoded size its frames' checked headers claim is charged to the
+// budget (ResourceExhausted when it does not fit, or is more than the
+// one frame an update is may hold), then it is decoded and added, then
+// the charge is released.
+func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMessage) error {
+	if len(m.Frame) == 0 {
+		h.badUpdates[0].Add(1)
+		return status.Errorf(codes.InvalidArgument, "hub: upload message %d holds no frame", seq)
+	}
+	claim, err := codec.DecodedSize(bytes.NewReader(m.Frame), codec.Limits{})
+	if err != nil {
+		return h.refuseUpdate(seq, err)
+	}
+	if max := codec.DefaultLimits().MaxDecodedSize; claim > max {
+		return h.refuseUpdate(seq, fmt.Errorf("%w: hub: the frames claim %d bytes decoded, more than one frame holds (%d)", codec.ErrLimit, claim, max))
+	}
+	ch, err := h.budget.TryCharge(claim)
+	if err != nil {
+		return h.refuseUpdate(seq, err)
+	}
+	defer ch.Release()
+	w := m.Weight
+	if w == 0 {
+		w = 1
+	}
+	if _, err := h.round(m.Round).add(recv, m.Frame, w, h.budget); err != nil {
+		return h.refuseUpdate(seq, err)
+	}
+	h.updates.Add(1)
+	h.updateBytes.Add(int64(len(m.Frame)))
+	return nil
+}
+
+// refuseUpdate counts a refused update and returns its status: over the
+// limits or the budget ResourceExhausted, else InvalidArgument.
+func (h *Hub) refuseUpdate(seq uint64, err error) error {
+	if errors.Is(err, codec.ErrLimit) || errors.Is(err, budget.ErrExhausted) {
+		h.badUpdates[1].Add(1)
+		return status.Errorf(codes.ResourceExhausted, "hub: upload message %d: %v", seq, err)
+	}
+	h.badUpdates[0].Add(1)
+	return status.Errorf(codes.InvalidArgument, "hub: upload message %d: %v", seq, err)
+}
+
+// logUpload logs an upload's end at info.
+func (h *Hub) logUpload(ctx context.Context, u *uploadStream, err error) {
+	h.log.Info("upload", append([]any{"peer", peerName(ctx), "round", u.round, "updates", u.updates, "bytes", u.bytes,
+		"duration", time.Since(u.start).Round(time.Millisecond)}, outcome(err)...)...)
 }
 
 // The updates in flight, unacknowledged, are at most uploadWindow, and
@@ -234,69 +303,95 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req Upl
 		return err
 	}
 	defer ob.Abort() // whatever was not acknowledged
-	acked, sent := 0, 0
-	var frames [][]byte
-	inflight := func(sent, acked int) int {
-		n := 0
-		for _, f := range frames[acked:sent] {
-			n += len(f)
-		}
-		return n
-	}
-	recvAck := func() error {
-		a, err := st.Recv()
-		if err != nil {
-			return err
-		}
-		if a.Seq != uint64(acked+1) {
-			return fmt.Errorf("%w: hub: acknowledgement %d after %d", codec.ErrCorrupt, a.Seq, acked)
-		}
-		ob.Accept(1)
-		acked++
-		return nil
-	}
 	// Every update is compressed (and staged in ob) before the first is
 	// sent, so that when the stream breaks each one is either counted or
 	// back in the residual, whatever the point of the break.
-	frames = make([][]byte, len(updates))
-	for i, u := range updates {
-		if frames[i], err = ob.Append(nil, u, req.spec(u), 0); err != nil {
+	u := &uploader{st: st, ob: ob, frames: make([][]byte, len(updates))}
+	for i, x := range updates {
+		if u.frames[i], err = ob.Append(nil, x, req.spec(x), 0); err != nil {
 			return err
 		}
 	}
-	for _, frame := range frames {
-		for sent > acked && (sent-acked >= uploadWindow || inflight(sent, acked)+len(frame) > uploadWindowBytes) {
-			if err := recvAck(); err != nil {
+	if err := u.sendAll(req); err != nil {
+		return err
+	}
+	return u.finish()
+}
+
+// uploader is the client's side of one Upload stream: the frames staged,
+// how many were sent and acknowledged.
+type uploader struct {
+	st          hubpb.Hub_UploadClient
+	ob          *gradient.Outbox
+	frames      [][]byte
+	sent, acked int
+}
+
+// inflight is the bytes sent and not acknowledged.
+func (u *uploader) inflight() int {
+	n := 0
+	for _, f := range u.frames[u.acked:u.sent] {
+		n += len(f)
+	}
+	return n
+}
+
+// recvAck takes the next acknowledgement and commits its update in ob.
+func (u *uploader) recvAck() error {
+	a, err := u.st.Recv()
+	if err != nil {
+		return err
+	}
+	if a.Seq != uint64(u.acked+1) {
+		return fmt.Errorf("%w: hub: acknowledgement %d after %d", codec.ErrCorrupt, a.Seq, u.acked)
+	}
+	u.ob.Accept(1)
+	u.acked++
+	return nil
+}
+
+// sendAll sends every frame, keeping the window: at most uploadWindow
+// unacknowledged, and more than one only within uploadWindowBytes.
+func (u *uploader) sendAll(req UploadRequest) error {
+	for _, frame := range u.frames {
+		for u.sent > u.acked && (u.sent-u.acked >= uploadWindow || u.inflight()+len(frame) > uploadWindowBytes) {
+			if err := u.recvAck(); err != nil {
 				return err
 			}
 		}
 		msg := &hubpb.UploadMessage{Round: req.Round, Weight: req.Weight, Peer: req.Peer, Frame: frame}
-		if err := st.Send(msg); err != nil {
+		if err := u.st.Send(msg); err != nil {
 			if err == io.EOF {
 				// The hub ended the stream: take the acknowledgements it
 				// sent, then its status.
-				for err = recvAck(); err == nil; err = recvAck() {
+				for err = u.recvAck(); err == nil; err = u.recvAck() {
 				}
 				if err == io.EOF {
-					err = fmt.Errorf("hub: upload: the hub ended the stream after %d of %d updates", acked, len(updates))
+					err = fmt.Errorf("hub: upload: the hub ended the stream after %d of %d updates", u.acked, len(u.frames))
 				}
 			}
 			return err
 		}
-		sent++
+		u.sent++
 	}
-	if err := st.CloseSend(); err != nil {
+	return nil
+}
+
+// finish closes the sending side and takes the acknowledgements left,
+// then the end of the stream.
+func (u *uploader) finish() error {
+	if err := u.st.CloseSend(); err != nil {
 		return err
 	}
-	for acked < sent {
-		if err := recvAck(); err != nil {
+	for u.acked < u.sent {
+		if err := u.recvAck(); err != nil {
 			if err == io.EOF {
-				err = fmt.Errorf("hub: upload: %d of %d updates acknowledged", acked, sent)
+				err = fmt.Errorf("hub: upload: %d of %d updates acknowledged", u.acked, u.sent)
 			}
 			return err
 		}
 	}
-	if _, err := st.Recv(); err != io.EOF {
+	if _, err := u.st.Recv(); err != io.EOF {
 		if err == nil {
 			err = fmt.Errorf("%w: hub: an acknowledgement beyond the updates", codec.ErrCorrupt)
 		}

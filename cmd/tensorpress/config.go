@@ -20,6 +20,7 @@ values (the command line wins where both set one):
   # tensorpress hub --config hub.yaml
   dir: /srv/models
   listen: 0.0.0.0:7077
+  token-file: /etc/tensorpress/token
   profile: /etc/tensorpress/profile.yaml
   metrics: 127.0.0.1:9090
   log-level: debug

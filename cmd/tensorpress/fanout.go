@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -16,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/hub"
 	"github.com/tensorpress/tensorpress/hub/natsfan"
-	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
 const fanoutText = `
@@ -152,48 +151,16 @@ func (fo *fanout) Close() error {
 	return nil
 }
 
-// dirTensors reads the tensors of a version directory one at a time (a
-// .safetensors file, or .npy files), for a Publisher.
+// dirTensors reads the tensors of a version directory one at a time, by
+// the rules of hub.OpenVersion, for a Publisher.
 func dirTensors(dir string) natsfan.Tensors {
 	return func(yield func(*codec.Tensor, error) bool) {
-		ents, err := os.ReadDir(dir)
+		vd, err := hub.OpenVersion(dir)
 		if err != nil {
 			yield(nil, err)
 			return
 		}
-		for _, e := range ents {
-			name := e.Name()
-			switch {
-			case strings.HasSuffix(name, ".safetensors"):
-				f, err := tensorfile.OpenSafetensorsFile(filepath.Join(dir, name))
-				if err != nil {
-					yield(nil, err)
-					return
-				}
-				for _, info := range f.Tensors() {
-					t, err := f.Read(info.Name)
-					if !yield(t, err) || err != nil {
-						f.Close()
-						return
-					}
-				}
-				f.Close()
-			case strings.HasSuffix(name, ".npy"):
-				f, err := os.Open(filepath.Join(dir, name))
-				if err != nil {
-					yield(nil, err)
-					return
-				}
-				t, err := tensorfile.ReadNpy(f)
-				f.Close()
-				if err == nil {
-					t.Name = strings.TrimSuffix(name, ".npy")
-				}
-				if !yield(t, err) || err != nil {
-					return
-				}
-			}
-		}
+		vd.Tensors()(yield)
 	}
 }
 

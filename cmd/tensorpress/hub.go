@@ -2,16 +2,14 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"fmt"
+	"flag"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -19,16 +17,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 
+	"github.com/tensorpress/tensorpress/auth"
 	"github.com/tensorpress/tensorpress/autotune"
+	"github.com/tensorpress/tensorpress/budget"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
 	"github.com/tensorpress/tensorpress/hub/natsfan"
 	"github.com/tensorpress/tensorpress/profile"
-	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
 const hubText = `
@@ -47,142 +44,270 @@ another name (.5.tmp) and rename it to its number when it is complete
 
 Chunks are coded as the --profile's rules say (lossless unless a rule
 allows lossy coding and the client does not require lossless), else
-lossless by data class. TLS with --tls-cert and --tls-key.
+lossless by data class.
+
+Authentication: TLS with --tls-cert and --tls-key; client certificates
+signed by --tls-ca required (mutual TLS) when it is given; a shared token
+(--token-file, sent by clients in the tensorpress-token metadata) required
+when it is given. A --listen or --metrics address off loopback without
+client certificates or a token is refused unless --insecure.
+
+Limits, for a port open to peers you do not trust: --memory bounds what
+the hub holds for its peers at once (uploads as their frames' headers
+claim before they are decoded, ResourceExhausted past it; the sums of a
+round; the chunks of fetches in flight, which wait for it), beside the
+--cache of encoded chunks; per connection, --handshake-timeout closes a
+peer that does not open HTTP/2 in time, --idle-timeout one with no call
+open, --max-streams bounds its calls at once and --max-message one
+message received (an upload's update).
 
 --metrics serves /healthz and Prometheus metrics on /metrics: fetches,
 chunks and bytes sent (by client host), bytes before and after coding by
 recipe, encode time, cache hits, uploads, refused updates, open streams,
-and the Go runtime's and the process's metrics.
+and the Go runtime's and the process's metrics. It uses --tls-cert,
+--tls-key and --tls-ca as the hub does, and the token as a bearer token
+(Authorization: Bearer TOKEN, Prometheus's authorization.credentials_file).
+
+Logs: each version served (with progress while a large one is read), a
+version directory that cannot be served (a warning; the others are
+served), and a line per fetch and per upload at info.
 
 SIGTERM or SIGINT stops it: streams in flight get --drain to finish, then
 are cut (Unavailable), and the clients resume on the next hub.
 `
 
+// hubFlags are the flags of 'tensorpress hub'.
+type hubFlags struct {
+	dir, listen, prof, metrics *string
+	retention                  *int
+	cache, memory              *int64
+	drain, watch               *time.Duration
+	auth                       *authFlags
+	limits                     *limitFlags
+	fan                        *fanoutFlags
+	newLog                     func() (*slog.Logger, error)
+}
+
+func addHubFlags(fs *flag.FlagSet, stderr io.Writer) *hubFlags {
+	return &hubFlags{
+		dir:       fs.String("dir", "", "`directory` of versions (required, unless --relay)"),
+		listen:    fs.String("listen", "127.0.0.1:7077", "`address` to listen on (host:port)"),
+		prof:      fs.String("profile", "", "YAML profile `file` (default: lossless, by data class)"),
+		retention: fs.Int("retention", hub.DefaultRetention, "versions kept (the newest)"),
+		cache:     sizeFlag(fs, "cache", hub.DefaultCacheBytes, "encoded chunks kept for the next clients, in `bytes` (256MiB, 1GiB)"),
+		memory:    sizeFlag(fs, "memory", budget.DefaultBytes, "memory budget, in `bytes`, for what the hub holds for its peers at once, beside --cache (uploads, sums, fetches in flight)"),
+		drain:     fs.Duration("drain", 10*time.Second, "time streams get to finish at shutdown"),
+		metrics:   fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (default: none)"),
+		watch:     fs.Duration("watch", 2*time.Second, "how often --dir is looked at for new versions (0: never)"),
+		auth:      addAuthFlags(fs),
+		limits:    addLimitFlags(fs),
+		fan:       addFanoutFlags(fs),
+		newLog:    logFlags(fs, stderr),
+	}
+}
+
+func (f *hubFlags) check() error {
+	if err := f.fan.check(*f.dir); err != nil {
+		return err
+	}
+	if *f.retention < 1 {
+		return usagef("--retention %d: want at least 1", *f.retention)
+	}
+	if *f.memory <= 0 {
+		return usagef("--memory %d: want more than 0", *f.memory)
+	}
+	if err := f.limits.check(); err != nil {
+		return err
+	}
+	return f.auth.check(*f.listen, *f.metrics)
+}
+
 func cmdHub(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("hub", "hub --dir DIR [flags]   or   hub --relay --nats URL [flags]", hubText+fanoutText, stderr)
-	dir := fs.String("dir", "", "`directory` of versions (required, unless --relay)")
-	listen := fs.String("listen", "127.0.0.1:7077", "`address` to listen on (host:port)")
-	prof := fs.String("profile", "", "YAML profile `file` (default: lossless, by data class)")
-	certFile := fs.String("tls-cert", "", "TLS certificate `file` (PEM), with --tls-key")
-	keyFile := fs.String("tls-key", "", "TLS key `file` (PEM)")
-	retention := fs.Int("retention", hub.DefaultRetention, "versions kept (the newest)")
-	cache := sizeFlag(fs, "cache", hub.DefaultCacheBytes, "encoded chunks kept for the next clients, in `bytes` (256MiB, 1GiB)")
-	drain := fs.Duration("drain", 10*time.Second, "time streams get to finish at shutdown")
-	metricsAddr := fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (default: none)")
-	watch := fs.Duration("watch", 2*time.Second, "how often --dir is looked at for new versions (0: never)")
-	fan := addFanoutFlags(fs)
-	newLog := logFlags(fs, stderr)
+	f := addHubFlags(fs, stderr)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	log, err := newLog()
+	log, err := f.newLog()
 	if err != nil {
 		return err
 	}
-	if err := fan.check(*dir); err != nil {
+	if err := f.check(); err != nil {
 		return err
 	}
-	switch {
-	case (*certFile == "") != (*keyFile == ""):
-		return usagef("--tls-cert and --tls-key go together")
-	case *retention < 1:
-		return usagef("--retention %d: want at least 1", *retention)
-	}
-	opts := []hub.Option{hub.WithRetention(*retention), hub.WithCacheBytes(*cache)}
-	if *prof != "" {
-		p, err := profile.LoadFile(*prof)
-		if err != nil {
-			return err
-		}
-		tu, err := autotune.New(autotune.WithProfile(p))
-		if err != nil {
-			return err
-		}
-		opts = append(opts, hub.WithPolicy(tu))
-	}
-	h, err := hub.New(opts...)
+	h, err := f.newHub(log)
 	if err != nil {
 		return err
 	}
+	f.setMemoryLimit(log)
 	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	var fo *fanout
-	collectors := []prometheus.Collector{hub.Collector(h)}
-	if fan.enabled() {
-		if fo, err = openFanout(ctx, fan, log); err != nil {
-			return err
-		}
-		defer fo.Close()
-	}
-	var w *dirWatcher
-	if *dir != "" {
-		w = newDirWatcher(h, *dir, *retention, log)
-		defer w.Close()
-		if fo != nil {
-			pub := natsfan.NewPublisher(fo.nc, fo.store, *retention, log)
-			q := newPublishQueue(ctx, pub, *dir, log)
-			defer func() { stop(); q.wait() }()
-			w.onPublish = q.add
-			collectors = append(collectors, natsfan.Collector(pub, nil))
-		}
-		if err := w.start(); err != nil {
-			return err
-		}
-	} else {
-		relay := natsfan.NewRelay(fo.store, h, *retention, codec.Limits{}, log)
-		relayed := make(chan struct{})
-		go func() {
-			defer close(relayed)
-			relay.Run(ctx)
-		}()
-		defer func() { stop(); <-relayed }()
-		collectors = append(collectors, natsfan.Collector(nil, relay))
-	}
-	sopts := []grpc.ServerOption{
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}
-	if *certFile != "" {
-		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
-		if err != nil {
-			return fmt.Errorf("TLS: %w", err)
-		}
-		sopts = append(sopts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
-	}
-	ln, err := net.Listen("tcp", *listen)
+	src, err := f.startSources(ctx, h, log)
+	defer src.close(stop)
 	if err != nil {
 		return err
 	}
-	s := grpc.NewServer(sopts...)
-	hubpb.RegisterHubServer(s, hub.NewServer(h))
-	if w != nil && *watch > 0 {
-		watched := make(chan struct{})
-		go func() {
-			defer close(watched)
-			w.run(ctx, *watch)
-		}()
-		defer func() { stop(); <-watched }() // before w.Close
+	s, err := f.server(h)
+	if err != nil {
+		return err
 	}
+	ln, err := net.Listen("tcp", *f.listen)
+	if err != nil {
+		return err
+	}
+	src.watch(ctx, *f.watch)
 	for _, v := range h.Versions() {
 		log.Info("serving", "version", v.Version, "tensors", v.Tensors, "bytes", v.Bytes)
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "tls", *certFile != "")
+	log.Info("listening", "addr", ln.Addr().String(), "tls", f.auth.cfg.ServerTLS(), "mtls", f.auth.cfg.Mutual(),
+		"token", f.auth.cfg.TokenFile != "", "memory", profile.FormatSize(*f.memory))
 	errc := make(chan error, 2)
-	if *metricsAddr != "" {
-		stopMetrics, err := serveMetrics(*metricsAddr, errc, log, collectors...)
+	if *f.metrics != "" {
+		stopMetrics, err := serveMetricsAuth(*f.metrics, errc, log, f.auth.cfg, src.collectors...)
 		if err != nil {
 			ln.Close()
 			return err
 		}
 		defer stopMetrics()
 	}
-	return serve(ctx, s, ln, errc, *drain, log)
+	return serve(ctx, s, ln, errc, *f.drain, log)
+}
+
+// newHub makes the hub the flags ask for.
+func (f *hubFlags) newHub(log *slog.Logger) (*hub.Hub, error) {
+	opts := []hub.Option{hub.WithRetention(*f.retention), hub.WithCacheBytes(*f.cache),
+		hub.WithBudget(budget.New(*f.memory)), hub.WithLogger(log)}
+	if *f.prof != "" {
+		p, err := profile.LoadFile(*f.prof)
+		if err != nil {
+			return nil, err
+		}
+		tu, err := autotune.New(autotune.WithProfile(p))
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, hub.WithPolicy(tu))
+	}
+	return hub.New(opts...)
+}
+
+// setMemoryLimit makes the Go runtime's soft memory limit what the hub
+// may hold, --memory and --cache, plus 32 MiB for the rest of the process
+// (unless GOMEMLIMIT says otherwise): the garbage collector then returns
+// what the budget released before the heap doubles.
+func (f *hubFlags) setMemoryLimit(log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	limit := *f.memory + *f.cache + 32<<20
+	debug.SetMemoryLimit(limit)
+	log.Debug("Go memory limit", "bytes", limit)
+}
+
+// server makes the gRPC server of h: its limits, its authentication.
+func (f *hubFlags) server(h *hub.Hub) (*grpc.Server, error) {
+	sopts, err := f.limits.l.ServerOptions()
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	aopts, err := f.auth.cfg.ServerOptions()
+	if err != nil {
+		return nil, err
+	}
+	s := grpc.NewServer(append(sopts, aopts...)...)
+	hubpb.RegisterHubServer(s, hub.NewServer(h))
+	return s, nil
+}
+
+// sources are where a hub's versions come from (its directory, NATS),
+// and what goes with them: the NATS publisher, the metrics collectors,
+// the functions that stop them.
+type sources struct {
+	w          *hub.Watcher
+	collectors []prometheus.Collector
+	closers    []func() // run last first
+}
+
+// startSources publishes what the hub serves at the start: the versions
+// of --dir (to NATS too, with --nats), or those NATS holds (--relay).
+func (f *hubFlags) startSources(ctx context.Context, h *hub.Hub, log *slog.Logger) (*sources, error) {
+	src := &sources{collectors: []prometheus.Collector{hub.Collector(h)}}
+	var fo *fanout
+	if f.fan.enabled() {
+		var err error
+		if fo, err = openFanout(ctx, f.fan, log); err != nil {
+			return src, err
+		}
+		src.closers = append(src.closers, func() { fo.Close() })
+	}
+	if *f.dir == "" {
+		src.relay(ctx, fo, h, *f.retention, log)
+		return src, nil
+	}
+	src.w = hub.NewWatcher(h, *f.dir, *f.retention, log)
+	src.closers = append(src.closers, func() { src.w.Close() })
+	if fo != nil {
+		pub := natsfan.NewPublisher(fo.nc, fo.store, *f.retention, log)
+		q := newPublishQueue(ctx, pub, *f.dir, log)
+		src.closers = append(src.closers, q.wait)
+		src.w.OnPublish = q.add
+		src.collectors = append(src.collectors, natsfan.Collector(pub, nil))
+	}
+	return src, src.w.Start()
+}
+
+// relay serves the versions NATS holds.
+func (src *sources) relay(ctx context.Context, fo *fanout, h *hub.Hub, retention int, log *slog.Logger) {
+	relay := natsfan.NewRelay(fo.store, h, retention, codec.Limits{}, log)
+	relayed := make(chan struct{})
+	go func() {
+		defer close(relayed)
+		relay.Run(ctx)
+	}()
+	src.closers = append(src.closers, func() { <-relayed })
+	src.collectors = append(src.collectors, natsfan.Collector(nil, relay))
+}
+
+// watch looks at the directory every interval (0: never) until ctx ends.
+func (src *sources) watch(ctx context.Context, interval time.Duration) {
+	if src.w == nil || interval <= 0 {
+		return
+	}
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		src.w.Run(ctx, interval)
+	}()
+	src.closers = append(src.closers, func() { <-watched })
+}
+
+// close ends the context (stop) and stops the sources, the last started
+// first.
+func (src *sources) close(stop func()) {
+	stop()
+	for i := len(src.closers) - 1; i >= 0; i-- {
+		src.closers[i]()
+	}
 }
 
 // serveMetrics serves /metrics (c, Go and process metrics) and /healthz
-// on addr; a failure of the server goes to errc. The function it returns
-// stops it.
+// on addr, in plain HTTP, to anyone; a failure of the server goes to
+// errc. The function it returns stops it.
 func serveMetrics(addr string, errc chan error, log *slog.Logger, cs ...prometheus.Collector) (func(), error) {
+	return serveMetricsAuth(addr, errc, log, auth.Config{Insecure: true}, cs...)
+}
+
+// serveMetricsAuth is serveMetrics with ac's authentication: TLS (client
+// certificates required with a CA), the token as a bearer token.
+func serveMetricsAuth(addr string, errc chan error, log *slog.Logger, ac auth.Config, cs ...prometheus.Collector) (func(), error) {
+	tc, err := ac.ServerTLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	check, err := bearerCheck(ac)
+	if err != nil {
+		return nil, err
+	}
 	mln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -192,13 +317,19 @@ func serveMetrics(addr string, errc chan error, log *slog.Logger, cs ...promethe
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: check(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, TLSConfig: tc}
 	go func() {
-		if err := hs.Serve(mln); err != http.ErrServerClosed {
+		var err error
+		if tc != nil {
+			err = hs.ServeTLS(mln, "", "")
+		} else {
+			err = hs.Serve(mln)
+		}
+		if err != http.ErrServerClosed {
 			errc <- err
 		}
 	}()
-	log.Info("metrics", "addr", mln.Addr().String())
+	log.Info("metrics", "addr", mln.Addr().String(), "tls", tc != nil)
 	return func() { hs.Close() }, nil
 }
 
@@ -239,44 +370,3 @@ func drainThenCut(wait func(), drain time.Duration, cut func()) {
 // hubContext is the context a hub or proxy runs in until a signal: tests
 // end it.
 var hubContext = context.Background
-
-func publishVersion(h *hub.Hub, v uint64, dir string) ([]io.Closer, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var st, npy []string
-	for _, e := range ents {
-		switch {
-		case strings.HasSuffix(e.Name(), ".safetensors"):
-			st = append(st, e.Name())
-		case strings.HasSuffix(e.Name(), ".npy"):
-			npy = append(npy, e.Name())
-		}
-	}
-	switch {
-	case len(st) == 1 && len(npy) == 0:
-		f, err := tensorfile.OpenSafetensorsFile(filepath.Join(dir, st[0]))
-		if err != nil {
-			return nil, err
-		}
-		return []io.Closer{f}, h.PublishSafetensors(v, f.Safetensors)
-	case len(st) == 0 && len(npy) > 0:
-		var closers []io.Closer
-		var files []hub.NpyFile
-		for _, name := range npy {
-			f, err := os.Open(filepath.Join(dir, name))
-			if err != nil {
-				return closers, err
-			}
-			closers = append(closers, f)
-			fi, err := f.Stat()
-			if err != nil {
-				return closers, err
-			}
-			files = append(files, hub.NpyFile{Name: strings.TrimSuffix(name, ".npy"), R: f, Size: fi.Size()})
-		}
-		return closers, h.PublishNpy(v, files)
-	}
-	return nil, fmt.Errorf("%s: want one .safetensors file or .npy files, found %d and %d", dir, len(st), len(npy))
-}

@@ -1,0 +1,115 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tensorpress/tensorpress/budget"
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gradient"
+	"github.com/tensorpress/tensorpress/hub/hubpb"
+)
+
+// TestBudgetFetchBackpressure: 12 fetches at once from a hub whose
+// budget holds two chunks' encoding at a time (and no cache) all finish
+// bit for bit: a fetch that waits for the budget holds none of it, so
+// they never wait on one another for good; the budget is all given back
+// at the end, and was never passed.
+func TestBudgetFetchBackpressure(t *testing.T) {
+	b := budget.New(7 * 32 << 10) // two chunks' encoding (3 x 32 KiB each) and a chunk's frames
+	h, _ := New(WithChunkSize(32<<10), WithCacheBytes(0), WithBudget(b))
+	m := model(40, 5)
+	h.Publish(1, m)
+	c, _ := serve(t, h)
+	var wg sync.WaitGroup
+	errs := make([]error, 12)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			j := 0
+			_, errs[i] = Fetch(context.Background(), c, Request{Credit: 8}, func(x *codec.Tensor) error {
+				if !bytes.Equal(x.Data, m[j].Data) {
+					return fmt.Errorf("%q differs", x.Name)
+				}
+				j++
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("fetch %d: %v", i, err)
+		}
+	}
+	st := b.Stats()
+	if st.InUse != 0 || st.Peak > st.Limit || st.Charges == 0 {
+		t.Errorf("budget after the fetches: %+v", st)
+	}
+}
+
+// TestBudgetUploads: an upload message is charged what its frames claim
+// before it is decoded: one that does not fit is refused with
+// ResourceExhausted and nothing of it is added; one that fits is added,
+// its sum charged until DropRound.
+func TestBudgetUploads(t *testing.T) {
+	b := budget.New(1 << 20)
+	h, _ := New(WithBudget(b))
+	c, _ := serve(t, h)
+	small := []*codec.Tensor{codec.FromFloat32("small", make([]float32, 16<<10), 16<<10)} // 64 KiB
+	if err := Upload(context.Background(), c, gradient.NewOutbox(nil), UploadRequest{Round: 1}, small); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Stats(); st.InUse != 64<<10 {
+		t.Errorf("%d bytes charged for a round's 64 KiB sum", st.InUse)
+	}
+	big := []*codec.Tensor{codec.FromFloat32("big", make([]float32, 512<<10), 512<<10)} // 2 MiB of zeros, a few KB coded
+	err := Upload(context.Background(), c, gradient.NewOutbox(nil), UploadRequest{Round: 1}, big)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("an update claiming 2 MiB on a 1 MiB budget: %v", err)
+	}
+	sum, _ := h.Sum(1)
+	if len(sum.Tensors) != 1 || h.Stats().OversizedUpdates != 1 {
+		t.Errorf("after the refused update: %d sums, %d refused", len(sum.Tensors), h.Stats().OversizedUpdates)
+	}
+	h.DropRound(1)
+	if st := b.Stats(); st.InUse != 0 {
+		t.Errorf("%d bytes still charged after DropRound", st.InUse)
+	}
+	// Garbage that is not a frame: InvalidArgument, nothing charged.
+	st, err := c.Upload(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Send(&hubpb.UploadMessage{Round: 2, Frame: []byte("not a frame at all")})
+	if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("garbage: %v", err)
+	}
+}
+
+// TestLimits: the defaults are valid and each bad value is refused.
+func TestLimits(t *testing.T) {
+	if _, err := DefaultLimits().ServerOptions(); err != nil {
+		t.Fatal(err)
+	}
+	for name, change := range map[string]func(*Limits){
+		"handshake": func(l *Limits) { l.Handshake = 0 },
+		"idle":      func(l *Limits) { l.Idle = -1 },
+		"streams":   func(l *Limits) { l.MaxStreams = 0 },
+		"message":   func(l *Limits) { l.MaxMessage = 10 },
+		"ping":      func(l *Limits) { l.Ping = 0 },
+	} {
+		l := DefaultLimits()
+		change(&l)
+		if _, err := l.ServerOptions(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
