@@ -215,8 +215,8 @@ func testPythonThroughProxies(t *testing.T, py string, remoteArgs, localArgs []s
 		fams["tensorpress_proxy_decode_seconds_total"].GetMetric()[0].GetCounter().GetValue() <= 0 {
 		t.Errorf("no time coding or decoding")
 	}
-	if l := fams["tensorpress_proxy_link_bits_per_second"].GetMetric(); len(l) != 1 || l[0].GetGauge().GetValue() != 10e6 {
-		t.Errorf("link estimate %v, want 10 Mbit/s as configured", l)
+	if l := fams["tensorpress_proxy_link_bits_per_second"].GetMetric(); len(l) != 1 || l[0].GetGauge().GetValue() != 1e6 {
+		t.Errorf("link estimate %v, want 1 Mbit/s as configured", l)
 	}
 	t.Logf("recipes: %v bytes in, %v out; hop framing %v bytes", recipeIn, recipeOut, hop["out"]-recipeOut)
 }
