@@ -203,6 +203,9 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 		return h.refuseUpdate(seq, err)
 	}
 	defer ch.Release()
+	if err := oneFrame(m.Frame); err != nil {
+		return h.refuseUpdate(seq, err)
+	}
 	w := m.Weight
 	if w == 0 {
 		w = 1
@@ -212,6 +215,21 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 	}
 	h.updates.Add(1)
 	h.updateBytes.Add(int64(len(m.Frame)))
+	return nil
+}
+
+// oneFrame checks, from its header alone, that an upload message is one
+// frame: a message of several is refused (InvalidArgument) before any of
+// it is decoded.
+func oneFrame(frame []byte) error {
+	r := bytes.NewReader(frame)
+	h, _, err := codec.ReadFrameHeader(r, r, codec.Limits{}, nil)
+	if err != nil {
+		return err
+	}
+	if n := h.FrameLen(); n != int64(len(frame)) {
+		return fmt.Errorf("%w: hub: an update is one frame; this message holds %d bytes, its first frame %d", codec.ErrCorrupt, len(frame), n)
+	}
 	return nil
 }
 

@@ -115,8 +115,8 @@ func goodCalls(t *testing.T, c hubpb.HubClient, want digests) {
 // good upload succeed between them; its peak RSS stays under the budget
 // + 64 MiB. With its defaults (512 MiB), the 264 MiB messages claim more
 // than an update's one frame may hold (ResourceExhausted), and the 240
-// MiB one fits the budget but is refused after its first frame
-// (InvalidArgument: an update is one frame); with --memory 200MiB the
+// MiB one fits the budget but is refused from its headers, before any
+// frame is decoded (InvalidArgument: an update is one frame); with --memory 200MiB the
 // budget refuses both (ResourceExhausted).
 func TestHubUploadBomb(t *testing.T) {
 	bin := buildTensorpress(t)
