@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -97,14 +96,14 @@ func Slice(ts []*codec.Tensor) Tensors {
 // retries until it succeeds or its context ends.
 type Publisher struct {
 	nc    *nats.Conn
+	js    jetstream.JetStream
 	store jetstream.ObjectStore
 	keep  int
 	log   *slog.Logger
 
 	// Published counts the versions put, PutBytes their objects' bytes,
-	// Retries the attempts that failed and were tried again, Verified
-	// the puts read back (see put).
-	Published, PutBytes, Retries, Verified atomic.Int64
+	// Retries the attempts that failed and were tried again.
+	Published, PutBytes, Retries atomic.Int64
 }
 
 // NewPublisher returns a Publisher into store, reached through nc, that
@@ -114,7 +113,9 @@ func NewPublisher(nc *nats.Conn, store jetstream.ObjectStore, keep int, log *slo
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Publisher{nc: nc, store: store, keep: keep, log: log}
+	// jetstream.New fails only for a nil connection or a bad option.
+	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second))
+	return &Publisher{nc: nc, js: js, store: store, keep: keep, log: log}
 }
 
 // Publish puts version v (greater than 0) made of ts.
@@ -144,22 +145,6 @@ func (p *Publisher) Publish(ctx context.Context, v uint64, ts Tensors) error {
 			return fmt.Errorf("natsfan: version %d: %w (last error: %v)", v, ctx.Err(), err)
 		}
 		backoff = min(2*backoff, 5*time.Second)
-		// The next attempt waits for the bucket's stream to answer (a
-		// leader elected): a chunk published while it has none is
-		// published again by the client later, from a buffer the put
-		// has reused by then.
-		for {
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, serr := p.store.Status(sctx)
-			cancel()
-			if serr == nil || ctx.Err() != nil {
-				break
-			}
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-			}
-		}
 	}
 }
 
@@ -203,68 +188,17 @@ func (p *Publisher) put(ctx context.Context, v uint64, ts Tensors) (*jetstream.O
 	if !p.nc.IsConnected() {
 		return nil, nats.ErrConnectionReconnecting
 	}
-	msgs := p.nc.Stats().OutMsgs
-	info, err := p.putOnce(ctx, v, ts)
+	info, err := putObject(ctx, p.js, p.store, jetstream.ObjectMeta{
+		Name:     objectName(v),
+		Metadata: map[string]string{"tensorpress-version": objectName(v)},
+	}, func(w io.Writer) error { return encode(w, ts) })
 	if err != nil && errors.Is(context.Cause(ctx), errDropped) {
 		err = fmt.Errorf("%w: %v", errDropped, err)
 	}
-	if err == nil && p.nc.Stats().OutMsgs-msgs > uint64(info.Chunks)+extraMsgs {
-		// More messages than the put's own: some chunk was published
-		// again (the client retries a publish that found no stream
-		// leader, from a buffer the put has since reused for the next
-		// chunk). Read the object back; its digest says whether what is
-		// stored is what was put.
-		if verr := p.verify(ctx, info); verr != nil {
-			return nil, fmt.Errorf("the version stored differs from the one put (%v); putting it again", verr)
-		}
-	}
 	return info, err
-}
-
-// extraMsgs is how many messages a put sends besides its chunks: the
-// lookup of the object's earlier description, its new description, a
-// purge of an earlier one.
-const extraMsgs = 4
-
-// verify reads the object of info back to its end: the object store
-// checks its digest there.
-func (p *Publisher) verify(ctx context.Context, info *jetstream.ObjectInfo) error {
-	p.Verified.Add(1)
-	obj, err := p.store.Get(ctx, info.Name)
-	if err != nil {
-		return err
-	}
-	defer obj.Close()
-	_, err = io.Copy(io.Discard, obj)
-	return err
 }
 
 var errDropped = errors.New("the connection to NATS dropped during the put")
-
-func (p *Publisher) putOnce(ctx context.Context, v uint64, ts Tensors) (*jetstream.ObjectInfo, error) {
-	pr, pw := io.Pipe()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var encErr error
-	go func() {
-		defer wg.Done()
-		encErr = encode(pw, ts)
-		pw.CloseWithError(encErr)
-	}()
-	info, err := p.store.Put(ctx, jetstream.ObjectMeta{
-		Name:     objectName(v),
-		Metadata: map[string]string{"tensorpress-version": objectName(v)},
-		Opts:     &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize},
-	}, pr)
-	pr.CloseWithError(errPutEnded) // the encoder stops if Put stopped reading
-	wg.Wait()
-	if err != nil && encErr != nil && !errors.Is(encErr, errPutEnded) {
-		return nil, errEncode{encErr}
-	}
-	return info, err
-}
-
-var errPutEnded = errors.New("natsfan: the put ended")
 
 // encode writes ts to w as tensorpress frames (a codec.Writer stream, lossless).
 func encode(w io.Writer, ts Tensors) error {

@@ -368,7 +368,7 @@ func TestKillNodeMidPublish(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatalf("publish with a node killed: %v", err)
 	}
-	t.Logf("published after killing a node: %d retries, %d puts read back", pub.Retries.Load(), pub.Verified.Load())
+	t.Logf("published after killing a node: %d retries", pub.Retries.Load())
 	small3 := model(3, 2, 1000)
 	if err := pub.Publish(ctx, 3, Slice(small3)); err != nil {
 		t.Fatal(err)
