@@ -102,8 +102,10 @@ type Publisher struct {
 	log   *slog.Logger
 
 	// Published counts the versions put, PutBytes their objects' bytes,
-	// Retries the attempts that failed and were tried again.
-	Published, PutBytes, Retries atomic.Int64
+	// Retries the attempts that failed and were tried again, Republished
+	// the chunks published again (the same bytes) for want of an
+	// acknowledgement.
+	Published, PutBytes, Retries, Republished atomic.Int64
 }
 
 // NewPublisher returns a Publisher into store, reached through nc, that
@@ -191,7 +193,7 @@ func (p *Publisher) put(ctx context.Context, v uint64, ts Tensors) (*jetstream.O
 	info, err := putObject(ctx, p.js, p.store, jetstream.ObjectMeta{
 		Name:     objectName(v),
 		Metadata: map[string]string{"tensorpress-version": objectName(v)},
-	}, func(w io.Writer) error { return encode(w, ts) })
+	}, func(w io.Writer) error { return encode(w, ts) }, func() { p.Republished.Add(1) })
 	if err != nil && errors.Is(context.Cause(ctx), errDropped) {
 		err = fmt.Errorf("%w: %v", errDropped, err)
 	}

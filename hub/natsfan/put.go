@@ -68,6 +68,8 @@ type objectWriter struct {
 	seqs   []uint64
 	window []*pending
 	pubErr error // the first failure to publish a chunk
+
+	republished func() // called for each chunk published again
 }
 
 func newNUID() string {
@@ -150,6 +152,9 @@ func (w *objectWriter) settle() error {
 			case <-time.After(time.Duration(p.tries) * 200 * time.Millisecond):
 			case <-w.ctx.Done():
 				return w.ctx.Err()
+			}
+			if w.republished != nil {
+				w.republished()
 			}
 			if err := w.publish(p); err != nil {
 				return err
@@ -243,7 +248,7 @@ func (w *objectWriter) describe(meta jetstream.ObjectMeta) (*jetstream.ObjectInf
 // is never published for chunks that are not all stored, in order, once.
 // The chunks of an earlier object of the name are purged after.
 func putObject(ctx context.Context, js jetstream.JetStream, store jetstream.ObjectStore, meta jetstream.ObjectMeta,
-	write func(io.Writer) error) (*jetstream.ObjectInfo, error) {
+	write func(io.Writer) error, republished func()) (*jetstream.ObjectInfo, error) {
 	status, err := store.Status(ctx)
 	if err != nil {
 		return nil, err
@@ -254,6 +259,7 @@ func putObject(ctx context.Context, js jetstream.JetStream, store jetstream.Obje
 	}
 	w := &objectWriter{ctx: ctx, js: js, bucket: status.Bucket(), nuid: newNUID(), digest: sha256.New()}
 	w.subj = fmt.Sprintf(chunkTmpl, w.bucket, w.nuid)
+	w.republished = republished
 	meta.Opts = &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize}
 	err = write(w)
 	if err != nil && w.pubErr == nil {
