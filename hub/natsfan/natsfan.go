@@ -7,6 +7,8 @@ import (
 	"io"
 	"iter"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -15,9 +17,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tensorpress/tensorpress/budget"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub"
 	"github.com/tensorpress/tensorpress/rpc"
+	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
 // DefaultBucket is the object store bucket versions go into.
@@ -290,6 +294,11 @@ type Relay struct {
 	limits codec.Limits
 	log    *slog.Logger
 
+	dir     string // spool directory (WithSpoolDir; "": a temporary one per Run)
+	budget  *budget.Budget
+	served  []spooled // versions served from spool files
+	closing []spooled // files of versions dropped, closed at the next cleaning
+
 	// Relayed counts the versions published into the hub, GotBytes their
 	// objects' bytes, Failed the gets or decodes that failed.
 	Relayed, GotBytes, Failed atomic.Int64
@@ -298,19 +307,55 @@ type Relay struct {
 // NewRelay returns a Relay from store into h, which keeps keep versions
 // (hub.WithRetention), logging to log (slog.Default if nil). The limits
 // bound what a version may claim (codec.DefaultLimits if zero).
-func NewRelay(store jetstream.ObjectStore, h *hub.Hub, keep int, lim codec.Limits, log *slog.Logger) *Relay {
+func NewRelay(store jetstream.ObjectStore, h *hub.Hub, keep int, lim codec.Limits, log *slog.Logger, opts ...RelayOption) *Relay {
 	if log == nil {
 		log = slog.Default()
 	}
 	if lim == (codec.Limits{}) {
 		lim = codec.DefaultLimits()
 	}
-	return &Relay{store: store, h: h, keep: max(1, keep), limits: lim, log: log}
+	r := &Relay{store: store, h: h, keep: max(1, keep), limits: lim, log: log}
+	for _, o := range opts {
+		if o != nil {
+			o(r)
+		}
+	}
+	return r
 }
+
+// RelayOption configures a Relay.
+type RelayOption func(*Relay)
+
+// WithSpoolDir makes a Relay write the versions it serves into dir, one
+// safetensors file each (<version>.safetensors, removed when the hub no
+// longer keeps the version), and serve them from there. Without it, Run
+// spools into a temporary directory it removes when it returns. Files of
+// that form that the Relay does not serve are removed from dir.
+func WithSpoolDir(dir string) RelayOption { return func(r *Relay) { r.dir = dir } }
+
+// WithBudget charges what a Relay holds while it spools a version (one
+// frame's payload and its decoded bytes at a time) to b, waiting while b
+// is spent. Without it nothing is charged (a frame is bounded by the
+// limits of NewRelay).
+func WithBudget(b *budget.Budget) RelayOption { return func(r *Relay) { r.budget = b } }
 
 // Run relays until ctx ends, then returns nil. While NATS is down or the
 // bucket cannot be read, it logs why and tries again.
 func (r *Relay) Run(ctx context.Context) error {
+	if r.dir == "" {
+		dir, err := os.MkdirTemp("", "tensorpress-relay-")
+		if err != nil {
+			return fmt.Errorf("natsfan: a spool directory: %w", err)
+		}
+		r.dir = dir
+		defer func() { r.closeAll(); os.RemoveAll(dir); r.dir = "" }()
+	} else {
+		if err := os.MkdirAll(r.dir, 0o755); err != nil {
+			return fmt.Errorf("natsfan: the spool directory: %w", err)
+		}
+		defer r.closeAll()
+	}
+	r.clean(func(uint64) bool { return true })
 	for {
 		err := r.watch(ctx)
 		if ctx.Err() != nil {
@@ -442,11 +487,8 @@ func (r *Relay) relay(ctx context.Context, v uint64) bool {
 			}
 		}
 	}()
-	ts, err := Decode(cr, r.limits)
-	if err == nil {
-		// The digest is checked when the object has been read to its end.
-		_, err = io.Copy(io.Discard, cr)
-	}
+	sp := &spooler{dir: r.dir, budget: r.budget, lim: r.limits}
+	f, err := sp.spool(ctx, v, cr)
 	close(stop)
 	select {
 	case <-stalled:
@@ -455,17 +497,39 @@ func (r *Relay) relay(ctx context.Context, v uint64) bool {
 	}
 	if err != nil {
 		r.Failed.Add(1)
-		r.log.Warn("a version from NATS did not decode; trying again", "version", v, "err", err)
+		r.log.Warn("a version from NATS did not come whole or did not decode; trying again", "version", v, "err", err)
 		return false
 	}
-	if err := r.h.Publish(v, ts); err != nil {
+	return r.serve(v, f, cr.n)
+}
+
+// serve publishes version v, spooled into f, into the hub.
+func (r *Relay) serve(v uint64, f *tensorfile.SafetensorsFile, n int64) bool {
+	if err := r.h.PublishSafetensors(v, f.Safetensors); err != nil {
+		f.Close()
+		os.Remove(filepath.Join(r.dir, fmt.Sprintf("%d.safetensors", v)))
 		r.log.Warn("publishing a version from NATS", "version", v, "err", err)
 		return true // refused by the hub (older than it keeps, say): trying again will not help
 	}
+	r.served = append(r.served, spooled{v: v, f: f})
+	r.clean(r.holds)
 	r.Relayed.Add(1)
-	r.GotBytes.Add(cr.n)
-	r.log.Info("relayed from NATS", "version", v, "tensors", len(ts), "bytes", cr.n)
+	r.GotBytes.Add(n)
+	r.log.Info("relayed from NATS", "version", v, "tensors", f.Len(), "bytes", n, "file", filepath.Join(r.dir, fmt.Sprintf("%d.safetensors", v)))
 	return true
+}
+
+// holds reports whether the hub keeps version v.
+func (r *Relay) holds(v uint64) bool {
+	return slices.ContainsFunc(r.h.Versions(), func(in hub.VersionInfo) bool { return in.Version == v })
+}
+
+// closeAll closes the spool files (Run has ended).
+func (r *Relay) closeAll() {
+	for _, sp := range append(r.served, r.closing...) {
+		sp.f.Close()
+	}
+	r.served, r.closing = nil, nil
 }
 
 // StallTimeout is how long a relay waits for the next bytes of a version
