@@ -90,8 +90,10 @@ func startCluster(t *testing.T, n int) []*node {
 		conf := fmt.Sprintf(`server_name: n%d
 listen: 127.0.0.1:%d
 jetstream { store_dir: %q }
-cluster { name: tp, listen: 127.0.0.1:%d, routes: [%s] }
-`, i, ports[i], filepath.Join(dir, fmt.Sprint("n", i)), cports[i], strings.Join(routes, ", "))
+`, i, ports[i], filepath.Join(dir, fmt.Sprint("n", i)))
+		if n > 1 { // one node runs alone
+			conf += fmt.Sprintf("cluster { name: tp, listen: 127.0.0.1:%d, routes: [%s] }\n", cports[i], strings.Join(routes, ", "))
+		}
 		cf := filepath.Join(dir, fmt.Sprintf("n%d.conf", i))
 		if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
 			t.Fatal(err)
