@@ -94,9 +94,9 @@ func Slice(ts []*codec.Tensor) Tensors {
 // Publisher puts model versions into a bucket, each encoded once
 // (lossless, recipes by data class, as a hub codes them by default): the
 // bytes of a version cross the publisher's link to NATS once, whatever
-// the number of relays. A version is visible whole or not at all: the
-// object store writes an object's description after its last chunk, and
-// a failed put leaves nothing behind (its chunks are purged). Publish
+// the number of relays. A version is visible whole or not at all: its
+// description is published only after every chunk's acknowledgement, and
+// a failed attempt leaves nothing behind (its chunks are purged). Publish
 // retries until it succeeds or its context ends.
 type Publisher struct {
 	nc    *nats.Conn
