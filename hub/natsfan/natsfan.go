@@ -492,7 +492,9 @@ func (r *Relay) relay(ctx context.Context, v uint64) bool {
 	close(stop)
 	select {
 	case <-stalled:
-		err = fmt.Errorf("no data for %v: %w", StallTimeout, err)
+		if err != nil { // (a spool that had read the object whole stands)
+			err = fmt.Errorf("no data for %v: %w", StallTimeout, err)
+		}
 	default:
 	}
 	if err != nil {
