@@ -451,7 +451,12 @@ func (r *Relay) relay(ctx context.Context, v uint64) bool {
 			return true
 		}
 	}
-	obj, err := r.store.Get(ctx, objectName(v))
+	// The object store gives a get without a deadline its default
+	// timeout (seconds) for the whole read: a version takes longer. The
+	// watchdog below ends a get that stalls.
+	gctx, cancel := context.WithTimeout(ctx, GetTimeout)
+	defer cancel()
+	obj, err := r.store.Get(gctx, objectName(v))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		// A replica may answer before it has the object the update
 		// announced: try again (a deletion's update ends the tries).
@@ -533,6 +538,9 @@ func (r *Relay) closeAll() {
 	}
 	r.served, r.closing = nil, nil
 }
+
+// GetTimeout bounds the time a relay takes to get one version.
+var GetTimeout = 24 * time.Hour
 
 // StallTimeout is how long a relay waits for the next bytes of a version
 // it is getting before it gives up on this attempt and tries again.
