@@ -6,12 +6,14 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -160,4 +162,36 @@ func TestRelayMemory(t *testing.T) {
 	if peak > limit {
 		t.Errorf("the relay's peak RSS is %d MiB, over %d MiB", peak>>20, limit>>20)
 	}
+}
+
+// TestPublishFrames: a version put as frames encoded elsewhere (chunks of
+// 64 KiB, as a hub's fetch cuts them) is relayed and served bit for bit.
+func TestPublishFrames(t *testing.T) {
+	nodes := startCluster(t, 1)
+	onc, ojs := connect(t, nodes[0].url)
+	pub := NewPublisher(onc, openStore(t, ojs, 1), 0, testLog())
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	_, rjs := connect(t, nodes[0].url)
+	relay := startRelay(t, ctx, &wg, openStore(t, rjs, 1))
+	m := model(1, 4, 100_000)
+	err := pub.PublishFrames(ctx, 1, func(w io.Writer) error {
+		cw, err := codec.NewWriter(w, codec.WithChunkSize(64<<10))
+		if err != nil {
+			return err
+		}
+		for _, x := range m {
+			if err := cw.WriteTensor(x); err != nil {
+				return err
+			}
+		}
+		return cw.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitVersion(t, relay, 1)
+	fetchAll(t, relay, 2, 1, m)
 }

@@ -126,12 +126,21 @@ func NewPublisher(nc *nats.Conn, store jetstream.ObjectStore, keep int, log *slo
 
 // Publish puts version v (greater than 0) made of ts.
 func (p *Publisher) Publish(ctx context.Context, v uint64, ts Tensors) error {
+	return p.PublishFrames(ctx, v, func(w io.Writer) error { return encode(w, ts) })
+}
+
+// PublishFrames is Publish for a version already encoded: write writes
+// its tensorpress frames (tensor and tensors frames, each tensor's chunks
+// in order, as a codec.Writer or a hub's fetch lays them out) to w, once
+// per attempt. An error of write ends Publish (trying again does not
+// help).
+func (p *Publisher) PublishFrames(ctx context.Context, v uint64, write func(io.Writer) error) error {
 	if v == 0 {
 		return errors.New("natsfan: version 0")
 	}
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		info, err := p.put(ctx, v, ts)
+		info, err := p.put(ctx, v, write)
 		if err == nil {
 			p.Published.Add(1)
 			p.PutBytes.Add(int64(info.Size))
@@ -160,7 +169,7 @@ type errEncode struct{ error }
 
 func (e errEncode) Unwrap() error { return e.error }
 
-func (p *Publisher) put(ctx context.Context, v uint64, ts Tensors) (*jetstream.ObjectInfo, error) {
+func (p *Publisher) put(ctx context.Context, v uint64, write func(io.Writer) error) (*jetstream.ObjectInfo, error) {
 	// A put whose connection drops is doomed (chunks published before the
 	// drop may be lost, and their acknowledgements never come): the
 	// attempt ends at once, to be tried again once connected.
@@ -197,7 +206,7 @@ func (p *Publisher) put(ctx context.Context, v uint64, ts Tensors) (*jetstream.O
 	info, err := putObject(ctx, p.js, p.store, jetstream.ObjectMeta{
 		Name:     objectName(v),
 		Metadata: map[string]string{"tensorpress-version": objectName(v)},
-	}, func(w io.Writer) error { return encode(w, ts) }, func() { p.Republished.Add(1) })
+	}, write, func() { p.Republished.Add(1) })
 	if err != nil && errors.Is(context.Cause(ctx), errDropped) {
 		err = fmt.Errorf("%w: %v", errDropped, err)
 	}
