@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -461,28 +462,19 @@ func (r *Relay) relay(ctx context.Context, v uint64) bool {
 		}
 	}
 	// The object store gives a get without a deadline its default
-	// timeout (seconds) for the whole read: a version takes longer. The
-	// watchdog below ends a get that stalls.
+	// timeout (seconds) for the whole read: a version takes longer. A
+	// watchdog ends a get that stalls instead (a request or a read that
+	// waits for an answer or a chunk that never comes, a consumer that
+	// stalled): when no byte came for StallTimeout it cancels the get and
+	// closes the object, and the version is tried again.
 	gctx, cancel := context.WithTimeout(ctx, GetTimeout)
 	defer cancel()
-	obj, err := r.store.Get(gctx, objectName(v))
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		// A replica may answer before it has the object the update
-		// announced: try again (a deletion's update ends the tries).
-		r.log.Debug("a version announced is not found yet; trying again", "version", v)
-		return false
-	}
-	if err != nil {
-		r.Failed.Add(1)
-		r.log.Warn("getting a version from NATS; trying again", "version", v, "err", err)
-		return false
-	}
-	defer obj.Close()
-	cr := &countReader{r: obj}
+	cr := &countReader{}
 	cr.last.Store(time.Now().UnixNano())
-	// A read that waits for a chunk that never comes (a consumer that
-	// stalled) would wait for ever: a watchdog closes the object when no
-	// byte came for StallTimeout, and the version is tried again.
+	var (
+		mu  sync.Mutex
+		obj jetstream.ObjectResult
+	)
 	stop := make(chan struct{})
 	stalled := make(chan struct{})
 	go func() {
@@ -495,15 +487,37 @@ func (r *Relay) relay(ctx context.Context, v uint64) bool {
 			case <-t.C:
 				if time.Since(time.Unix(0, cr.last.Load())) > StallTimeout {
 					close(stalled)
-					obj.Close()
+					cancel()
+					mu.Lock()
+					if obj != nil {
+						obj.Close()
+					}
+					mu.Unlock()
 					return
 				}
 			}
 		}
 	}()
+	defer close(stop)
+	o, err := r.store.Get(gctx, objectName(v))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		// A replica may answer before it has the object the update
+		// announced: try again (a deletion's update ends the tries).
+		r.log.Debug("a version announced is not found yet; trying again", "version", v)
+		return false
+	}
+	if err != nil {
+		r.Failed.Add(1)
+		r.log.Warn("getting a version from NATS; trying again", "version", v, "err", err)
+		return false
+	}
+	defer o.Close()
+	mu.Lock()
+	obj = o
+	mu.Unlock()
+	cr.r = o
 	sp := &spooler{dir: r.dir, budget: r.budget, lim: r.limits}
 	f, err := sp.spool(ctx, v, cr)
-	close(stop)
 	select {
 	case <-stalled:
 		if err != nil { // (a spool that had read the object whole stands)
