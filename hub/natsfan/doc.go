@@ -21,7 +21,9 @@
 // other than the ones hashed. A relay checks the object's SHA-256 (the
 // object store's) and every frame's checksum as it reads.
 //
-// Publisher (origin): Publish retries, with backoff, until the version is
+// Publisher (origin): Publish encodes the tensors it is given;
+// PublishFrames takes frames encoded already (a hub's, say, so that a
+// version is encoded once for NATS and the origin's clients). Both retry, with backoff, until the version is
 // in the bucket or its context ends; an attempt during which the
 // connection to NATS dropped is abandoned at once and made again once
 // connected (a NATS node that dies mid-publish costs a retry, not a
