@@ -6,13 +6,24 @@
 // serve their own clients from it. A version crosses the origin's link
 // once, whatever the number of relays and clients.
 //
-// A version is one object, named by its number. The object store writes
-// an object's description only after its last chunk, and purges the
-// chunks of a put that failed, so a version is visible whole or not at
-// all; a relay checks the object's SHA-256 (the object store's) and every
-// frame's checksum as it decodes.
+// A version is one object, named by its number, laid out as nats.go's
+// jetstream.ObjectStore lays objects out (so that its Get, Watch and List,
+// and other clients of it, read them), but written by the Publisher
+// itself rather than by ObjectStore.Put: each chunk is published from a
+// buffer of its own, kept until the chunk's JetStream acknowledgement; a
+// chunk that gets none is published again from the same bytes under the
+// same message ID (the stream keeps one copy); once every chunk is
+// acknowledged, the acknowledgements' sequences are checked to be in
+// chunk order and the stream to hold exactly the chunks put, and only
+// then is the description (the object's size, chunk count and SHA-256)
+// published. An attempt that fails purges its chunks, so a version is
+// visible whole or not at all and no description ever points at chunks
+// other than the ones hashed. A relay checks the object's SHA-256 (the
+// object store's) and every frame's checksum as it reads.
 //
-// Publisher (origin): Publish retries, with backoff, until the version is
+// Publisher (origin): Publish encodes the tensors it is given;
+// PublishFrames takes frames encoded already (a hub's, say, so that a
+// version is encoded once for NATS and the origin's clients). Both retry, with backoff, until the version is
 // in the bucket or its context ends; an attempt during which the
 // connection to NATS dropped is abandoned at once and made again once
 // connected (a NATS node that dies mid-publish costs a retry, not a
@@ -21,9 +32,15 @@
 // never loses it; a version that does not come whole, or does not decode,
 // is tried again; NATS being down is logged and waited out.
 //
+// A relay does not hold a version in memory: it spools the object, as it
+// reads it, into a safetensors file of its spool directory (WithSpoolDir;
+// a temporary one by default), one frame decoded at a time (charged to
+// WithBudget's budget), and serves the version from that file
+// (hub.PublishSafetensors) once the object's digest has matched; the
+// file is removed when the hub no longer keeps the version. Tensor tags
+// do not cross a relay (safetensors has none).
+//
 // StartServer runs a NATS server with JetStream inside the process, so
 // that a single origin needs no separate service: relays attach to its
 // listen address. A hub with no NATS configured uses none.
-//
-// A relay holds the versions it serves in memory (hub.Publish).
 package natsfan

@@ -7,6 +7,8 @@ import (
 	"io"
 	"iter"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,9 +18,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tensorpress/tensorpress/budget"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub"
 	"github.com/tensorpress/tensorpress/rpc"
+	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
 // DefaultBucket is the object store bucket versions go into.
@@ -91,20 +95,22 @@ func Slice(ts []*codec.Tensor) Tensors {
 // Publisher puts model versions into a bucket, each encoded once
 // (lossless, recipes by data class, as a hub codes them by default): the
 // bytes of a version cross the publisher's link to NATS once, whatever
-// the number of relays. A version is visible whole or not at all: the
-// object store writes an object's description after its last chunk, and
-// a failed put leaves nothing behind (its chunks are purged). Publish
+// the number of relays. A version is visible whole or not at all: its
+// description is published only after every chunk's acknowledgement, and
+// a failed attempt leaves nothing behind (its chunks are purged). Publish
 // retries until it succeeds or its context ends.
 type Publisher struct {
 	nc    *nats.Conn
+	js    jetstream.JetStream
 	store jetstream.ObjectStore
 	keep  int
 	log   *slog.Logger
 
 	// Published counts the versions put, PutBytes their objects' bytes,
-	// Retries the attempts that failed and were tried again, Verified
-	// the puts read back (see put).
-	Published, PutBytes, Retries, Verified atomic.Int64
+	// Retries the attempts that failed and were tried again, Republished
+	// the chunks published again (the same bytes) for want of an
+	// acknowledgement.
+	Published, PutBytes, Retries, Republished atomic.Int64
 }
 
 // NewPublisher returns a Publisher into store, reached through nc, that
@@ -114,17 +120,28 @@ func NewPublisher(nc *nats.Conn, store jetstream.ObjectStore, keep int, log *slo
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Publisher{nc: nc, store: store, keep: keep, log: log}
+	// jetstream.New fails only for a nil connection or a bad option.
+	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second))
+	return &Publisher{nc: nc, js: js, store: store, keep: keep, log: log}
 }
 
 // Publish puts version v (greater than 0) made of ts.
 func (p *Publisher) Publish(ctx context.Context, v uint64, ts Tensors) error {
+	return p.PublishFrames(ctx, v, func(w io.Writer) error { return encode(w, ts) })
+}
+
+// PublishFrames is Publish for a version already encoded: write writes
+// its tensorpress frames (tensor and tensors frames, each tensor's chunks
+// in order, as a codec.Writer or a hub's fetch lays them out) to w, once
+// per attempt. An error of write ends Publish (trying again does not
+// help).
+func (p *Publisher) PublishFrames(ctx context.Context, v uint64, write func(io.Writer) error) error {
 	if v == 0 {
 		return errors.New("natsfan: version 0")
 	}
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		info, err := p.put(ctx, v, ts)
+		info, err := p.put(ctx, v, write)
 		if err == nil {
 			p.Published.Add(1)
 			p.PutBytes.Add(int64(info.Size))
@@ -144,22 +161,6 @@ func (p *Publisher) Publish(ctx context.Context, v uint64, ts Tensors) error {
 			return fmt.Errorf("natsfan: version %d: %w (last error: %v)", v, ctx.Err(), err)
 		}
 		backoff = min(2*backoff, 5*time.Second)
-		// The next attempt waits for the bucket's stream to answer (a
-		// leader elected): a chunk published while it has none is
-		// published again by the client later, from a buffer the put
-		// has reused by then.
-		for {
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, serr := p.store.Status(sctx)
-			cancel()
-			if serr == nil || ctx.Err() != nil {
-				break
-			}
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-			}
-		}
 	}
 }
 
@@ -169,7 +170,7 @@ type errEncode struct{ error }
 
 func (e errEncode) Unwrap() error { return e.error }
 
-func (p *Publisher) put(ctx context.Context, v uint64, ts Tensors) (*jetstream.ObjectInfo, error) {
+func (p *Publisher) put(ctx context.Context, v uint64, write func(io.Writer) error) (*jetstream.ObjectInfo, error) {
 	// A put whose connection drops is doomed (chunks published before the
 	// drop may be lost, and their acknowledgements never come): the
 	// attempt ends at once, to be tried again once connected.
@@ -203,68 +204,17 @@ func (p *Publisher) put(ctx context.Context, v uint64, ts Tensors) (*jetstream.O
 	if !p.nc.IsConnected() {
 		return nil, nats.ErrConnectionReconnecting
 	}
-	msgs := p.nc.Stats().OutMsgs
-	info, err := p.putOnce(ctx, v, ts)
+	info, err := putObject(ctx, p.js, p.store, jetstream.ObjectMeta{
+		Name:     objectName(v),
+		Metadata: map[string]string{"tensorpress-version": objectName(v)},
+	}, write, func() { p.Republished.Add(1) })
 	if err != nil && errors.Is(context.Cause(ctx), errDropped) {
 		err = fmt.Errorf("%w: %v", errDropped, err)
 	}
-	if err == nil && p.nc.Stats().OutMsgs-msgs > uint64(info.Chunks)+extraMsgs {
-		// More messages than the put's own: some chunk was published
-		// again (the client retries a publish that found no stream
-		// leader, from a buffer the put has since reused for the next
-		// chunk). Read the object back; its digest says whether what is
-		// stored is what was put.
-		if verr := p.verify(ctx, info); verr != nil {
-			return nil, fmt.Errorf("the version stored differs from the one put (%v); putting it again", verr)
-		}
-	}
 	return info, err
-}
-
-// extraMsgs is how many messages a put sends besides its chunks: the
-// lookup of the object's earlier description, its new description, a
-// purge of an earlier one.
-const extraMsgs = 4
-
-// verify reads the object of info back to its end: the object store
-// checks its digest there.
-func (p *Publisher) verify(ctx context.Context, info *jetstream.ObjectInfo) error {
-	p.Verified.Add(1)
-	obj, err := p.store.Get(ctx, info.Name)
-	if err != nil {
-		return err
-	}
-	defer obj.Close()
-	_, err = io.Copy(io.Discard, obj)
-	return err
 }
 
 var errDropped = errors.New("the connection to NATS dropped during the put")
-
-func (p *Publisher) putOnce(ctx context.Context, v uint64, ts Tensors) (*jetstream.ObjectInfo, error) {
-	pr, pw := io.Pipe()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var encErr error
-	go func() {
-		defer wg.Done()
-		encErr = encode(pw, ts)
-		pw.CloseWithError(encErr)
-	}()
-	info, err := p.store.Put(ctx, jetstream.ObjectMeta{
-		Name:     objectName(v),
-		Metadata: map[string]string{"tensorpress-version": objectName(v)},
-		Opts:     &jetstream.ObjectMetaOptions{ChunkSize: ChunkSize},
-	}, pr)
-	pr.CloseWithError(errPutEnded) // the encoder stops if Put stopped reading
-	wg.Wait()
-	if err != nil && encErr != nil && !errors.Is(encErr, errPutEnded) {
-		return nil, errEncode{encErr}
-	}
-	return info, err
-}
-
-var errPutEnded = errors.New("natsfan: the put ended")
 
 // encode writes ts to w as tensorpress frames (a codec.Writer stream, lossless).
 func encode(w io.Writer, ts Tensors) error {
@@ -354,6 +304,11 @@ type Relay struct {
 	limits codec.Limits
 	log    *slog.Logger
 
+	dir     string // spool directory (WithSpoolDir; "": a temporary one per Run)
+	budget  *budget.Budget
+	served  []spooled // versions served from spool files
+	closing []spooled // files of versions dropped, closed at the next cleaning
+
 	// Relayed counts the versions published into the hub, GotBytes their
 	// objects' bytes, Failed the gets or decodes that failed.
 	Relayed, GotBytes, Failed atomic.Int64
@@ -362,19 +317,55 @@ type Relay struct {
 // NewRelay returns a Relay from store into h, which keeps keep versions
 // (hub.WithRetention), logging to log (slog.Default if nil). The limits
 // bound what a version may claim (codec.DefaultLimits if zero).
-func NewRelay(store jetstream.ObjectStore, h *hub.Hub, keep int, lim codec.Limits, log *slog.Logger) *Relay {
+func NewRelay(store jetstream.ObjectStore, h *hub.Hub, keep int, lim codec.Limits, log *slog.Logger, opts ...RelayOption) *Relay {
 	if log == nil {
 		log = slog.Default()
 	}
 	if lim == (codec.Limits{}) {
 		lim = codec.DefaultLimits()
 	}
-	return &Relay{store: store, h: h, keep: max(1, keep), limits: lim, log: log}
+	r := &Relay{store: store, h: h, keep: max(1, keep), limits: lim, log: log}
+	for _, o := range opts {
+		if o != nil {
+			o(r)
+		}
+	}
+	return r
 }
+
+// RelayOption configures a Relay.
+type RelayOption func(*Relay)
+
+// WithSpoolDir makes a Relay write the versions it serves into dir, one
+// safetensors file each (<version>.safetensors, removed when the hub no
+// longer keeps the version), and serve them from there. Without it, Run
+// spools into a temporary directory it removes when it returns. Files of
+// that form that the Relay does not serve are removed from dir.
+func WithSpoolDir(dir string) RelayOption { return func(r *Relay) { r.dir = dir } }
+
+// WithBudget charges what a Relay holds while it spools a version (one
+// frame's payload and its decoded bytes at a time) to b, waiting while b
+// is spent. Without it nothing is charged (a frame is bounded by the
+// limits of NewRelay).
+func WithBudget(b *budget.Budget) RelayOption { return func(r *Relay) { r.budget = b } }
 
 // Run relays until ctx ends, then returns nil. While NATS is down or the
 // bucket cannot be read, it logs why and tries again.
 func (r *Relay) Run(ctx context.Context) error {
+	if r.dir == "" {
+		dir, err := os.MkdirTemp("", "tensorpress-relay-")
+		if err != nil {
+			return fmt.Errorf("natsfan: a spool directory: %w", err)
+		}
+		r.dir = dir
+		defer func() { r.closeAll(); os.RemoveAll(dir); r.dir = "" }()
+	} else {
+		if err := os.MkdirAll(r.dir, 0o755); err != nil {
+			return fmt.Errorf("natsfan: the spool directory: %w", err)
+		}
+		defer r.closeAll()
+	}
+	r.clean(func(uint64) bool { return true })
 	for {
 		err := r.watch(ctx)
 		if ctx.Err() != nil {
@@ -470,24 +461,20 @@ func (r *Relay) relay(ctx context.Context, v uint64) bool {
 			return true
 		}
 	}
-	obj, err := r.store.Get(ctx, objectName(v))
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		// A replica may answer before it has the object the update
-		// announced: try again (a deletion's update ends the tries).
-		r.log.Debug("a version announced is not found yet; trying again", "version", v)
-		return false
-	}
-	if err != nil {
-		r.Failed.Add(1)
-		r.log.Warn("getting a version from NATS; trying again", "version", v, "err", err)
-		return false
-	}
-	defer obj.Close()
-	cr := &countReader{r: obj}
+	// The object store gives a get without a deadline its default
+	// timeout (seconds) for the whole read: a version takes longer. A
+	// watchdog ends a get that stalls instead (a request or a read that
+	// waits for an answer or a chunk that never comes, a consumer that
+	// stalled): when no byte came for StallTimeout it cancels the get and
+	// closes the object, and the version is tried again.
+	gctx, cancel := context.WithTimeout(ctx, GetTimeout)
+	defer cancel()
+	cr := &countReader{}
 	cr.last.Store(time.Now().UnixNano())
-	// A read that waits for a chunk that never comes (a consumer that
-	// stalled) would wait for ever: a watchdog closes the object when no
-	// byte came for StallTimeout, and the version is tried again.
+	var (
+		mu  sync.Mutex
+		obj jetstream.ObjectResult
+	)
 	stop := make(chan struct{})
 	stalled := make(chan struct{})
 	go func() {
@@ -500,37 +487,83 @@ func (r *Relay) relay(ctx context.Context, v uint64) bool {
 			case <-t.C:
 				if time.Since(time.Unix(0, cr.last.Load())) > StallTimeout {
 					close(stalled)
-					obj.Close()
+					cancel()
+					mu.Lock()
+					if obj != nil {
+						obj.Close()
+					}
+					mu.Unlock()
 					return
 				}
 			}
 		}
 	}()
-	ts, err := Decode(cr, r.limits)
-	if err == nil {
-		// The digest is checked when the object has been read to its end.
-		_, err = io.Copy(io.Discard, cr)
+	defer close(stop)
+	o, err := r.store.Get(gctx, objectName(v))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		// A replica may answer before it has the object the update
+		// announced: try again (a deletion's update ends the tries).
+		r.log.Debug("a version announced is not found yet; trying again", "version", v)
+		return false
 	}
-	close(stop)
+	if err != nil {
+		r.Failed.Add(1)
+		r.log.Warn("getting a version from NATS; trying again", "version", v, "err", err)
+		return false
+	}
+	defer o.Close()
+	mu.Lock()
+	obj = o
+	mu.Unlock()
+	cr.r = o
+	sp := &spooler{dir: r.dir, budget: r.budget, lim: r.limits}
+	f, err := sp.spool(ctx, v, cr)
 	select {
 	case <-stalled:
-		err = fmt.Errorf("no data for %v: %w", StallTimeout, err)
+		if err != nil { // (a spool that had read the object whole stands)
+			err = fmt.Errorf("no data for %v: %w", StallTimeout, err)
+		}
 	default:
 	}
 	if err != nil {
 		r.Failed.Add(1)
-		r.log.Warn("a version from NATS did not decode; trying again", "version", v, "err", err)
+		r.log.Warn("a version from NATS did not come whole or did not decode; trying again", "version", v, "err", err)
 		return false
 	}
-	if err := r.h.Publish(v, ts); err != nil {
+	return r.serve(v, f, cr.n)
+}
+
+// serve publishes version v, spooled into f, into the hub.
+func (r *Relay) serve(v uint64, f *tensorfile.SafetensorsFile, n int64) bool {
+	if err := r.h.PublishSafetensors(v, f.Safetensors); err != nil {
+		f.Close()
+		os.Remove(filepath.Join(r.dir, fmt.Sprintf("%d.safetensors", v)))
 		r.log.Warn("publishing a version from NATS", "version", v, "err", err)
 		return true // refused by the hub (older than it keeps, say): trying again will not help
 	}
+	r.served = append(r.served, spooled{v: v, f: f})
+	r.clean(r.holds)
 	r.Relayed.Add(1)
-	r.GotBytes.Add(cr.n)
-	r.log.Info("relayed from NATS", "version", v, "tensors", len(ts), "bytes", cr.n)
+	r.GotBytes.Add(n)
+	r.log.Info("relayed from NATS", "version", v, "tensors", f.Len(), "bytes", n, "file", filepath.Join(r.dir, fmt.Sprintf("%d.safetensors", v)))
 	return true
 }
+
+// holds reports whether the hub keeps version v.
+func (r *Relay) holds(v uint64) bool {
+	return slices.ContainsFunc(r.h.Versions(), func(in hub.VersionInfo) bool { return in.Version == v })
+}
+
+// closeAll closes the spool files (Run has ended).
+func (r *Relay) closeAll() {
+	for _, sp := range append(r.served, r.closing...) {
+		sp.f.Close()
+	}
+	r.served, r.closing = nil, nil
+}
+
+// GetTimeout bounds the time a relay takes to get one version.
+var GetTimeout = 24 * time.Hour
 
 // StallTimeout is how long a relay waits for the next bytes of a version
 // it is getting before it gives up on this attempt and tries again.
