@@ -35,6 +35,7 @@ type fanoutFlags struct {
 	url, listen, store, bucket *string
 	replicas                   *int
 	relay                      *bool
+	spool                      *string
 }
 
 func addFanoutFlags(fs *flag.FlagSet) *fanoutFlags {
@@ -45,6 +46,7 @@ func addFanoutFlags(fs *flag.FlagSet) *fanoutFlags {
 		bucket:   fs.String("bucket", natsfan.DefaultBucket, "NATS object store `bucket` of the versions"),
 		replicas: fs.Int("nats-replicas", 1, "JetStream replicas of the bucket (3 on a 3-node cluster)"),
 		relay:    fs.Bool("relay", false, "serve the versions found in NATS (--nats) instead of a --dir"),
+		spool:    fs.String("relay-spool", "", "with --relay, the `directory` each version is written to as it is read from NATS, then served from (default: a temporary one, removed at exit)"),
 	}
 }
 
@@ -60,6 +62,8 @@ func (f *fanoutFlags) check(dir string) error {
 		return usagef("--relay serves what NATS holds; --dir is for an origin")
 	case !*f.relay && dir == "":
 		return usagef("--dir is required (or --relay with --nats)")
+	case *f.spool != "" && !*f.relay:
+		return usagef("--relay-spool goes with --relay")
 	case *f.store != "" && *f.listen == "":
 		return usagef("--nats-store goes with --nats-listen")
 	case *f.replicas < 1 || *f.replicas > 5:

@@ -81,6 +81,7 @@ type hubFlags struct {
 	dir, listen, prof, metrics *string
 	retention                  *int
 	cache, memory              *int64
+	budget                     *budget.Budget // made by newHub, shared with a relay
 	drain, watch               *time.Duration
 	auth                       *authFlags
 	limits                     *limitFlags
@@ -175,8 +176,9 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 
 // newHub makes the hub the flags ask for.
 func (f *hubFlags) newHub(log *slog.Logger) (*hub.Hub, error) {
+	f.budget = budget.New(*f.memory)
 	opts := []hub.Option{hub.WithRetention(*f.retention), hub.WithCacheBytes(*f.cache),
-		hub.WithBudget(budget.New(*f.memory)), hub.WithLogger(log)}
+		hub.WithBudget(f.budget), hub.WithLogger(log)}
 	if *f.prof != "" {
 		p, err := profile.LoadFile(*f.prof)
 		if err != nil {
@@ -241,7 +243,7 @@ func (f *hubFlags) startSources(ctx context.Context, h *hub.Hub, log *slog.Logge
 		src.closers = append(src.closers, func() { fo.Close() })
 	}
 	if *f.dir == "" {
-		src.relay(ctx, fo, h, *f.retention, log)
+		src.relay(ctx, fo, h, *f.retention, log, natsfan.WithBudget(f.budget), natsfan.WithSpoolDir(*f.fan.spool))
 		return src, nil
 	}
 	src.w = hub.NewWatcher(h, *f.dir, *f.retention, log)
@@ -257,8 +259,8 @@ func (f *hubFlags) startSources(ctx context.Context, h *hub.Hub, log *slog.Logge
 }
 
 // relay serves the versions NATS holds.
-func (src *sources) relay(ctx context.Context, fo *fanout, h *hub.Hub, retention int, log *slog.Logger) {
-	relay := natsfan.NewRelay(fo.store, h, retention, codec.Limits{}, log)
+func (src *sources) relay(ctx context.Context, fo *fanout, h *hub.Hub, retention int, log *slog.Logger, opts ...natsfan.RelayOption) {
+	relay := natsfan.NewRelay(fo.store, h, retention, codec.Limits{}, log, opts...)
 	relayed := make(chan struct{})
 	go func() {
 		defer close(relayed)
