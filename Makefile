@@ -34,8 +34,10 @@ vet:
 test-race:
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
+# test-purego runs -short: the tests of real processes and NATS clusters,
+# which do not depend on the zstd backend, run once, in test-race.
 test-purego:
-	CGO_ENABLED=0 $(GO) test -count=1 ./...
+	CGO_ENABLED=0 $(GO) test -short -count=1 ./...
 
 # test-noasm runs the packages with assembly kernels on their pure-Go twins.
 test-noasm:

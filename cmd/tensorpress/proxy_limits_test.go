@@ -33,6 +33,9 @@ import (
 // returns the binary's path.
 func buildTensorpress(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: no tests of real processes (make test runs them in its race pass)")
+	}
 	bin := filepath.Join(t.TempDir(), "tensorpress")
 	cmd := exec.Command("go", "build", "-o", bin, ".")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -71,6 +71,9 @@ func (n *node) kill() {
 // loopback, JetStream on, and waits until JetStream answers.
 func startCluster(t *testing.T, n int) []*node {
 	t.Helper()
+	if testing.Short() && n > 1 {
+		t.Skip("-short: no clusters of nats-server (make test runs them in its race pass)")
+	}
 	if _, err := os.Stat(natsServer); err != nil {
 		t.Skipf("%s: %v (Debian's nats-server; make test installs it)", natsServer, err)
 	}
