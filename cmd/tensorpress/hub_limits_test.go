@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -244,48 +243,9 @@ func TestHubSlowPeers(t *testing.T) {
 	c := hubClient(t, p.addr)
 	goodCalls(t, c, want)
 	before := vmHWM(t, p.cmd.Process.Pid)
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for i := range 1000 {
-		nc, err := net.Dial("tcp", p.addr)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		conns = append(conns, nc)
-		if i%2 == 1 {
-			if _, err := io.WriteString(nc, "PRI * HTTP/2.0\r\n"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	idle, err := net.Dial("tcp", p.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns = append(conns, idle)
-	// The HTTP/2 client preface and an empty SETTINGS frame.
-	io.WriteString(idle, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+	conns := slowPeers(t, p.addr, 1000, "PRI * HTTP/2.0\r\n")
 	goodCalls(t, c, want)
-	closed := make(chan int, len(conns))
-	for i, nc := range conns {
-		go func() {
-			nc.SetReadDeadline(time.Now().Add(2 * time.Minute)) // a guard against a hang, not a timing
-			_, err := io.Copy(io.Discard, nc)
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				i = -1 - i
-			}
-			closed <- i
-		}()
-	}
-	for range conns {
-		if i := <-closed; i < 0 {
-			t.Fatalf("connection %d is still open", -1-i)
-		}
-	}
+	waitClosed(t, conns)
 	goodCalls(t, c, want)
 	rss := vmHWM(t, p.cmd.Process.Pid)
 	t.Logf("hub: peak RSS %.1f MiB after 1,000 slow connections and an idle one (%.1f MiB before)", float64(rss)/(1<<20), float64(before)/(1<<20))

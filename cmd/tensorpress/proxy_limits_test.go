@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -256,49 +255,9 @@ func TestProxySlowPeers(t *testing.T) {
 	echo(t, good, 1<<20)
 	before := remote.peakRSS(t)
 
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for i := range 2000 {
-		c, err := net.Dial("tcp", remote.addr)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		conns = append(conns, c)
-		if i%2 == 1 {
-			if _, err := io.WriteString(c, "TPRA"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	idle, err := net.Dial("tcp", remote.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer idle.Close()
-	// The HTTP/2 client preface and an empty SETTINGS frame.
-	io.WriteString(idle, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+	conns := slowPeers(t, remote.addr, 2000, "TPRA")
 	echo(t, good, 1<<20)
-
-	closed := make(chan int, len(conns)+1)
-	for i, c := range append(conns, idle) {
-		go func() {
-			c.SetReadDeadline(time.Now().Add(2 * time.Minute)) // a guard against a hang, not a timing
-			_, err := io.Copy(io.Discard, c)
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				i = -1 - i
-			}
-			closed <- i
-		}()
-	}
-	for range len(conns) + 1 {
-		if i := <-closed; i < 0 {
-			t.Fatalf("connection %d is still open", -1-i)
-		}
-	}
+	waitClosed(t, conns)
 	echo(t, good, 4<<20)
 	rss := remote.peakRSS(t)
 	t.Logf("remote proxy: peak RSS %.1f MiB after 2,000 slow connections (%.1f MiB before)", float64(rss)/(1<<20), float64(before)/(1<<20))
