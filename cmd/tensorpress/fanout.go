@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -174,6 +175,7 @@ func dirTensors(dir string) natsfan.Tensors {
 // waiting is dropped (a newer version supersedes it), with a warning.
 type publishQueue struct {
 	pub  *natsfan.Publisher
+	h    *hub.Hub
 	dir  string
 	log  *slog.Logger
 	q    chan uint64
@@ -182,8 +184,8 @@ type publishQueue struct {
 
 const queueLen = 4
 
-func newPublishQueue(ctx context.Context, pub *natsfan.Publisher, dir string, log *slog.Logger) *publishQueue {
-	p := &publishQueue{pub: pub, dir: dir, log: log, q: make(chan uint64, queueLen), done: make(chan struct{})}
+func newPublishQueue(ctx context.Context, pub *natsfan.Publisher, h *hub.Hub, dir string, log *slog.Logger) *publishQueue {
+	p := &publishQueue{pub: pub, h: h, dir: dir, log: log, q: make(chan uint64, queueLen), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		for {
@@ -191,7 +193,7 @@ func newPublishQueue(ctx context.Context, pub *natsfan.Publisher, dir string, lo
 			case <-ctx.Done():
 				return
 			case v := <-p.q:
-				err := pub.Publish(ctx, v, dirTensors(filepath.Join(dir, fmt.Sprint(v))))
+				err := p.publish(ctx, v)
 				if err != nil && !errors.Is(err, context.Canceled) {
 					log.Error("not published to NATS", "version", v, "err", err)
 				}
@@ -199,6 +201,17 @@ func newPublishQueue(ctx context.Context, pub *natsfan.Publisher, dir string, lo
 		}
 	}()
 	return p
+}
+
+// publish puts version v into NATS: the frames the hub serves it with
+// (encoded once, for NATS and the hub's clients: Hub.WriteVersion), or,
+// where the hub no longer holds it, read again from its directory.
+func (p *publishQueue) publish(ctx context.Context, v uint64) error {
+	err := p.pub.PublishFrames(ctx, v, func(w io.Writer) error { return p.h.WriteVersion(ctx, v, w) })
+	if errors.Is(err, hub.ErrNotFound) {
+		err = p.pub.Publish(ctx, v, dirTensors(filepath.Join(p.dir, fmt.Sprint(v))))
+	}
+	return err
 }
 
 func (p *publishQueue) add(v uint64) {

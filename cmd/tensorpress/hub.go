@@ -250,7 +250,7 @@ func (f *hubFlags) startSources(ctx context.Context, h *hub.Hub, log *slog.Logge
 	src.closers = append(src.closers, func() { src.w.Close() })
 	if fo != nil {
 		pub := natsfan.NewPublisher(fo.nc, fo.store, *f.retention, log)
-		q := newPublishQueue(ctx, pub, *f.dir, log)
+		q := newPublishQueue(ctx, pub, h, *f.dir, log)
 		src.closers = append(src.closers, q.wait)
 		src.w.OnPublish = q.add
 		src.collectors = append(src.collectors, natsfan.Collector(pub, nil))
