@@ -308,6 +308,7 @@ type Relay struct {
 	budget  *budget.Budget
 	served  []spooled // versions served from spool files
 	closing []spooled // files of versions dropped, closed at the next cleaning
+	listed  []uint64  // the newest versions the last listing found (reconcile's goroutine only)
 
 	// Relayed counts the versions published into the hub, GotBytes their
 	// objects' bytes, Failed the gets or decodes that failed.
@@ -432,20 +433,24 @@ func (r *Relay) reconcile(ctx context.Context) bool {
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return true
 	}
-	if err != nil {
-		r.log.Warn("listing the NATS bucket; trying again", "err", err)
-		return false
-	}
-	var vs []uint64
-	for _, in := range infos {
-		if v := versionOf(in.Name); v != 0 && !in.Deleted {
-			vs = append(vs, v)
-		}
-	}
-	slices.Sort(vs)
-	vs = vs[max(0, len(vs)-r.keep):]
 	done := true
-	for _, v := range vs {
+	if err != nil {
+		// Right after a node dies, listing can fail for a minute while
+		// gets succeed: the versions the last listing found are tried
+		// again meanwhile.
+		r.log.Warn("listing the NATS bucket; trying again", "err", err)
+		done = false
+	} else {
+		r.listed = r.listed[:0]
+		for _, in := range infos {
+			if v := versionOf(in.Name); v != 0 && !in.Deleted {
+				r.listed = append(r.listed, v)
+			}
+		}
+		slices.Sort(r.listed)
+		r.listed = r.listed[max(0, len(r.listed)-r.keep):]
+	}
+	for _, v := range r.listed {
 		if !r.relay(ctx, v) {
 			done = false
 		}
