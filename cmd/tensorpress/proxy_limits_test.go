@@ -1,17 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -84,23 +79,7 @@ func startProxyProcess(t *testing.T, bin string, args ...string) *proxyProcess {
 // peakRSS is the process's peak resident set (VmHWM), in bytes.
 func (p *proxyProcess) peakRSS(t *testing.T) int64 {
 	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmHWM")
-	return 0
+	return vmHWM(t, p.cmd.Process.Pid)
 }
 
 // echoServer is an in-process gRPC server on loopback that echoes every
