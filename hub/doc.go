@@ -97,7 +97,8 @@
 // info: the peer, the version (the round), the tensors, the chunks and
 // bytes, the time taken and the outcome (ok, or the status code).
 //
-// Metrics: Collector exports the Hub's Stats (fetches, chunks and bytes
+// Metrics: Stats returns the Hub's counters, and the metrics package's
+// Hub collector exports them (fetches, chunks and bytes
 // sent, encodes and their time, cache hits, bytes before and after coding
 // by recipe, chunks and bytes by client host, uploads, refused updates by
 // reason, open streams) for Prometheus, read at each scrape. The recipe

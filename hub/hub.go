@@ -88,16 +88,22 @@ type Stats struct {
 	// host, the chunks (In) and frames' bytes (Out) sent to it. At most
 	// MaxAccounts names each, the rest under Other.
 	Recipes, Peers map[string]Account
+	Versions       int          // versions held
+	Memory         budget.Stats // the memory budget (WithBudget; zero: none)
 }
 
 // Stats returns the Hub's counters.
 func (h *Hub) Stats() Stats {
+	h.mu.RLock()
+	n := len(h.versions)
+	h.mu.RUnlock()
 	return Stats{
 		Fetches: h.fetches.Load(), ActiveFetches: h.active.Load(), ChunksSent: h.sent.Load(),
 		BytesSent: h.bytesSent.Load(), RawBytesSent: h.rawSent.Load(), Encodes: h.encodes.Load(), CacheHits: h.cache.hits.Load(),
 		EncodeSeconds: float64(h.encodeNanos.Load()) / 1e9, Updates: h.updates.Load(), UpdateBytes: h.updateBytes.Load(),
 		ActiveUploads: h.uploads.Load(), MalformedUpdates: h.badUpdates[0].Load(), OversizedUpdates: h.badUpdates[1].Load(),
 		Recipes: h.recipes.snapshot(), Peers: h.peers.snapshot(),
+		Versions: n, Memory: h.budget.Stats(),
 	}
 }
 

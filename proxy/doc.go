@@ -201,7 +201,8 @@
 // way, the bytes on the hop, and with a Hop the bytes into and out of each
 // recipe, the coding and decoding time, the link estimate of each hop
 // connection, the autotuners' switches, the decoding errors by kind and
-// the hop's bytes per peer address (at most 64, then "other"); Collector
-// exports them for Prometheus. A proxy has no cache: each message is
+// the hop's bytes per peer address (at most 64, then "other"); Stats.Detail
+// reads the named ones at once, and the metrics package's Proxy collector
+// exports them all for Prometheus (this package does not import it). A proxy has no cache: each message is
 // coded once, for its one receiver.
 package proxy

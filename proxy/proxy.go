@@ -126,13 +126,13 @@ func WithIncomingHop(h *Hop) Option {
 
 // Stats counts what a proxy forwarded: calls, and the messages and their
 // bytes (as the application sent them, before any compression on the hop)
-// from the clients to the servers (up) and back (down). Collector exports
-// it for Prometheus.
+// from the clients to the servers (up) and back (down). metrics.Proxy
+// exports it for Prometheus.
 //
 // HopOut and HopIn count the bytes a connection toward the other proxy
 // writes and reads (Hop.Conn counts them, as does a connection passed
-// through); Collector exports them with the ratio of the application's
-// bytes to them.
+// through); the ratio of the application's bytes to them is what the
+// hop saved.
 //
 // With a Hop, it also counts what the Hop's coding did: bytes into and
 // out of each recipe (per frame; "none" for messages sent as they are),

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
 	"github.com/tensorpress/tensorpress/auth"
@@ -25,6 +23,7 @@ import (
 	"github.com/tensorpress/tensorpress/hub"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
 	"github.com/tensorpress/tensorpress/hub/natsfan"
+	"github.com/tensorpress/tensorpress/metrics"
 	"github.com/tensorpress/tensorpress/profile"
 )
 
@@ -233,7 +232,7 @@ type sources struct {
 // startSources publishes what the hub serves at the start: the versions
 // of --dir (to NATS too, with --nats), or those NATS holds (--relay).
 func (f *hubFlags) startSources(ctx context.Context, h *hub.Hub, log *slog.Logger) (*sources, error) {
-	src := &sources{collectors: []prometheus.Collector{hub.Collector(h)}}
+	src := &sources{collectors: []prometheus.Collector{metrics.Hub(h)}}
 	var fo *fanout
 	if f.fan.enabled() {
 		var err error
@@ -253,7 +252,7 @@ func (f *hubFlags) startSources(ctx context.Context, h *hub.Hub, log *slog.Logge
 		q := newPublishQueue(ctx, pub, h, *f.dir, log)
 		src.closers = append(src.closers, q.wait)
 		src.w.OnPublish = q.add
-		src.collectors = append(src.collectors, natsfan.Collector(pub, nil))
+		src.collectors = append(src.collectors, metrics.NATS(pub, nil))
 	}
 	return src, src.w.Start()
 }
@@ -267,7 +266,7 @@ func (src *sources) relay(ctx context.Context, fo *fanout, h *hub.Hub, retention
 		relay.Run(ctx)
 	}()
 	src.closers = append(src.closers, func() { <-relayed })
-	src.collectors = append(src.collectors, natsfan.Collector(nil, relay))
+	src.collectors = append(src.collectors, metrics.NATS(nil, relay))
 }
 
 // watch looks at the directory every interval (0: never) until ctx ends.
@@ -314,10 +313,8 @@ func serveMetricsAuth(addr string, errc chan error, log *slog.Logger, ac auth.Co
 	if err != nil {
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))...)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", metrics.Handler(cs...))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	hs := &http.Server{Handler: check(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, TLSConfig: tc}
 	go func() {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/auth"
 	"github.com/tensorpress/tensorpress/budget"
+	"github.com/tensorpress/tensorpress/metrics"
 	"github.com/tensorpress/tensorpress/proxy"
 )
 
@@ -239,7 +240,7 @@ func (f *proxyFlags) serveMetrics(side *proxy.Side, log *slog.Logger, stop func(
 		return nil, fmt.Errorf("--metrics: %w (/metrics has no authentication)", err)
 	}
 	errc := make(chan error, 1)
-	stopMetrics, err := serveMetrics(*f.metrics, errc, log, proxy.Collector(side.Stats()))
+	stopMetrics, err := serveMetrics(*f.metrics, errc, log, metrics.Proxy(side.Stats()))
 	if err != nil {
 		return nil, err
 	}

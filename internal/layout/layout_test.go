@@ -135,6 +135,9 @@ var forbidden = []struct {
 	{"rpc", []string{"go.yaml.in/yaml", "gopkg.in/yaml", "gonum.org/v1/gonum"}, "a gRPC compressor links no YAML and no linear algebra"},
 	{"transport", []string{module + "/gpu", "github.com/ebitengine/purego", module + "/gradient", module + "/profile"}, "a byte-stream connection links no device code and no tensor session (package session)"},
 	{"hub", []string{module + "/gpu", "github.com/ebitengine/purego"}, "the GPU is a gradient device backend, linked by the programs that want it"},
+	{"hub", []string{"github.com/prometheus"}, "collectors live in package metrics: the core never imports Prometheus"},
+	{"hub/natsfan", []string{"github.com/prometheus"}, "collectors live in package metrics: the core never imports Prometheus"},
+	{"proxy", []string{"github.com/prometheus"}, "collectors live in package metrics: the core never imports Prometheus"},
 	{"profile", []string{module + "/gradient"}, "profiles are data: their users parse the gradient specs"},
 	{"gpu", []string{module + "/profile"}, "the GPU knows devices, not profiles (gradient.UseDevice reads a profile's device)"},
 }
