@@ -58,8 +58,13 @@
 // unreadable, still being written) is logged as a warning naming the file
 // and why, the others served, and it is tried again at the next poll.
 //
-// Serving: the hub is an ordinary gRPC service (hubpb.RegisterHubServer on
-// the caller's grpc.Server), so TLS (grpc.Creds on the server, transport
+// Serving: Serve runs a hub on a listener as `tensorpress hub` does: its
+// Limits, its authentication (package auth: mutual TLS, a token; a
+// listener off loopback refused without one, unless Insecure), and a drain
+// when the context ends (GracefulStop's GOAWAY, which fetches with retries
+// resume after; the streams left cut when the drain is over). The hub is
+// also an ordinary gRPC service (hubpb.RegisterHubServer on the caller's
+// grpc.Server), so TLS (grpc.Creds on the server, transport
 // credentials on the client), authentication interceptors and keepalive
 // settings are the caller's and pass through untouched. Fetches are long
 // streams: give clients a deadline per request (the context), and give the

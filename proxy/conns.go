@@ -245,21 +245,3 @@ func (s *connSet) cut() {
 	}
 }
 
-// drainThenCut runs wait (which returns when the work in flight is done)
-// and, if it has not returned after drain, calls cut to end that work,
-// then waits for wait to return.
-func drainThenCut(wait func(), drain time.Duration, cut func()) {
-	done := make(chan struct{})
-	go func() {
-		wait()
-		close(done)
-	}()
-	t := time.NewTimer(drain)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		cut()
-		<-done
-	}
-}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/auth"
 	"github.com/tensorpress/tensorpress/budget"
+	"github.com/tensorpress/tensorpress/internal/drain"
 	"github.com/tensorpress/tensorpress/internal/loopback"
 )
 
@@ -250,19 +251,7 @@ func (s *Side) serveGRPC(ctx context.Context, ln net.Listener) error {
 	}
 	srv := grpc.NewServer(sopts...)
 	s.c.log.Info("listening", "addr", ln.Addr().String(), "side", s.name(), "to", s.to)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	s.c.log.Info("stopping", "drain", s.c.drain)
-	drainThenCut(srv.GracefulStop, s.c.drain, func() {
-		s.c.log.Info("drain over: cutting the calls left")
-		srv.Stop()
-	})
-	return nil
+	return drain.Serve(ctx, srv, ln, s.c.drain, s.c.log)
 }
 
 // dial returns the connection to s.to: through the hop's connections on
@@ -386,7 +375,7 @@ func (s *Side) serveConns(ctx context.Context, ln net.Listener, mode string, for
 		}()
 	}
 	s.c.log.Info("stopping", "drain", s.c.drain)
-	drainThenCut(set.wg.Wait, s.c.drain, set.cut)
+	drain.ThenCut(set.wg.Wait, s.c.drain, set.cut)
 	return err
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -14,14 +15,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 
 	"github.com/tensorpress/tensorpress/auth"
 	"github.com/tensorpress/tensorpress/autotune"
 	"github.com/tensorpress/tensorpress/budget"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub"
-	"github.com/tensorpress/tensorpress/hub/hubpb"
 	"github.com/tensorpress/tensorpress/hub/natsfan"
 	"github.com/tensorpress/tensorpress/metrics"
 	"github.com/tensorpress/tensorpress/profile"
@@ -147,10 +146,6 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s, err := f.server(h)
-	if err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", *f.listen)
 	if err != nil {
 		return err
@@ -161,16 +156,35 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "tls", f.auth.cfg.ServerTLS(), "mtls", f.auth.cfg.Mutual(),
 		"token", f.auth.cfg.TokenFile != "", "memory", profile.FormatSize(*f.memory))
-	errc := make(chan error, 2)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	if *f.metrics != "" {
+		errc := make(chan error, 1)
 		stopMetrics, err := serveMetricsAuth(*f.metrics, errc, log, f.auth.cfg, src.collectors...)
 		if err != nil {
 			ln.Close()
 			return err
 		}
 		defer stopMetrics()
+		go func() {
+			select {
+			case err := <-errc: // the metrics server failed: stop the hub too
+				cancel(err)
+			case <-ctx.Done():
+			}
+		}()
 	}
-	return serve(ctx, s, ln, errc, *f.drain, log)
+	drain := *f.drain
+	if drain == 0 {
+		drain = -1 // --drain 0: cut at once
+	}
+	if err := hub.Serve(ctx, ln, h, hub.ServeConfig{Limits: f.limits.l, Auth: f.auth.cfg, Drain: drain, Log: log}); err != nil {
+		return err
+	}
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }
 
 // newHub makes the hub the flags ask for.
@@ -203,21 +217,6 @@ func (f *hubFlags) setMemoryLimit(log *slog.Logger) {
 	limit := *f.memory + *f.cache + 32<<20
 	debug.SetMemoryLimit(limit)
 	log.Debug("Go memory limit", "bytes", limit)
-}
-
-// server makes the gRPC server of h: its limits, its authentication.
-func (f *hubFlags) server(h *hub.Hub) (*grpc.Server, error) {
-	sopts, err := f.limits.l.ServerOptions()
-	if err != nil {
-		return nil, usagef("%v", err)
-	}
-	aopts, err := f.auth.cfg.ServerOptions()
-	if err != nil {
-		return nil, err
-	}
-	s := grpc.NewServer(append(sopts, aopts...)...)
-	hubpb.RegisterHubServer(s, hub.NewServer(h))
-	return s, nil
 }
 
 // sources are where a hub's versions come from (its directory, NATS),
@@ -330,40 +329,6 @@ func serveMetricsAuth(addr string, errc chan error, log *slog.Logger, ac auth.Co
 	}()
 	log.Info("metrics", "addr", mln.Addr().String(), "tls", tc != nil)
 	return func() { hs.Close() }, nil
-}
-
-// serve runs s on ln until ctx ends (or s, or errc, fails), then stops it
-// gracefully: calls in flight get drain to finish, and are cut after.
-func serve(ctx context.Context, s *grpc.Server, ln net.Listener, errc chan error, drain time.Duration, log *slog.Logger) error {
-	go func() { errc <- s.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("stopping", "drain", drain)
-	drainThenCut(s.GracefulStop, drain, func() {
-		log.Info("drain over: cutting the calls left")
-		s.Stop()
-	})
-	return nil
-}
-
-// drainThenCut runs wait (which returns when the work in flight is done)
-// and, if it has not returned after drain, calls cut to end that work,
-// then waits for wait to return.
-func drainThenCut(wait func(), drain time.Duration, cut func()) {
-	done := make(chan struct{})
-	go func() {
-		wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(drain):
-		cut()
-		<-done
-	}
 }
 
 // hubContext is the context a hub or proxy runs in until a signal: tests
