@@ -244,4 +244,3 @@ func (s *connSet) cut() {
 		c.Close()
 	}
 }
-
