@@ -38,6 +38,11 @@ type Limits struct {
 	// ping after Ping without a read, the connection closed if it is
 	// not answered within PingTimeout. Defaults 30 s and 10 s.
 	Ping, PingTimeout time.Duration
+	// MaxConns bounds the connections open at once, all peers together;
+	// MaxConnsPerPeer those from one IP address. A connection over either
+	// is closed as soon as it is accepted (Serve only: a grpc.Server of
+	// the caller's has its own listener). Defaults 4096 and 256.
+	MaxConns, MaxConnsPerPeer int
 }
 
 // Defaults of Limits.
@@ -48,12 +53,15 @@ const (
 	DefaultMaxMessage  = 32 << 20
 	DefaultPing        = 30 * time.Second
 	DefaultPingTimeout = 10 * time.Second
+	DefaultMaxConns    = 4096
+	DefaultMaxPerPeer  = 256
 )
 
 // DefaultLimits returns the default Limits.
 func DefaultLimits() Limits {
 	return Limits{Handshake: DefaultHandshake, Idle: DefaultIdle, MaxStreams: DefaultMaxStreams,
-		MaxMessage: DefaultMaxMessage, Ping: DefaultPing, PingTimeout: DefaultPingTimeout}
+		MaxMessage: DefaultMaxMessage, Ping: DefaultPing, PingTimeout: DefaultPingTimeout,
+		MaxConns: DefaultMaxConns, MaxConnsPerPeer: DefaultMaxPerPeer}
 }
 
 // Check reports a limit that is not positive.
@@ -69,6 +77,8 @@ func (l Limits) Check() error {
 		return fmt.Errorf("hub: largest message %d bytes: want at least 1 KiB", l.MaxMessage)
 	case l.Ping <= 0 || l.PingTimeout <= 0:
 		return fmt.Errorf("hub: ping every %v, timeout %v: want more than 0", l.Ping, l.PingTimeout)
+	case l.MaxConns <= 0 || l.MaxConnsPerPeer <= 0:
+		return fmt.Errorf("hub: at most %d connections, %d per peer: want at least 1", l.MaxConns, l.MaxConnsPerPeer)
 	}
 	return nil
 }

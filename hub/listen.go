@@ -10,6 +10,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/auth"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/internal/connlimit"
 	"github.com/tensorpress/tensorpress/internal/drain"
 )
 
@@ -46,11 +47,15 @@ func Serve(ctx context.Context, ln net.Listener, h *Hub, c ServeConfig) error {
 		ln.Close()
 		return err
 	}
+	if c.Limits == (Limits{}) {
+		c.Limits = DefaultLimits()
+	}
 	srv, err := c.server(h)
 	if err != nil {
 		ln.Close()
 		return err
 	}
+	ln = connlimit.New(ln, c.Limits.MaxConns, c.Limits.MaxConnsPerPeer, c.Log)
 	switch {
 	case c.Drain == 0:
 		c.Drain = DefaultDrain
@@ -62,9 +67,6 @@ func Serve(ctx context.Context, ln net.Listener, h *Hub, c ServeConfig) error {
 
 // server makes the gRPC server of h with c's limits and authentication.
 func (c ServeConfig) server(h *Hub) (*grpc.Server, error) {
-	if c.Limits == (Limits{}) {
-		c.Limits = DefaultLimits()
-	}
 	lopts, err := c.Limits.ServerOptions()
 	if err != nil {
 		return nil, err

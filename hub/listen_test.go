@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -47,6 +48,57 @@ func TestServeOpenListener(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("--insecure: %v", err)
+	}
+}
+
+// TestServeConnLimits: a peer's connections past MaxConnsPerPeer are
+// closed as soon as they are accepted, while the first ones are served.
+func TestServeConnLimits(t *testing.T) {
+	h, _ := New()
+	if err := h.Publish(1, model(2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := DefaultLimits()
+	l.MaxConnsPerPeer = 2
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ln, h, ServeConfig{Limits: l}) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	over, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	over.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := over.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("a third connection from one peer: %v, want it closed", err)
+	}
+	held[0].Close() // its place is free again
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if _, err := Fetch(ctx, hubpb.NewHubClient(cc), Request{Retries: 3}, func(*codec.Tensor) error { return nil }); err != nil {
+		t.Fatal(err)
 	}
 }
 

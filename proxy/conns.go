@@ -1,10 +1,8 @@
 package proxy
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -56,93 +54,6 @@ func (l Limits) check() error {
 		return fmt.Errorf("%w: max connections %d, per peer %d, want at least 1", ErrBadOption, l.MaxConns, l.MaxConnsPerPeer)
 	}
 	return nil
-}
-
-// limitListener closes, as soon as it accepts them, the connections over
-// the limits of all peers or of one peer's IP address.
-type limitListener struct {
-	net.Listener
-	max, perPeer int
-	log          *slog.Logger
-	refused      atomic.Int64
-
-	mu    sync.Mutex
-	total int
-	peers map[string]int
-}
-
-func newLimitListener(ln net.Listener, lim Limits, log *slog.Logger) *limitListener {
-	return &limitListener{Listener: ln, max: lim.MaxConns, perPeer: lim.MaxConnsPerPeer, log: log, peers: map[string]int{}}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		ip := peerIP(c.RemoteAddr())
-		if l.take(ip) {
-			return &countedConn{Conn: c, l: l, ip: ip}, nil
-		}
-		if n := l.refused.Add(1); n&(n-1) == 0 { // the 1st, 2nd, 4th, 8th ...
-			l.log.Warn("connection refused: too many open", "remote", c.RemoteAddr().String(), "max", l.max, "per-peer", l.perPeer, "refused", n)
-		}
-		c.Close()
-	}
-}
-
-func (l *limitListener) take(ip string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.total >= l.max || l.peers[ip] >= l.perPeer {
-		return false
-	}
-	l.total++
-	l.peers[ip]++
-	return true
-}
-
-func (l *limitListener) give(ip string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.total--
-	if l.peers[ip]--; l.peers[ip] <= 0 {
-		delete(l.peers, ip)
-	}
-}
-
-func peerIP(a net.Addr) string {
-	if t, ok := a.(*net.TCPAddr); ok {
-		return t.IP.String()
-	}
-	host, _, err := net.SplitHostPort(a.String())
-	if err != nil {
-		return a.String()
-	}
-	return host
-}
-
-// countedConn gives its place back to its limitListener when closed.
-type countedConn struct {
-	net.Conn
-	l    *limitListener
-	ip   string
-	once sync.Once
-}
-
-// CloseWrite half-closes the connection where it can (TCP), so that a
-// forwarded half-close passes through.
-func (c *countedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
-}
-
-func (c *countedConn) Close() error {
-	c.once.Do(func() { c.l.give(c.ip) })
-	return c.Conn.Close()
 }
 
 // watchdog closes its connections once no read on them returned a byte

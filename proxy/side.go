@@ -19,6 +19,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/auth"
 	"github.com/tensorpress/tensorpress/budget"
+	"github.com/tensorpress/tensorpress/internal/connlimit"
 	"github.com/tensorpress/tensorpress/internal/drain"
 	"github.com/tensorpress/tensorpress/internal/loopback"
 )
@@ -212,7 +213,7 @@ func (s *Side) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return err
 	}
-	lln := newLimitListener(ln, s.c.limits, s.c.log)
+	lln := connlimit.New(ln, s.c.limits.MaxConns, s.c.limits.MaxConnsPerPeer, s.c.log)
 	switch {
 	case s.c.tcp:
 		return s.serveConns(ctx, lln, "tcp", s.forwardTCP)

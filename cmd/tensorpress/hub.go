@@ -57,7 +57,9 @@ round; the chunks of fetches in flight, which wait for it), beside the
 --cache of encoded chunks; per connection, --handshake-timeout closes a
 peer that does not open HTTP/2 in time, --idle-timeout one with no call
 open, --max-streams bounds its calls at once and --max-message one
-message received (an upload's update).
+message received (an upload's update); --max-conns and
+--max-conns-per-peer bound the connections open at once, in all and from
+one IP address (one over is closed as soon as it is accepted).
 
 --metrics serves /healthz and Prometheus metrics on /metrics: fetches,
 chunks and bytes sent (by client host), bytes before and after coding by

@@ -182,6 +182,7 @@ func TestHubLimitFlags(t *testing.T) {
 		{[]string{"--max-message", "512"}, "largest message 512 bytes"},
 		{[]string{"--handshake-timeout", "0s"}, "handshake timeout 0s"},
 		{[]string{"--idle-timeout", "-1s"}, "idle timeout -1s"},
+		{[]string{"--max-conns-per-peer", "0"}, "0 per peer"},
 	} {
 		var errb bytes.Buffer
 		code := run(append([]string{"hub", "--dir", models}, c.args...), io.Discard, &errb)

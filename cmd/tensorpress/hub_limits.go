@@ -91,6 +91,8 @@ func addLimitFlags(fs *flag.FlagSet) *limitFlags {
 	fs.DurationVar(&f.l.Idle, "idle-timeout", hub.DefaultIdle, "a connection with no call open for this long is closed")
 	f.maxStreams = fs.Uint("max-streams", hub.DefaultMaxStreams, "calls open at once on one connection")
 	f.maxMessage = sizeFlag(fs, "max-message", hub.DefaultMaxMessage, "largest message received, in `bytes` (an upload's update)")
+	fs.IntVar(&f.l.MaxConns, "max-conns", hub.DefaultMaxConns, "connections open at once, all peers together")
+	fs.IntVar(&f.l.MaxConnsPerPeer, "max-conns-per-peer", hub.DefaultMaxPerPeer, "connections open at once from one IP address")
 	return f
 }
 

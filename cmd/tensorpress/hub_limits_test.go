@@ -234,12 +234,13 @@ func TestHubFetchMemory(t *testing.T) {
 // half the HTTP/2 preface are closed by the hub (a real process,
 // --handshake-timeout 1s), one that completes the HTTP/2 handshake and
 // then opens no call by --idle-timeout, and good calls are served
-// meanwhile; the hub's peak RSS stays bounded.
+// meanwhile; the hub's peak RSS stays bounded. (Every peer here is
+// 127.0.0.1: --max-conns-per-peer is raised past them.)
 func TestHubSlowPeers(t *testing.T) {
 	bin := buildTensorpress(t)
 	models := t.TempDir()
 	want := writeModel(t, models, 1, 4, 1<<20, func(i int) uint64 { return uint64(i) })
-	p := startHubProc(t, bin, models, "127.0.0.1:0", "--handshake-timeout", "1s", "--idle-timeout", "2s")
+	p := startHubProc(t, bin, models, "127.0.0.1:0", "--handshake-timeout", "1s", "--idle-timeout", "2s", "--max-conns-per-peer", "5000")
 	c := hubClient(t, p.addr)
 	goodCalls(t, c, want)
 	before := vmHWM(t, p.cmd.Process.Pid)
