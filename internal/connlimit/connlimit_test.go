@@ -56,4 +56,3 @@ func TestConnLimits(t *testing.T) {
 		t.Errorf("refused %d, want 1", ln.Refused())
 	}
 }
-
