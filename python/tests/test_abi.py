@@ -8,6 +8,7 @@ import re
 from ctypes import POINTER, c_char_p, c_double, c_float, c_int32, c_int64, c_uint64, c_void_p
 
 import numpy as np
+import pytest
 
 import tensorpress as tp
 from tensorpress import _abi, _lib
@@ -110,3 +111,15 @@ def test_abi_version_and_handles() -> None:
         assert "closed" in str(e)
     else:
         raise AssertionError("a closed Sender compressed")
+
+
+def test_panic_becomes_internal_error() -> None:
+    """A NULL out-pointer makes the wrapper panic in Go: recovered as TP_EINTERNAL, no crash."""
+    frame = tp.encode(np.zeros(4, np.float32))
+    err = _lib.Err()
+    rc = _lib.lib().tp_decode_info(frame, len(frame), None, 0, None, 0, None, err.ref)
+    assert rc == tp.InternalError.code
+    with pytest.raises(tp.InternalError, match="internal error"):
+        _lib.check(rc, err)
+    # The library still works.
+    assert np.array_equal(tp.decode(frame), np.zeros(4, np.float32))
