@@ -3,6 +3,7 @@ package cabi
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io/fs"
 	"math"
 	"runtime"
@@ -483,5 +484,61 @@ func TestReceiverAddEqualsGo(t *testing.T) {
 	a.Shape = &wrong[0]
 	if _, code, msg := ReceiverAdd(r, unsafe.Pointer(&frame[0]), int64(len(frame)), 1, &a, 1); code != EARG || !strings.Contains(msg, "layer") {
 		t.Errorf("wrong shape: %d %q", code, msg)
+	}
+}
+
+// TestConcurrent runs every entry point from several goroutines at once
+// (the shared encoders, recipe cache, decoders and handle table), for the
+// race detector.
+func TestConcurrent(t *testing.T) {
+	recs := []string{"", "*:zstd(1)", "fp16", "shuffle4 | plane3:huff0", "int8(64) | q:huff0"}
+	s, _, _ := SenderNew(cstr("topk(0.1)"))
+	defer Close(s)
+	done := make(chan error)
+	for g := range 6 {
+		go func() {
+			var err error
+			defer func() { done <- err }()
+			for i := range 20 {
+				ct := testvectors.Normal("w", 512, 1, uint64(g*100+i))
+				frame := encodeGo(t, ct, recs[(g+i)%len(recs)], 0, codec.MaxTensorLen(ct))
+				if _, _, _, code, msg := decodeGo(frame, nil); code != OK {
+					err = fmt.Errorf("decode: %d %s", code, msg)
+					return
+				}
+				ct.Name = fmt.Sprintf("g%d.%d", g, i)
+				d, unpin := desc(ct)
+				out := make([]byte, 1<<14)
+				_, _, code, msg := SenderCompress(s, d, nil, 0, 0, unsafe.Pointer(&out[0]), int64(len(out)))
+				unpin()
+				if code != OK {
+					err = fmt.Errorf("compress: %d %s", code, msg)
+					return
+				}
+			}
+		}()
+	}
+	for range 6 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	if n, _, _ := SenderPending(s); n != 120 {
+		t.Errorf("%d pending, want 120", n)
+	}
+}
+
+func TestRecipeCacheBounded(t *testing.T) {
+	for i := range 2 * recipeCacheSize {
+		rp, rn := cstr(fmt.Sprintf("*:zstd(%d)", 1+i%19) + strings.Repeat(" ", i/19))
+		if _, code, msg := RecipeCheck(rp, rn); code != OK {
+			t.Fatal(msg)
+		}
+	}
+	recipes.RLock()
+	n := len(recipes.m)
+	recipes.RUnlock()
+	if n > recipeCacheSize {
+		t.Errorf("%d recipes cached", n)
 	}
 }
