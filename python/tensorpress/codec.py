@@ -119,11 +119,27 @@ def _prep(arr: Any, name: str) -> np.ndarray:
     return arr
 
 
+_shapes = threading.local()
+
+
+def _shape_scratch() -> Any:
+    """The thread's reusable shape array (up to 8 dimensions)."""
+    a = getattr(_shapes, "a", None)
+    if a is None:
+        a = _shapes.a = (ctypes.c_int64 * 8)()
+    return a
+
+
 def _fill(t: tp_tensor, arr: np.ndarray, name: bytes, did: int, lossless: bool, tags: Optional[bytes]) -> Any:
     """Fill descriptor t for arr; returns what must stay alive during the call."""
-    shape = (ctypes.c_int64 * arr.ndim)(*arr.shape) if arr.ndim else None
+    nd = arr.ndim
+    if nd <= 8:
+        shape = _shape_scratch()
+        shape[:nd] = arr.shape
+    else:
+        shape = (ctypes.c_int64 * nd)(*arr.shape)
     t.name, t.name_len = name, len(name)
-    t.dtype, t.ndim = did, arr.ndim
+    t.dtype, t.ndim = did, nd
     t.shape = shape
     t.data = arr.ctypes.data if arr.nbytes else None
     t.nbytes = arr.nbytes
