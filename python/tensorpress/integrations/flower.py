@@ -136,6 +136,7 @@ def compress_arrays(record: ArrayRecord, *, recipe: str | None = None,
         tensorpress.RecipeError: a bad recipe, naming the array.
         TypeError: an Array that cannot be read, naming it.
     """
+    lossy = recipe is not None and tp.is_lossy(recipe)
     out: dict[str, Array] = {}
     for name, a in record.items():
         if a.stype in (STYPE, STYPE_DELTA):
@@ -145,8 +146,11 @@ def compress_arrays(record: ArrayRecord, *, recipe: str | None = None,
         if not _eligible(arr, min_size):
             out[name] = a
             continue
+        # Quantizers take float32 or float64; float16 widens exactly and is
+        # narrowed back on restore (the Array keeps the source dtype).
+        src = arr.astype(np.float32) if lossy and arr.dtype.itemsize < 4 else arr
         try:
-            frame = tp.encode(arr, recipe=recipe, name=name)
+            frame = tp.encode(src, recipe=recipe, name=name)
         except (tp.TensorpressError, TypeError, ValueError) as e:
             raise _named(name, e) from e
         out[name] = _frame_array(arr, frame, STYPE)
@@ -183,6 +187,11 @@ def _decode_weights(name: str, a: Array) -> np.ndarray:
     if a.shape and tuple(arr.shape) != tuple(a.shape):
         raise tp.CorruptError(f"tensorpress: array '{name}': frame holds shape "
                               f"{tuple(arr.shape)}, the Array says {tuple(a.shape)}")
+    if a.dtype and str(arr.dtype) != a.dtype:
+        try:
+            arr = arr.astype(np.dtype(a.dtype))
+        except TypeError as e:
+            raise TypeError(f"tensorpress: array '{name}': dtype {a.dtype!r}: {e}") from e
     return arr
 
 
@@ -257,6 +266,13 @@ def _close(obj: Any) -> None:
         close()
 
 
+def _update(trained: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """``trained - base`` as float32 (the gradient Sender's type), rounded once."""
+    if trained.dtype.itemsize < 4:
+        return trained.astype(np.float32) - base.astype(np.float32)
+    return np.ascontiguousarray(trained - base, dtype=np.float32)
+
+
 def _compress_updates(record: ArrayRecord, base: Mapping[str, Array] | None, sender: Any,
                       min_size: int) -> ArrayRecord:
     out: dict[str, Array] = {}
@@ -272,7 +288,7 @@ def _compress_updates(record: ArrayRecord, base: Mapping[str, Array] | None, sen
         if g.shape != arr.shape:
             raise ValueError(f"tensorpress: array '{name}': trained shape {arr.shape} differs "
                              f"from the global shape {g.shape}")
-        update = np.ascontiguousarray(arr - g, dtype=np.float32)
+        update = _update(arr, g)
         try:
             frame = sender.compress(name, update)
         except (tp.TensorpressError, TypeError, ValueError) as e:

@@ -154,15 +154,18 @@ class TensorpressCompressor(DXOFilter):
         self.recipe, self.spec = _resolve(recipe, spec, quantization_type)
         self.min_size = min_size
         self._sender: Any = None
+        self._lossy = False
         if self.spec is not None:
             self._sender = tp.Sender(self.spec)
         elif self.recipe is not None:
-            tp.is_lossy(self.recipe)  # a bad recipe fails here
+            self._lossy = tp.is_lossy(self.recipe)  # a bad recipe fails here
 
     def _encode(self, name: str, arr: np.ndarray) -> bytes:
         try:
             if self._sender is not None:
                 return self._sender.compress(name, np.ascontiguousarray(arr, dtype=np.float32))
+            if self._lossy and arr.dtype.itemsize < 4:
+                arr = arr.astype(np.float32)  # quantizers take float32/float64; exact widening
             return tp.encode(arr, recipe=self.recipe, name=name)
         except (tp.TensorpressError, TypeError, ValueError) as e:
             raise _named(name, e) from e

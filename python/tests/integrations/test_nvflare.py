@@ -61,7 +61,7 @@ def test_lossless_round_trip_bit_exact_and_dxo_untouched(nvflare: Any, kind: str
 
 
 def test_float16_alias_matches_model_quantizer(nvflare: Any) -> None:
-    w = {k: v for k, v in _weights().items() if k in ("conv.w", "fc.w")}
+    w = {k: v for k, v in _weights().items() if k in ("conv.w", "fc.w", "fc.b")}
     ours = _through([nvflare.TensorpressCompressor(quantization_type="float16")],
                     [nvflare.TensorpressDecompressor()], nv.DXO(nv.DataKind.WEIGHTS, dict(w)))
     theirs = _through([nv.ModelQuantizer("float16")], [nv.ModelDequantizer()],
