@@ -257,7 +257,8 @@ def _load_sender(spec: str, ctxt: Context) -> Any:
 
 def _save_sender(sender: Any, ctxt: Context) -> None:
     state = np.frombuffer(sender.state(), dtype=np.uint8)
-    ctxt.state.array_records[STATE_KEY] = ArrayRecord({"memory": Array.from_numpy_ndarray(state)})
+    record = ArrayRecord({"memory": Array.from_numpy_ndarray(state)})
+    ctxt.state.array_records[STATE_KEY] = record
 
 
 def _close(obj: Any) -> None:
