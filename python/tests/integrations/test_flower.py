@@ -59,7 +59,8 @@ class _LogGrid(fl.InMemoryGrid):
         return replies
 
 
-def _app(mod: Any, sent: dict[int, list[dict[str, np.ndarray]]], step: float = 0.01) -> fl.ClientApp:
+def _app(mod: Any, sent: dict[int, list[dict[str, np.ndarray]]],
+         step: float = 0.01) -> fl.ClientApp:
     """A ClientApp whose train step adds a node- and round-dependent update."""
     app = fl.ClientApp(mods=[mod])
 

@@ -122,7 +122,9 @@ class ArrayRecord(dict):
                 self[k] = v
         else:
             for i, a in enumerate(arrays):
-                self[str(i)] = a if isinstance(a, Array) else Array.from_numpy_ndarray(np.asarray(a))
+                if not isinstance(a, Array):
+                    a = Array.from_numpy_ndarray(np.asarray(a))
+                self[str(i)] = a
 
     def __setitem__(self, key: str, value: Array) -> None:
         if not isinstance(key, str):
