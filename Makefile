@@ -4,14 +4,14 @@
 # as a pure-Go build (CGO_ENABLED=0: the klauspost backend only).
 
 GO        ?= go
-APT_PKGS  := zstd xz-utils gcc dataset-fashion-mnist clang-14 python3-grpcio python3-numpy nats-server
+APT_PKGS  := zstd xz-utils gcc dataset-fashion-mnist clang-14 python3-grpcio python3-numpy nats-server python3-pytest
 # reference regenerates testvectors/reference with numpy and PyTorch; the
 # tests read the committed files and need neither.
 REF_PKGS  := python3-numpy python3-torch dataset-fashion-mnist
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all test deps vet test-race test-purego test-noasm fuzz bench benchmarks build clean reference apt proto
+.PHONY: all test deps vet test-race test-purego test-noasm test-python python header fuzz bench benchmarks build clean reference apt proto
 
 all: build test
 
@@ -43,7 +43,23 @@ test-purego:
 test-noasm:
 	$(GO) test -count=1 -tags noasm ./lossless ./lossy
 
-test: deps vet test-race test-purego test-noasm
+test: deps vet test-race test-purego test-noasm test-python
+
+# python builds the C ABI (cmd/libtensorpress) as a shared library beside
+# the Python package, with its generated header (both ignored by git).
+# Debian's python3 has numpy; the one a PATH may put first may not.
+PY    ?= /usr/bin/python3
+LIBTP := python/tensorpress/libtensorpress.so
+
+python:
+	$(GO) build -buildmode=c-shared -trimpath -o $(LIBTP) ./cmd/libtensorpress
+
+# header refreshes the committed copy of the generated header.
+header: python
+	cp python/tensorpress/libtensorpress.h cmd/libtensorpress/libtensorpress.h
+
+test-python: python
+	$(PY) -m pytest -q -p no:cacheprovider python/tests
 
 # proto regenerates the hub's gRPC code: protoc from Debian, the plugins
 # at the versions the committed code was made with, from the module proxy.

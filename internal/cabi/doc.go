@@ -1,0 +1,41 @@
+// Package cabi is the logic behind libtensorpress, the C ABI of tensorpress
+// (cmd/libtensorpress holds only the cgo exports). It is pure Go, with no
+// cgo, so that it builds and is tested with CGO_ENABLED=0 and the race
+// detector.
+//
+// # Calling convention
+//
+// Every entry point takes raw memory as unsafe.Pointer plus a length, and
+// returns a code (OK or one of the E* codes) and, when the code is not OK,
+// a message. Entry points recover from panics: a panic becomes EINTERNAL
+// with its value in the message, never a crash of the host process.
+//
+// # Ownership
+//
+//   - Memory passed in (tensors, frames, output buffers, accumulators) is the
+//     caller's. It is read or written during the call only and never
+//     retained: names, shapes and tags are copied, data is viewed in place
+//     (Tensor.view makes a codec.Tensor whose Data aliases the caller's
+//     memory, with no copy).
+//   - Output goes straight into the caller's buffer. When it does not fit,
+//     the result is kept in a spill handle that the caller reads with Take
+//     (which frees it) or drops with Close.
+//   - Objects that live across calls (profiles, Senders, Receivers, spilled
+//     outputs) are held in a handle table under uint64 IDs; the table, not
+//     finalizers, owns them until Close.
+//
+// # Concurrency
+//
+// Every entry point is safe for concurrent use. A Sender or Receiver handle
+// serializes the calls made on it; different handles run in parallel.
+// Decoding runs on the caller's goroutine only, so that a panic in it is
+// recovered.
+//
+// # Limits
+//
+// DecodeInfo reads frame headers only: every header's CRC and the decoder
+// Limits are checked before anything whose size depends on the input is
+// allocated, so a frame claiming a terabyte is refused with ELIMIT while
+// allocating almost nothing. DecodeInto writes the data into the caller's
+// buffers, whose sizes DecodeInfo gave.
+package cabi
