@@ -180,10 +180,11 @@ def _encode_to(arr: Any, out_addr: Optional[int], cap: Optional[int], recipe: Op
     L = _lib.lib()
     buf: Any = None
     if out_addr is None:
-        cap = L.tp_max_tensor_len(s.t_ref)
-        if cap < 0:
-            cap = a.nbytes + 4096
-        buf, out_addr = s.out_buf(cap)
+        # codec.MaxTensorLen, with room for the header (lossless frames fit;
+        # a frame that does not is spilled and read out with tp_take).
+        need = a.nbytes + (a.nbytes >> 10) + len(nb) + (s.t.tags_len or 0) + 10 * a.ndim + 512
+        buf, out_addr = s.out_buf(need)
+        cap = len(buf)
     rc = L.tp_encode(s.t_ref, rb, rn, _profile(profile), crcm, out_addr, cap, s.n_ref, s.spill_ref, s.err.ref)
     del keep
     _lib.check(rc, s.err, "" if name else "tensorpress: array (unnamed)")

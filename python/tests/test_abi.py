@@ -123,3 +123,22 @@ def test_panic_becomes_internal_error() -> None:
         _lib.check(rc, err)
     # The library still works.
     assert np.array_equal(tp.decode(frame), np.zeros(4, np.float32))
+
+
+def test_forked_child_is_refused() -> None:
+    """After fork() the Go runtime is gone in the child: calls raise RuntimeError there."""
+    import os
+
+    tp.live_handles()  # the library is loaded
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            tp.encode(np.zeros(4, np.float32))
+        except RuntimeError as e:
+            code = 0 if "spawn" in str(e) else 2
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0

@@ -1,0 +1,56 @@
+package cabi
+
+import (
+	"fmt"
+	"testing"
+	"unsafe"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/testvectors"
+)
+
+// BenchmarkEncode is Encode into a reused buffer: the Go side of a call
+// from Python, without ctypes.
+func BenchmarkEncode(b *testing.B) {
+	for _, n := range []int{256, 16 << 20} {
+		for _, rec := range []string{"", "*:zstd(1)", "int8(4096) | q:huff0"} {
+			b.Run(fmt.Sprintf("%dB/%q", 4*n, rec), func(b *testing.B) {
+				ct := testvectors.Normal("w", n, 0.02, 1)
+				d, done := desc(ct)
+				defer done()
+				out := make([]byte, codec.MaxTensorLen(ct))
+				rp, rn := cstr(rec)
+				b.SetBytes(int64(len(ct.Data)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, _, code, msg := Encode(d, rp, rn, 0, CRCAlways, unsafe.Pointer(&out[0]), int64(len(out))); code != OK {
+						b.Fatal(msg)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkDecode is DecodeInfo and DecodeInto into a reused buffer.
+func BenchmarkDecode(b *testing.B) {
+	for _, n := range []int{256, 16 << 20} {
+		for _, rec := range []string{"", "*:zstd(1)", "int8(4096) | q:huff0"} {
+			b.Run(fmt.Sprintf("%dB/%q", 4*n, rec), func(b *testing.B) {
+				ct := testvectors.Normal("w", n, 0.02, 1)
+				frame := encodeGo(&testing.T{}, ct, rec, 0, codec.MaxTensorLen(ct))
+				dst := codec.AlignedBytes(len(ct.Data))
+				buf := Buf{Data: unsafe.Pointer(&dst[0]), Cap: int64(len(dst))}
+				info := make([]byte, 256)
+				b.SetBytes(int64(len(ct.Data)))
+				b.ReportAllocs()
+				for b.Loop() {
+					DecodeInfo(unsafe.Pointer(&frame[0]), int64(len(frame)), nil, 0, unsafe.Pointer(&info[0]), 256)
+					if _, code, msg := DecodeInto(unsafe.Pointer(&frame[0]), int64(len(frame)), nil, 0, &buf, 1); code != OK {
+						b.Fatal(msg)
+					}
+				}
+			})
+		}
+	}
+}
