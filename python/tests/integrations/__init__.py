@@ -1,0 +1,1 @@
+"""Tests of tensorpress.integrations against the framework stand-ins."""
