@@ -5,16 +5,45 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
+import sys
 import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
 
-import fedavg
-import fl_data
-import fl_downlink
-import fl_model
-import fl_uplink
+# The bench's modules are scripts beside each other in python/bench (no conftest here: the package's
+# tests import names from python/tests/conftest.py, and a second conftest module would shadow it).
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
+if BENCH not in sys.path:
+    sys.path.insert(0, BENCH)
+
+import fedavg  # noqa: E402
+import fl_data  # noqa: E402
+import fl_downlink  # noqa: E402
+import fl_model  # noqa: E402
+import fl_uplink  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tensorpress_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """$TENSORPRESS_BIN, else ``tensorpress`` built from this repository (skip without Go)."""
+    env = os.environ.get("TENSORPRESS_BIN")
+    if env:
+        return env
+    if shutil.which("go") is None:
+        pytest.skip("go is not on PATH: cannot build the tensorpress hub")
+    return fl_downlink.build_tensorpress(str(tmp_path_factory.mktemp("bin")))
+
+
+@pytest.fixture(scope="session")
+def fmnist():
+    """Fashion-MNIST (skip when Debian's dataset-fashion-mnist is not installed)."""
+    if not os.path.isdir(fl_data.DEFAULT_DIR):
+        pytest.skip("Fashion-MNIST is not installed: apt-get install dataset-fashion-mnist")
+    return fl_data.load_fashion_mnist()
+
 
 SMALL = dict(clients=2, rounds=2, train_limit=2000, test_limit=500)
 
