@@ -19,11 +19,9 @@ Series = Tuple[str, Sequence[float], Sequence[float]]  # label, x, y
 def _ticks(lo: float, hi: float, log: bool) -> List[float]:
     if log:
         return [10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
-    step = 10 ** math.floor(math.log10(max(hi - lo, 1e-12)))
-    for m in (1, 2, 5, 10):
-        if (hi - lo) / (step * m) <= 6:
-            step *= m
-            break
+    raw = max(hi - lo, 1e-12) / 5  # about five ticks, at a 1-2-5 step
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
     return list(np.arange(math.floor(lo / step) * step, hi + step / 2, step))
 
 
