@@ -38,7 +38,7 @@ if HERE not in sys.path:
 import fl_data  # noqa: E402
 import fl_model  # noqa: E402
 from fl_downlink import CliFetcher, HubProcess, TpHubFetcher, build_tensorpress, check_digests  # noqa: E402
-from fl_uplink import Row, default_rows, make_row  # noqa: E402
+from fl_uplink import Row, default_rows, make_row, tensorpress_available  # noqa: E402
 
 
 @dataclass
@@ -312,6 +312,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             plot.write_fedavg_svg(a.plot, recs)
         return 0
     rows = [make_row(r) for r in (a.rows.split(";") if a.rows else default_rows()) if r.strip()]
+    if any(r.family == "tensorpress" for r in rows) and not tensorpress_available():
+        raise RuntimeError("tensorpress rows need the tensorpress package: run `make python` and put python/ "
+                           "on PYTHONPATH (or pip install ./python)")
     splits = ["iid", "dirichlet"] if a.split == "both" else [a.split]
     train, test = fl_data.load_fashion_mnist(a.data)
     recs: List[Dict[str, Any]] = []
@@ -340,4 +343,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"fedavg: {e}", file=sys.stderr)
+        sys.exit(1)
