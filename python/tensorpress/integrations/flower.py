@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import tensorpress as tp
+from tensorpress.integrations._names import named
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, \
@@ -84,18 +85,6 @@ STATE_KEY = "tensorpress"
 
 ClientAppCallable = Callable[[Message, Context], Message]
 Mod = Callable[[Message, Context, ClientAppCallable], Message]
-
-
-def _named(name: str, err: Exception) -> Exception:
-    """``err`` with the array's name in front, same class where possible."""
-    text = str(err)
-    if f"'{name}'" in text:
-        return err
-    msg = f"tensorpress: array '{name}': {text}"
-    try:
-        return type(err)(msg)
-    except Exception:  # noqa: BLE001 - exception classes with other constructors
-        return ValueError(msg)
 
 
 def _eligible(arr: np.ndarray, min_size: int) -> bool:
@@ -152,7 +141,7 @@ def compress_arrays(record: ArrayRecord, *, recipe: str | None = None,
         try:
             frame = tp.encode(src, recipe=recipe, name=name)
         except (tp.TensorpressError, TypeError, ValueError) as e:
-            raise _named(name, e) from e
+            raise named(name, e) from e
         out[name] = _frame_array(arr, frame, STYPE)
     return ArrayRecord(out)
 
@@ -175,7 +164,7 @@ def _apply_update(name: str, a: Array, base: Mapping[str, Array] | None,
         d = np.zeros(g.shape, np.float32)
         rx.add(a.data, 1.0, into={name: d})
     except (tp.TensorpressError, TypeError, ValueError, KeyError) as e:
-        raise _named(name, e) from e
+        raise named(name, e) from e
     return (g + d).astype(g.dtype)
 
 
@@ -183,7 +172,7 @@ def _decode_weights(name: str, a: Array) -> np.ndarray:
     try:
         arr = tp.decode(a.data)
     except (tp.TensorpressError, TypeError, ValueError) as e:
-        raise _named(name, e) from e
+        raise named(name, e) from e
     if a.shape and tuple(arr.shape) != tuple(a.shape):
         raise tp.CorruptError(f"tensorpress: array '{name}': frame holds shape "
                               f"{tuple(arr.shape)}, the Array says {tuple(a.shape)}")
@@ -293,7 +282,7 @@ def _compress_updates(record: ArrayRecord, base: Mapping[str, Array] | None, sen
         try:
             frame = sender.compress(name, update)
         except (tp.TensorpressError, TypeError, ValueError) as e:
-            raise _named(name, e) from e
+            raise named(name, e) from e
         out[name] = _frame_array(arr, frame, STYPE_DELTA)
     return ArrayRecord(out)
 

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 import tensorpress as tp
+from tensorpress.integrations._names import named
 
 try:
     from nvflare.apis.dxo import DXO, DataKind, MetaKey
@@ -89,17 +90,6 @@ SHAPES_KEY = "tensorpress_shapes"
 """Meta key: ``{name: shape}`` of every compressed entry."""
 
 _OUR_KEYS = [FORMAT_KEY, DTYPES_KEY, SHAPES_KEY, MODE_KEY]
-
-
-def _named(name: str, err: Exception) -> Exception:
-    text = str(err)
-    if f"'{name}'" in text:
-        return err
-    msg = f"tensorpress: array '{name}': {text}"
-    try:
-        return type(err)(msg)
-    except Exception:  # noqa: BLE001 - exception classes with other constructors
-        return ValueError(msg)
 
 
 def _new_meta(dxo: DXO) -> dict:
@@ -168,7 +158,7 @@ class TensorpressCompressor(DXOFilter):
                 arr = arr.astype(np.float32)  # quantizers take float32/float64; exact widening
             return tp.encode(arr, recipe=self.recipe, name=name)
         except (tp.TensorpressError, TypeError, ValueError) as e:
-            raise _named(name, e) from e
+            raise named(name, e) from e
 
     def process_dxo(self, dxo: DXO, shareable: Shareable, fl_ctx: FLContext) -> DXO | None:
         """A new DXO with the float arrays as frames; None when already processed.
@@ -228,7 +218,7 @@ def _decode(name: str, value: Any, dtype: str, shape: Any, mode: str, limits: An
         else:
             out = tp.decode(frame)
     except (tp.TensorpressError, TypeError, ValueError, KeyError) as e:
-        raise _named(name, e) from e
+        raise named(name, e) from e
     return out.astype(np.dtype(dtype), copy=False)
 
 
