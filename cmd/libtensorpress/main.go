@@ -24,8 +24,11 @@
 //   - The Go runtime does not survive fork(): use the library in the
 //     process that loaded it (Python: the 'spawn' start method).
 //
-// Without cgo the package builds to an empty program, so that `go vet` and
-// `go build ./...` work with CGO_ENABLED=0.
+// Without cgo the package builds to a program that only links
+// internal/cabi, so that `go vet` and `go build ./...` work with
+// CGO_ENABLED=0 and its dependencies are the same in both builds.
 package main
+
+import _ "github.com/tensorpress/tensorpress/internal/cabi"
 
 func main() {}
