@@ -79,3 +79,24 @@ def test_fuzz_only_tensorpress_errors_escape() -> None:
     r = run("fuzz", "--n", n, env={"TP_FUZZ_N": n})
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     assert f"fuzz n={n}" in r.stdout
+
+
+def test_cached_recipe_does_not_keep_the_callers_text() -> None:
+    """The library once parsed recipe text in the caller's memory and cached the result: after
+    that memory was reused, "int8(64) | q:huff0" matched no segment q and later frames grew."""
+    import numpy as np
+    x = np.random.default_rng(5).normal(0, 0.02, 1 << 14).astype(np.float32)
+    recipe = "int8(64) | q:huff0 | scale:zstd(1)"
+    first = tp.encode(x, recipe=recipe)
+    for i in range(6):
+        junk = [("#" * len(recipe)).encode() for _ in range(64)]  # reuse freed memory
+        assert tp.encode(x, recipe="".join(recipe)) == first, i
+        del junk
+    with tp.Sender("topk(0.5)") as s:
+        sizes = []
+        for i in range(4):
+            sizes.append(len(s.compress("w", x, spec="topk(0.5) | val:fp16")))
+            s.commit()
+            junk = [("#" * 40).encode() for _ in range(64)]
+            del junk
+        assert max(sizes) <= min(sizes) * 1.05, sizes
