@@ -1,7 +1,8 @@
 """Safety and memory runs of the tensorpress Python package, each meant to run in its own process.
 
 ``fuzz``: N random and mutated frames through ``tp.decode``, ``tp.decode_all`` and
-``Receiver.add``. Seeds are the golden frames, fresh encodes and the malformed corpus;
+``Receiver.add``, and N/10 mutated error-feedback state images (trailing CRC re-sealed)
+through ``Sender.load_state``, each followed by a compress with the loaded state. Seeds are the golden frames, fresh encodes and the malformed corpus;
 mutations are bit flips, truncation, insertion and deletion, varint tweaks, frame splices
 and duplicates, most of them *re-sealed*: the header CRC (over lead, hlen and header) and
 the payload CRC are recomputed with a pure-Python CRC-32C, so that the mutation gets past
@@ -294,6 +295,62 @@ def _targets(acc: Dict[str, np.ndarray]) -> List[Tuple[str, Callable[[bytes], ob
             ("receiver.add", lambda b: recv.add(b, 1.0, into=one)), ("receiver.add(named)", add_named)]
 
 
+STATE_SPECS = ["topk(0.05)", "dgc(0.1)", "powersgd(2)", "int8(64)"]
+
+
+def state_seeds(x: np.ndarray) -> List[Tuple[str, bytes]]:
+    """Saved error-feedback states (FORMAT.md "Error-feedback memory image") of a few compressors."""
+    out = []
+    for spec in STATE_SPECS:
+        try:
+            with tp.Sender(spec) as s:
+                for i in range(2):
+                    s.compress("w", x * (i + 1))
+                    s.compress("v", x[:4])
+                    s.commit()
+                out.append((f"state {spec}", s.state()))
+        except tp.TensorpressError:
+            pass
+    return out
+
+
+def mutate_state(r: random.Random, b: bytes) -> bytes:
+    """A mutation of a state image, its trailing CRC-32C recomputed most of the time."""
+    if r.random() < 0.2 or len(b) < 8:
+        return mutate_raw(r, b)
+    body = _mutate_part(r, b[:-4])
+    return body + crc32c(body).to_bytes(4, "little")
+
+
+def fuzz_state(n: int, r: random.Random, x: np.ndarray, counts: Dict[str, int]) -> Optional[str]:
+    """n mutated state images through Sender.load_state, each loaded one then used: a failure's text, or None."""
+    sd = state_seeds(x)
+    senders = [tp.Sender(spec) for spec in STATE_SPECS]
+    try:
+        for i in range(n):
+            name, b = sd[r.randrange(len(sd))]
+            data = mutate_state(r, b)
+            s = senders[i % len(senders)]
+            try:
+                s.load_state(data)
+                s.compress("w", x)
+                s.abort()
+            except tp.InternalError as e:
+                return f"load_state on a mutation of {name} (iteration {i}): internal error: {e}\ninput: {data.hex()}"
+            except tp.TensorpressError as e:
+                if s.pending:
+                    s.abort()
+                k = "state:" + type(e).__name__
+                counts[k] = counts.get(k, 0) + 1
+            except Exception as e:  # noqa: BLE001 -- anything else is the failure this run looks for
+                return (f"load_state on a mutation of {name} (iteration {i}) raised {type(e).__name__}: {e}\n"
+                        f"input: {data.hex()}")
+    finally:
+        for s in senders:
+            s.close()
+    return None
+
+
 def fuzz(n: int, seed: int) -> int:
     rng = np.random.default_rng(seed)
     r = random.Random(seed)
@@ -328,6 +385,10 @@ def fuzz(n: int, seed: int) -> int:
             print(f"FAIL: {tname} on a mutation of {name} (iteration {i}) raised {type(e).__name__}: {e}\n"
                   f"input: {data.hex()}", file=sys.stderr)
             return 1
+    fail = fuzz_state(max(n // 10, 1), r, rng.normal(0, 0.02, (16, 64)).astype(np.float32), counts)
+    if fail:
+        print(f"FAIL: {fail}", file=sys.stderr)
+        return 1
     dt = time.perf_counter() - t0
     errs = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
     print(f"fuzz n={n} seeds={len(sd)} resealed={sealed} accepted={ok} seconds={dt:.1f} {errs} "
