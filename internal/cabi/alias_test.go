@@ -80,3 +80,14 @@ func TestSenderSpecTextNotRetained(t *testing.T) {
 	}
 	compress()
 }
+
+// TestNameLengthCheckedBeforeUse: a bogus name length is refused before
+// the name is read (copying 1 TiB from a 2-byte buffer once came first).
+func TestNameLengthCheckedBeforeUse(t *testing.T) {
+	name := []byte("w")
+	d := &Tensor{Name: &name[0], NameLen: 1 << 40, DType: int32(codec.F32)}
+	out := make([]byte, 64)
+	if _, _, code, msg := Encode(d, nil, 0, 0, CRCAlways, unsafe.Pointer(&out[0]), 64); code != EARG {
+		t.Fatalf("Encode: %d %s, want EARG", code, msg)
+	}
+}

@@ -88,10 +88,10 @@ func (t *Tensor) view() (*codec.Tensor, error) {
 	if t == nil {
 		return nil, argErrorf("no tensor (NULL)")
 	}
-	name := strings.Clone(str(t.Name, t.NameLen))
 	if t.NameLen < 0 || t.NameLen > 1<<16 {
 		return nil, argErrorf("tensor name length %d out of range", t.NameLen)
 	}
+	name := strings.Clone(str(t.Name, t.NameLen))
 	dt := codec.DType(t.DType)
 	if t.DType < 0 || t.DType > 255 || !dt.Valid() {
 		return nil, argErrorf("tensor %q: unknown dtype %d", name, t.DType)
