@@ -11,7 +11,7 @@ REF_PKGS  := python3-numpy python3-torch dataset-fashion-mnist
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all test deps vet test-race test-purego test-noasm test-python python header fuzz bench benchmarks build clean reference apt proto
+.PHONY: all test deps vet test-race test-purego test-noasm test-python bench-python python header fuzz bench benchmarks build clean reference apt proto
 
 all: build test
 
@@ -60,6 +60,15 @@ header: python
 
 test-python: python
 	$(PY) -m pytest -q -p no:cacheprovider python/tests
+
+# bench-python measures the Python package (not part of make test): speed
+# against the Go library (python/bench/speed.py runs go test -bench), then
+# the full safety run (100,000 mutated frames) and memory run (100,000
+# mixed calls, RSS before and after malloc_trim).
+bench-python: python
+	$(PY) python/bench/speed.py
+	$(PY) python/bench/safety_run.py fuzz --n 100000
+	$(PY) python/bench/safety_run.py memory --m 100000
 
 # proto regenerates the hub's gRPC code: protoc from Debian, the plugins
 # at the versions the committed code was made with, from the module proxy.

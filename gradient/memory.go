@@ -320,6 +320,9 @@ func (r *memReader) uvarint(max uint64) uint64 {
 
 func (r *memReader) str(max int) string {
 	n := r.uvarint(uint64(min(max, len(r.b))))
+	if r.err == nil && n > uint64(len(r.b)) { // the varint's own bytes are gone
+		r.fail("string of %d bytes, %d left", n, len(r.b))
+	}
 	if r.err != nil {
 		return ""
 	}
@@ -330,6 +333,9 @@ func (r *memReader) str(max int) string {
 
 func (r *memReader) floats() []float32 {
 	n := r.uvarint(uint64(len(r.b) / 4))
+	if r.err == nil && n > uint64(len(r.b)/4) { // the varint's own bytes are gone
+		r.fail("%d floats, %d bytes left", n, len(r.b))
+	}
 	if r.err != nil || n == 0 {
 		return nil
 	}

@@ -72,13 +72,14 @@ func SenderCompress(h uint64, t *Tensor, sp *byte, sn int64, density float64, ou
 		spec := s.spec
 		if text := str(sp, sn); text != "" {
 			if spec = s.specs[text]; spec == nil {
+				text = strings.Clone(text) // the Spec keeps substrings of it
 				if spec, err = gradient.Parse(text); err != nil {
 					return codeErrorf(ERECIPE, "%v", err)
 				}
 				if len(s.specs) >= recipeCacheSize {
 					clear(s.specs)
 				}
-				s.specs[strings.Clone(text)] = spec
+				s.specs[text] = spec
 			}
 		}
 		if s.ob.IsPending(ct.Name) {

@@ -88,10 +88,10 @@ func (t *Tensor) view() (*codec.Tensor, error) {
 	if t == nil {
 		return nil, argErrorf("no tensor (NULL)")
 	}
-	name := strings.Clone(str(t.Name, t.NameLen))
 	if t.NameLen < 0 || t.NameLen > 1<<16 {
 		return nil, argErrorf("tensor name length %d out of range", t.NameLen)
 	}
+	name := strings.Clone(str(t.Name, t.NameLen))
 	dt := codec.DType(t.DType)
 	if t.DType < 0 || t.DType > 255 || !dt.Valid() {
 		return nil, argErrorf("tensor %q: unknown dtype %d", name, t.DType)
@@ -176,6 +176,9 @@ func recipe(p *byte, n int64) (*codec.Recipe, error) {
 	if strings.IndexByte(s, 0) >= 0 {
 		return nil, codeErrorf(ERECIPE, "tensorpress: recipe contains a NUL byte")
 	}
+	// The parsed recipe keeps substrings of its text (selector names), so
+	// it must not parse the caller's memory, which is reused after the call.
+	s = strings.Clone(s)
 	r, err := codec.ParseRecipe(s)
 	if err != nil {
 		return nil, err
@@ -184,7 +187,7 @@ func recipe(p *byte, n int64) (*codec.Recipe, error) {
 	if len(recipes.m) >= recipeCacheSize {
 		clear(recipes.m)
 	}
-	recipes.m[strings.Clone(s)] = r
+	recipes.m[s] = r
 	recipes.Unlock()
 	return r, nil
 }
