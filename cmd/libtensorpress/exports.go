@@ -378,6 +378,19 @@ func tp_hub_upload(h, sender C.tp_handle, req *C.char, n C.int64_t, upd *C.tp_te
 	return ret(code, msg, err)
 }
 
+// tp_hub_cancel cancels the calls in flight on hub h (from another
+// thread): they return TP_ECANCELED. *n, if not NULL, is how many.
+//
+//export tp_hub_cancel
+func tp_hub_cancel(h C.tp_handle, n *C.int32_t, err **C.char) (rc C.int32_t) {
+	defer guard(&rc, err)
+	k, code, msg := cabi.HubCancel(uint64(h))
+	if n != nil {
+		*n = C.int32_t(k)
+	}
+	return ret(code, msg, err)
+}
+
 // tp_debug_memstats reports the Go heap in use, the bytes allocated since
 // the start and the memory obtained from the system (unstable: tests).
 //

@@ -164,6 +164,7 @@ extern int32_t tp_hub_dial(char* addr, tp_auth* a, tp_handle* out, char** err);
 extern int32_t tp_hub_versions(tp_handle h, int64_t timeoutMS, uint8_t* out, int64_t capacity, int64_t* outLen, tp_handle* spill, char** err);
 extern int32_t tp_hub_fetch(tp_handle h, char* req, int64_t n, tp_limits* lim, tp_tensor* base, int32_t nbase, tp_alloc_fn alloc, void* user, uint8_t* out, int64_t capacity, int64_t* outLen, tp_handle* spill, char** err);
 extern int32_t tp_hub_upload(tp_handle h, tp_handle sender, char* req, int64_t n, tp_tensor* upd, int32_t nupd, uint8_t* out, int64_t capacity, int64_t* outLen, tp_handle* spill, char** err);
+extern int32_t tp_hub_cancel(tp_handle h, int32_t* n, char** err);
 extern void tp_debug_memstats(int64_t* heap, int64_t* totalAlloc, int64_t* sys);
 
 #ifdef __cplusplus

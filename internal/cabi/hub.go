@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -25,11 +26,16 @@ import (
 	"github.com/tensorpress/tensorpress/hub/hubpb"
 )
 
-// hubConn is a client connection to a hub.
+// hubConn is a client connection to a hub, with the cancel functions of
+// its calls in flight (HubCancel).
 type hubConn struct {
 	addr string
 	conn *grpc.ClientConn
 	c    hubpb.HubClient
+
+	mu       sync.Mutex
+	next     uint64
+	inflight map[uint64]context.CancelFunc
 }
 
 // HubAuth is tp_auth, its strings read by the caller of HubDial: a CA
@@ -69,7 +75,8 @@ func HubDial(addr string, a HubAuth) (h uint64, code int32, msg string) {
 	if err != nil {
 		return 0, EARG, fmt.Sprintf("tensorpress: hub address %s: %v", addr, err)
 	}
-	return newHandle(&hubConn{addr: strings.Clone(addr), conn: conn, c: hubpb.NewHubClient(conn)}), OK, ""
+	hc := &hubConn{addr: strings.Clone(addr), conn: conn, c: hubpb.NewHubClient(conn), inflight: map[uint64]context.CancelFunc{}}
+	return newHandle(hc), OK, ""
 }
 
 // counter holds the gRPC wire bytes of the calls whose context carries it.
@@ -97,17 +104,46 @@ func (wireCount) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	}
 }
 
-// callCtx is the context of one hub call: a deadline timeoutMS from now
-// (0: none) and a wire byte counter.
-func callCtx(timeoutMS int64) (context.Context, *counter, context.CancelFunc) {
+// callCtx is the context of one hub call on hc: a deadline timeoutMS from
+// now (0: none), a wire byte counter, and a cancel function that
+// HubCancel calls too while the call is in flight. The caller calls the
+// returned function when the call ends.
+func (hc *hubConn) callCtx(timeoutMS int64) (context.Context, *counter, func()) {
 	c := new(counter)
-	ctx := context.WithValue(context.Background(), counterKey{}, c)
+	base := context.WithValue(context.Background(), counterKey{}, c)
+	ctx, cancel := context.WithCancel(base)
 	if timeoutMS > 0 {
-		ctx, cancel := context.WithTimeout(ctx, time.Duration(timeoutMS)*time.Millisecond)
-		return ctx, c, cancel
+		cancel()
+		ctx, cancel = context.WithTimeout(base, time.Duration(timeoutMS)*time.Millisecond)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	return ctx, c, cancel
+	hc.mu.Lock()
+	hc.next++
+	id := hc.next
+	hc.inflight[id] = cancel
+	hc.mu.Unlock()
+	return ctx, c, func() {
+		hc.mu.Lock()
+		delete(hc.inflight, id)
+		hc.mu.Unlock()
+		cancel()
+	}
+}
+
+// HubCancel cancels the calls in flight on hub h: they return ECANCELED.
+// It reports how many there were.
+func HubCancel(h uint64) (n int32, code int32, msg string) {
+	defer guard(&code, &msg)
+	hc, err := lookup[*hubConn](h, "hub")
+	if err != nil {
+		code, msg = fail(err)
+		return 0, code, msg
+	}
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	for _, cancel := range hc.inflight {
+		cancel()
+	}
+	return int32(len(hc.inflight)), OK, ""
 }
 
 // withHub runs f on hub connection h, writing the JSON of what it returns
@@ -165,7 +201,7 @@ func hubError(addr string, err error) error {
 // [{"version":…,"tensors":…,"bytes":…}] in out.
 func HubVersions(h uint64, timeoutMS int64, out unsafe.Pointer, cap int64) (n int64, spill uint64, code int32, msg string) {
 	return withHub(h, out, cap, func(hc *hubConn) (any, error) {
-		ctx, _, cancel := callCtx(timeoutMS)
+		ctx, _, cancel := hc.callCtx(timeoutMS)
 		defer cancel()
 		r, err := hc.c.Versions(ctx, &hubpb.VersionsRequest{})
 		if err != nil {
@@ -242,7 +278,7 @@ func HubFetch(h uint64, rq []byte, lim *Limits, bases *Tensor, nbase int32, allo
 		if err != nil {
 			return nil, err
 		}
-		ctx, cnt, cancel := callCtx(fr.TimeoutMS)
+		ctx, cnt, cancel := hc.callCtx(fr.TimeoutMS)
 		defer cancel()
 		var dst []byte
 		var cur string
@@ -371,7 +407,7 @@ func HubUpload(h, s uint64, rq []byte, ups *Tensor, nup int32, out unsafe.Pointe
 			}
 			req.Spec = spec
 		}
-		ctx, cnt, cancel := callCtx(ur.TimeoutMS)
+		ctx, cnt, cancel := hc.callCtx(ur.TimeoutMS)
 		defer cancel()
 		if err := hub.Upload(ctx, hc.c, ob, req, ts); err != nil {
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"math"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
@@ -204,5 +205,53 @@ func TestHubUpload(t *testing.T) {
 	}
 	if _, _, code, _ := HubUpload(h, s, []byte(`{"round":7,"spec":"nope("}`), d, 1, nil, 0); code != ERECIPE {
 		t.Errorf("bad spec: %d", code)
+	}
+}
+
+// TestHubCancel: a call to a peer that never answers, with no deadline,
+// ends with ECANCELED when HubCancel is called.
+func TestHubCancel(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan []net.Conn)
+	go func() {
+		var conns []net.Conn
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				accepted <- conns
+				return
+			}
+			conns = append(conns, c) // held open, silent
+		}
+	}()
+	defer func() {
+		ln.Close()
+		for _, c := range <-accepted {
+			c.Close()
+		}
+	}()
+	h := dial(t, ln.Addr().String())
+	done := make(chan int32)
+	go func() {
+		_, _, code, _ := HubVersions(h, 0, nil, 0)
+		done <- code
+	}()
+	for {
+		select {
+		case code := <-done:
+			if code != ECANCELED {
+				t.Fatalf("code %d, want ECANCELED", code)
+			}
+			if n, _, _ := HubCancel(h); n != 0 {
+				t.Errorf("%d calls in flight after the end", n)
+			}
+			return
+		default:
+			HubCancel(h) // until the call has started and seen it
+			runtime.Gosched()
+		}
 	}
 }

@@ -97,6 +97,7 @@ SIGNATURES = {
                                ALLOC_FN, c_void_p, _p, c_int64, _i64p, _hp, _err]),
     "tp_hub_upload": (c_int32, [tp_handle, tp_handle, c_char_p, c_int64, POINTER(tp_tensor), c_int32,
                                 _p, c_int64, _i64p, _hp, _err]),
+    "tp_hub_cancel": (c_int32, [tp_handle, POINTER(c_int32), _err]),
     "tp_debug_memstats": (None, [_i64p, _i64p, _i64p]),
 }
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import ctypes
 import json
+import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from .gradient import Sender
 __all__ = ["Hub", "TLS", "Fetched", "VersionInfo", "UploadResult"]
 
 _EBASE = BaseMismatchError.code
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,9 @@ class Hub(_lib.Handle):
 
     ``tls`` turns TLS on (mutual with a client certificate); ``token_file`` holds the hub's shared
     token; ``timeout`` (seconds) bounds every call (None: no bound). It connects at the first call.
-    A Hub may be shared by threads; each call releases the GIL.
+    A Hub may be shared by threads; each call releases the GIL. In the main thread, a call runs on a
+    worker thread so that Ctrl-C cancels it (KeyboardInterrupt); :meth:`cancel` cancels the calls in
+    flight from any thread.
     """
 
     _kind = "hub"
@@ -168,12 +172,55 @@ class Hub(_lib.Handle):
         super().__init__(h.value)
         self.addr, self.tls, self.timeout = addr, tls, timeout
 
+    def cancel(self) -> int:
+        """Cancel the calls in flight on this Hub (they raise :class:`CanceledError`); how many there were."""
+        n, err = ctypes.c_int32(), _lib.Err()
+        _lib.check(_lib.lib().tp_hub_cancel(self._handle(), ctypes.byref(n), err.ref), err)
+        return n.value
+
+    def _call(self, f: Callable[[], _T]) -> _T:
+        """f(), on a worker thread when called from the main thread, so that Ctrl-C cancels it."""
+        if threading.current_thread() is not threading.main_thread():
+            return f()
+        box: Dict[str, Any] = {"go": True, "begun": False}
+        lock = threading.Lock()
+
+        def run() -> None:
+            with lock:
+                if not box["go"]:
+                    return
+                box["begun"] = True
+            try:
+                box["r"] = f()
+            except BaseException as e:
+                box["e"] = e
+
+        t = threading.Thread(target=run, name="tensorpress-hub", daemon=True)
+        try:
+            t.start()
+            while t.is_alive():
+                t.join(0.1)
+        except KeyboardInterrupt:
+            with lock:
+                box["go"] = False  # a worker not started yet does not call
+            while box["begun"] and t.is_alive():  # until the call has started and seen the cancel
+                self.cancel()
+                t.join(0.05)
+            raise
+        if "e" in box:
+            raise box["e"]
+        return box["r"]
+
     def versions(self) -> List[VersionInfo]:
         """The versions the hub serves, newest first."""
-        o = _Out()
-        rc = _lib.lib().tp_hub_versions(self._handle(), self._timeout_ms, *o.args)
-        _lib.check(rc, o.err)
-        return [VersionInfo(v["version"], v["tensors"], v["bytes"]) for v in o.json() or []]
+        h = self._handle()
+
+        def call() -> Any:
+            o = _Out()
+            _lib.check(_lib.lib().tp_hub_versions(h, self._timeout_ms, *o.args), o.err)
+            return o.json()
+
+        return [VersionInfo(v["version"], v["tensors"], v["bytes"]) for v in self._call(call) or []]
 
     def fetch(self, version: Optional[int] = None, *, base: Union[Fetched, Tuple[int, Mapping[str, np.ndarray]],
                                                                  None] = None,
@@ -203,13 +250,13 @@ class Hub(_lib.Handle):
             req["names"] = list(names)
         out = Fetched()
         try:
-            self._fetch(req, list(bmap.items()) if bv else [], limits, out)
+            self._call(lambda: self._fetch(req, list(bmap.items()) if bv else [], limits, out))
         except BaseMismatchError as e:
             if not refetch:
                 raise
             req.update(version=out.version, base=0, names=e.names)
             out.refetched = list(e.names)
-            self._fetch(req, [], limits, out)
+            self._call(lambda: self._fetch(req, [], limits, out))
         return out
 
     def _fetch(self, req: Dict[str, Any], bases: List[Tuple[str, np.ndarray]], limits: Optional[Limits],
@@ -295,12 +342,15 @@ class Hub(_lib.Handle):
                "timeout_ms": self._timeout_ms}
         rq = json.dumps(req).encode()
         ts, keep = _descs(items)
-        o = _Out(1 << 10)
-        sh = sender._handle() if sender is not None else 0
-        rc = _lib.lib().tp_hub_upload(self._handle(), sh, rq, len(rq), ts, len(items), *o.args)
+        h, sh = self._handle(), (sender._handle() if sender is not None else 0)
+
+        def call() -> Any:
+            o = _Out(1 << 10)
+            _lib.check(_lib.lib().tp_hub_upload(h, sh, rq, len(rq), ts, len(items), *o.args), o.err)
+            return o.json()
+
+        r = self._call(call)
         del keep
-        _lib.check(rc, o.err)
-        r = o.json()
         return UploadResult(r["updates"], r["bytes_sent"])
 
     def __repr__(self) -> str:

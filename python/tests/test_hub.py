@@ -228,12 +228,68 @@ def test_hub_down() -> None:
 
 def test_timeout() -> None:
     """A peer that accepts the connection and never answers: the call ends at the Hub's timeout."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(4)
-        with tp.Hub("127.0.0.1:%d" % s.getsockname()[1], timeout=0.3) as hub:
-            with pytest.raises(tp.TensorpressTimeoutError, match="no answer in time"):
-                hub.versions()
+    with Silent() as addr, tp.Hub(addr, timeout=0.3) as hub:
+        with pytest.raises(tp.TensorpressTimeoutError, match="no answer in time"):
+            hub.versions()
+
+
+class Silent:
+    """A TCP listener that accepts connections and never answers; ``connected`` is set at the first."""
+
+    def __enter__(self) -> str:
+        self.s = socket.socket()
+        self.s.bind(("127.0.0.1", 0))
+        self.s.listen(4)
+        self.connected = threading.Event()
+        self.conns: List[socket.socket] = []
+        self.t = threading.Thread(target=self._accept, daemon=True)
+        self.t.start()
+        return "127.0.0.1:%d" % self.s.getsockname()[1]
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.s.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            self.connected.set()
+
+    def __exit__(self, *exc: object) -> None:
+        self.s.shutdown(socket.SHUT_RDWR)
+        self.s.close()
+        self.t.join()
+        for c in self.conns:
+            c.close()
+
+
+def test_cancel_from_another_thread() -> None:
+    with Silent() as addr, tp.Hub(addr) as hub:
+        got: List[BaseException] = []
+        t = threading.Thread(target=lambda: got.append(pytest.raises(tp.CanceledError, hub.versions).value))
+        t.start()
+        while t.is_alive():  # until the call has started and seen the cancel
+            hub.cancel()
+            t.join(0.05)
+        assert len(got) == 1 and "canceled" in str(got[0])
+        assert hub.cancel() == 0
+
+
+def test_ctrl_c_cancels() -> None:
+    """Ctrl-C in the main thread during a call raises KeyboardInterrupt, the call canceled."""
+    import _thread
+
+    silent = Silent()
+    with silent as addr, tp.Hub(addr) as hub:
+        def interrupt() -> None:
+            silent.connected.wait()  # the call is in flight
+            _thread.interrupt_main()
+
+        threading.Thread(target=interrupt, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            hub.fetch()
+        # The call ended (canceled) before KeyboardInterrupt was raised.
+        assert not any(t.name == "tensorpress-hub" and t.is_alive() for t in threading.enumerate())
 
 
 def test_upload_through_sender(served: HubProcess) -> None:
