@@ -247,12 +247,14 @@ class Hub(_lib.Handle):
                                "retries": int(retries), "stall_ms": _seconds_ms(stall, "stall"),
                                "timeout_ms": self._timeout_ms, "base": int(bv)}
         if names is not None:
+            if isinstance(names, str):
+                raise TypeError("tensorpress: names must be a list of tensor names, not a str")
             req["names"] = list(names)
         out = Fetched()
         try:
             self._call(lambda: self._fetch(req, list(bmap.items()) if bv else [], limits, out))
         except BaseMismatchError as e:
-            if not refetch:
+            if not refetch or not e.names:
                 raise
             req.update(version=out.version, base=0, names=e.names)
             out.refetched = list(e.names)

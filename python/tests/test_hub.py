@@ -201,6 +201,8 @@ def test_errors(served: HubProcess) -> None:
         assert isinstance(hub.fetch(1, names=["steps"])["steps"], np.ndarray)
         with pytest.raises(tp.NotFoundError):
             hub.fetch(1, names=["no.such.tensor"])
+        with pytest.raises(TypeError, match="names"):
+            hub.fetch(1, names="steps")
         assert "127.0.0.1" in repr(hub)
     assert "closed" in repr(hub)
     with pytest.raises(ValueError, match="closed"):
@@ -372,3 +374,16 @@ def test_mutual_tls_and_token(binary: str, tmp_path: "os.PathLike[str]") -> None
             tp.Hub(h.addr, tls=tp.TLS(ca=p("no-such-ca.pem")))
     finally:
         h.stop()
+
+
+def test_alloc_failure_raises(served: HubProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception in the allocation callback cancels the fetch and is raised after it; the Hub still works."""
+    from tensorpress import _dtypes
+
+    with tp.Hub(served.addr, timeout=60) as hub:
+        wait_version(hub, 2)
+        with monkeypatch.context() as m:
+            m.delitem(_dtypes.NUMPY, _dtypes.F32)
+            with pytest.raises(tp.TensorpressError, match="unknown dtype 2"):
+                hub.fetch(1)
+        check_bits(hub.fetch(1), os.path.join(served.dir, "1"))
