@@ -29,9 +29,10 @@ import (
 // hubConn is a client connection to a hub, with the cancel functions of
 // its calls in flight (HubCancel).
 type hubConn struct {
-	addr string
-	conn *grpc.ClientConn
-	c    hubpb.HubClient
+	addr   string
+	secure bool // TLS on
+	conn   *grpc.ClientConn
+	c      hubpb.HubClient
 
 	mu       sync.Mutex
 	next     uint64
@@ -75,7 +76,7 @@ func HubDial(addr string, a HubAuth) (h uint64, code int32, msg string) {
 	if err != nil {
 		return 0, EARG, fmt.Sprintf("tensorpress: hub address %s: %v", addr, err)
 	}
-	hc := &hubConn{addr: strings.Clone(addr), conn: conn, c: hubpb.NewHubClient(conn), inflight: map[uint64]context.CancelFunc{}}
+	hc := &hubConn{addr: strings.Clone(addr), secure: t.TLS || cfg.ClientTLS(), conn: conn, c: hubpb.NewHubClient(conn), inflight: map[uint64]context.CancelFunc{}}
 	return newHandle(hc), OK, ""
 }
 
@@ -158,7 +159,7 @@ func withHub(h uint64, out unsafe.Pointer, cap int64, f func(hc *hubConn) (any, 
 	}
 	res, err := f(hc)
 	if err != nil {
-		code, msg = fail(hubError(hc.addr, err))
+		code, msg = fail(hc.error(err))
 	}
 	if res != nil {
 		b, jerr := json.Marshal(res)
@@ -170,8 +171,10 @@ func withHub(h uint64, out unsafe.Pointer, cap int64, f func(hc *hubConn) (any, 
 	return n, spill, code, msg
 }
 
-// hubError gives err its code and a message naming the hub.
-func hubError(addr string, err error) error {
+// error gives err, from a call on hc, its code and a message naming the
+// hub.
+func (hc *hubConn) error(err error) error {
+	addr := hc.addr
 	var be *hub.BaseError
 	st, isStatus := status.FromError(err)
 	switch {
@@ -192,9 +195,18 @@ func hubError(addr string, err error) error {
 	if code == 0 {
 		code = EUNAVAILABLE
 	}
+	m := st.Message()
+	switch {
+	case code == EUNAVAILABLE && (strings.Contains(m, "certificate") || strings.Contains(m, "x509")):
+		code = EAUTH // the TLS handshake refused a certificate, or its absence
+	case code == EUNAVAILABLE && !hc.secure && strings.Contains(m, "server preface") && !strings.Contains(m, "refused"):
+		m += " (a hub with TLS? give its CA)"
+	case code == EUNAVAILABLE && hc.secure && (strings.Contains(m, "reset") || strings.Contains(m, "broken pipe") || strings.Contains(m, "EOF")):
+		m += " (the hub closed the connection after the TLS handshake: with TLS 1.3 that is how it refuses a client certificate, or its absence)"
+	}
 	what := map[int32]string{ENOTFOUND: "not found", EUNAVAILABLE: "unreachable", EAUTH: "refused this client",
 		ETIMEOUT: "no answer in time", ECANCELED: "canceled", ELIMIT: "over a limit", EARG: "refused the request"}[code]
-	return &codeError{code: code, msg: fmt.Sprintf("tensorpress: hub at %s: %s: %s", addr, what, st.Message()), err: err}
+	return &codeError{code: code, msg: fmt.Sprintf("tensorpress: hub at %s: %s: %s", addr, what, m), err: err}
 }
 
 // HubVersions lists the hub's versions, newest first, as JSON

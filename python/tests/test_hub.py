@@ -366,10 +366,14 @@ def test_mutual_tls_and_token(binary: str, tmp_path: "os.PathLike[str]") -> None
             with pytest.raises(tp.AuthError, match="refused this client"):
                 hub.versions()
         stranger = tp.TLS(ca=p("ca.pem"), cert=p("stranger.pem"), key=p("stranger.key"))
-        for tls in (stranger, tp.TLS(ca=p("ca.pem")), None):
+        for tls in (stranger, tp.TLS(ca=p("ca.pem"))):
             with tp.Hub(h.addr, tls=tls, token_file=p("token"), timeout=60) as hub:
-                with pytest.raises((tp.HubError, tp.AuthError)):
+                # Refused in the handshake, or, with TLS 1.3, by closing the connection after it.
+                with pytest.raises((tp.AuthError, tp.HubError), match="certificate|closed|EOF|reset"):
                     hub.versions()
+        with tp.Hub(h.addr, token_file=p("token"), timeout=60) as hub:
+            with pytest.raises(tp.HubError, match="TLS"):
+                hub.versions()
         with pytest.raises(tp.ArgumentError):
             tp.Hub(h.addr, tls=tp.TLS(ca=p("no-such-ca.pem")))
     finally:
