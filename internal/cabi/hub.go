@@ -242,7 +242,6 @@ type FetchRequest struct {
 	Retries         int      `json:"retries"`
 	StallMS         int64    `json:"stall_ms"`
 	TimeoutMS       int64    `json:"timeout_ms"`
-	Limits          *Limits  `json:"-"`
 }
 
 // FetchResult is the JSON result of HubFetch.
