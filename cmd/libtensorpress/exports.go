@@ -37,6 +37,18 @@ typedef struct { void *data; int64_t cap; } tp_buf;
 // A float32 accumulator of tp_receiver_add; name NULL: any tensor.
 typedef struct { const char *name; int64_t name_len; float *data; int64_t nelem;
                  int32_t ndim; const int64_t *shape; } tp_acc;
+
+// Hub authentication, each a file path or NULL: a CA (TLS on), a client
+// certificate and key (mutual TLS), the name the server's certificate is
+// checked for, a token file.
+typedef struct { const char *ca_file, *cert_file, *key_file, *server_name, *token_file; } tp_auth;
+
+// The memory of a fetched tensor (nbytes bytes, dtype and shape as in
+// tp_tensor), valid until tp_hub_fetch returns; NULL cancels the fetch.
+typedef void *(*tp_alloc_fn)(void *user, const char *name, int64_t name_len, int32_t dtype,
+                             int32_t ndim, const int64_t *shape, int64_t nbytes);
+static inline void *tp_call_alloc(tp_alloc_fn f, void *u, const char *n, int64_t nl, int32_t d,
+                                  int32_t nd, const int64_t *s, int64_t nb) { return f(u, n, nl, d, nd, s, nb); }
 */
 import "C"
 
@@ -300,6 +312,85 @@ func tp_receiver_add(r C.tp_handle, src *C.uint8_t, n C.int64_t, weight C.float,
 	return ret(code, msg, err)
 }
 
+// tp_hub_dial makes a client of the hub at addr (host:port,
+// dns:///host:port, unix:///path, http:// or https://); auth may be NULL.
+// It connects at the first call.
+//
+//export tp_hub_dial
+func tp_hub_dial(addr *C.char, a *C.tp_auth, out *C.tp_handle, err **C.char) (rc C.int32_t) {
+	defer guard(&rc, err)
+	var ha cabi.HubAuth
+	if a != nil {
+		ha = cabi.HubAuth{CAFile: C.GoString(a.ca_file), CertFile: C.GoString(a.cert_file), KeyFile: C.GoString(a.key_file),
+			ServerName: C.GoString(a.server_name), TokenFile: C.GoString(a.token_file)}
+	}
+	h, code, msg := cabi.HubDial(C.GoString(addr), ha)
+	*out = C.tp_handle(h)
+	return ret(code, msg, err)
+}
+
+// tp_hub_versions writes the hub's versions, newest first, as JSON
+// [{"version","tensors","bytes"}] into out (spill when it does not fit).
+//
+//export tp_hub_versions
+func tp_hub_versions(h C.tp_handle, timeoutMS C.int64_t, out *C.uint8_t, capacity C.int64_t, outLen *C.int64_t, spill *C.tp_handle, err **C.char) (rc C.int32_t) {
+	defer guard(&rc, err)
+	n, sp, code, msg := cabi.HubVersions(uint64(h), int64(timeoutMS), unsafe.Pointer(out), int64(capacity))
+	setOut(outLen, spill, n, sp)
+	return ret(code, msg, err)
+}
+
+// tp_hub_fetch fetches what the JSON request {version, names,
+// require_lossless, credit, base, retries, stall_ms, timeout_ms} selects:
+// each tensor goes into the memory alloc returns for it, checked against
+// the hub's digest; base holds the caller's copies of version base (read
+// only). The JSON result {version, deltas, full, resumed, base_note,
+// digests, lossy, unchecked, bytes_received, base_error} goes into out,
+// also with TP_EBASE (base_error names the tensors to fetch again whole).
+//
+//export tp_hub_fetch
+func tp_hub_fetch(h C.tp_handle, req *C.char, n C.int64_t, lim *C.tp_limits, base *C.tp_tensor, nbase C.int32_t,
+	alloc C.tp_alloc_fn, user unsafe.Pointer, out *C.uint8_t, capacity C.int64_t, outLen *C.int64_t, spill *C.tp_handle, err **C.char) (rc C.int32_t) {
+	defer guard(&rc, err)
+	if alloc == nil {
+		return ret(cabi.EARG, "tensorpress: tp_hub_fetch: no alloc function (NULL)", err)
+	}
+	af := func(name string, dtype int32, shape []int64, nb int64) unsafe.Pointer {
+		return C.tp_call_alloc(alloc, user, (*C.char)(unsafe.Pointer(unsafe.StringData(name))), C.int64_t(len(name)), C.int32_t(dtype),
+			C.int32_t(len(shape)), (*C.int64_t)(unsafe.Pointer(unsafe.SliceData(shape))), C.int64_t(nb))
+	}
+	m, sp, code, msg := cabi.HubFetch(uint64(h), C.GoBytes(unsafe.Pointer(req), C.int(n)), lv(lim), tv(base), int32(nbase), af, unsafe.Pointer(out), int64(capacity))
+	setOut(outLen, spill, m, sp)
+	return ret(code, msg, err)
+}
+
+// tp_hub_upload sends the float32 updates upd for the round of the JSON
+// request {round, weight, peer, spec, timeout_ms} through sender's error
+// feedback (0: none kept); each is committed in the sender when the hub
+// acknowledges it. The JSON result {updates, bytes_sent} goes into out.
+//
+//export tp_hub_upload
+func tp_hub_upload(h, sender C.tp_handle, req *C.char, n C.int64_t, upd *C.tp_tensor, nupd C.int32_t,
+	out *C.uint8_t, capacity C.int64_t, outLen *C.int64_t, spill *C.tp_handle, err **C.char) (rc C.int32_t) {
+	defer guard(&rc, err)
+	m, sp, code, msg := cabi.HubUpload(uint64(h), uint64(sender), C.GoBytes(unsafe.Pointer(req), C.int(n)), tv(upd), int32(nupd), unsafe.Pointer(out), int64(capacity))
+	setOut(outLen, spill, m, sp)
+	return ret(code, msg, err)
+}
+
+// tp_hub_cancel cancels the calls in flight on hub h (from another
+// thread): they return TP_ECANCELED. *n, if not NULL, is how many.
+//
+//export tp_hub_cancel
+func tp_hub_cancel(h C.tp_handle, n *C.int32_t, err **C.char) (rc C.int32_t) {
+	defer guard(&rc, err)
+	k, code, msg := cabi.HubCancel(uint64(h))
+	if n != nil {
+		*n = C.int32_t(k)
+	}
+	return ret(code, msg, err)
+}
+
 // tp_debug_memstats reports the Go heap in use, the bytes allocated since
 // the start and the memory obtained from the system (unstable: tests).
 //
@@ -322,6 +413,7 @@ func layouts() map[string][2][]uintptr {
 	var gb cabi.Buf
 	var a C.tp_acc
 	var ga cabi.Acc
+	var au C.tp_auth
 	return map[string][2][]uintptr{
 		"tp_tensor": {
 			{unsafe.Sizeof(t), unsafe.Offsetof(t.name), unsafe.Offsetof(t.name_len), unsafe.Offsetof(t.dtype), unsafe.Offsetof(t.ndim), unsafe.Offsetof(t.shape), unsafe.Offsetof(t.data), unsafe.Offsetof(t.nbytes), unsafe.Offsetof(t.flags), unsafe.Offsetof(t.tags), unsafe.Offsetof(t.tags_len)},
@@ -338,6 +430,11 @@ func layouts() map[string][2][]uintptr {
 		"tp_acc": {
 			{unsafe.Sizeof(a), unsafe.Offsetof(a.name), unsafe.Offsetof(a.name_len), unsafe.Offsetof(a.data), unsafe.Offsetof(a.nelem), unsafe.Offsetof(a.ndim), unsafe.Offsetof(a.shape)},
 			{unsafe.Sizeof(ga), unsafe.Offsetof(ga.Name), unsafe.Offsetof(ga.NameLen), unsafe.Offsetof(ga.Data), unsafe.Offsetof(ga.NElem), unsafe.Offsetof(ga.NDim), unsafe.Offsetof(ga.Shape)},
+		},
+		// tp_auth is read field by field (C.GoString), not cast: five pointers.
+		"tp_auth": {
+			{unsafe.Sizeof(au), unsafe.Offsetof(au.token_file)},
+			{5 * unsafe.Sizeof(uintptr(0)), 4 * unsafe.Sizeof(uintptr(0))},
 		},
 	}
 }

@@ -58,6 +58,18 @@ typedef struct { void *data; int64_t cap; } tp_buf;
 typedef struct { const char *name; int64_t name_len; float *data; int64_t nelem;
                  int32_t ndim; const int64_t *shape; } tp_acc;
 
+// Hub authentication, each a file path or NULL: a CA (TLS on), a client
+// certificate and key (mutual TLS), the name the server's certificate is
+// checked for, a token file.
+typedef struct { const char *ca_file, *cert_file, *key_file, *server_name, *token_file; } tp_auth;
+
+// The memory of a fetched tensor (nbytes bytes, dtype and shape as in
+// tp_tensor), valid until tp_hub_fetch returns; NULL cancels the fetch.
+typedef void *(*tp_alloc_fn)(void *user, const char *name, int64_t name_len, int32_t dtype,
+                             int32_t ndim, const int64_t *shape, int64_t nbytes);
+static inline void *tp_call_alloc(tp_alloc_fn f, void *u, const char *n, int64_t nl, int32_t d,
+                                  int32_t nd, const int64_t *s, int64_t nb) { return f(u, n, nl, d, nd, s, nb); }
+
 #line 1 "cgo-generated-wrapper"
 
 
@@ -148,6 +160,11 @@ extern int32_t tp_sender_state(tp_handle s, uint8_t* out, int64_t capacity, int6
 extern int32_t tp_sender_load_state(tp_handle s, uint8_t* p, int64_t n, char** err);
 extern int32_t tp_receiver_new(tp_limits* lim, tp_handle* out, char** err);
 extern int32_t tp_receiver_add(tp_handle r, uint8_t* src, int64_t n, float weight, tp_acc* accs, int32_t nacc, int64_t* consumed, char** err);
+extern int32_t tp_hub_dial(char* addr, tp_auth* a, tp_handle* out, char** err);
+extern int32_t tp_hub_versions(tp_handle h, int64_t timeoutMS, uint8_t* out, int64_t capacity, int64_t* outLen, tp_handle* spill, char** err);
+extern int32_t tp_hub_fetch(tp_handle h, char* req, int64_t n, tp_limits* lim, tp_tensor* base, int32_t nbase, tp_alloc_fn alloc, void* user, uint8_t* out, int64_t capacity, int64_t* outLen, tp_handle* spill, char** err);
+extern int32_t tp_hub_upload(tp_handle h, tp_handle sender, char* req, int64_t n, tp_tensor* upd, int32_t nupd, uint8_t* out, int64_t capacity, int64_t* outLen, tp_handle* spill, char** err);
+extern int32_t tp_hub_cancel(tp_handle h, int32_t* n, char** err);
 extern void tp_debug_memstats(int64_t* heap, int64_t* totalAlloc, int64_t* sys);
 
 #ifdef __cplusplus

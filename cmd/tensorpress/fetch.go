@@ -174,7 +174,7 @@ func cmdFetch(args []string, stdout, stderr io.Writer) error {
 	}
 	defer cancel()
 	r := &fetchRun{o: o, c: hubpb.NewHubClient(conn), prog: newProgress(stderr, o.progress)}
-	if err := r.findVersion(ctx, target.tls || o.auth.ClientTLS()); err != nil {
+	if err := r.findVersion(ctx, target.TLS || o.auth.ClientTLS()); err != nil {
 		return err
 	}
 	if o.base != "" {

@@ -31,6 +31,19 @@
 // Decoding runs on the caller's goroutine only, so that a panic in it is
 // recovered.
 //
+// # Hub clients
+//
+// HubDial makes a client of a tensorpress hub (the address parsed by
+// hub.ParseAddr, TLS and the token from auth.Config). HubFetch writes each
+// tensor into memory the caller allocates for it through a callback, as
+// its chunks arrive from hub.FetchChunks: one copy, from the decoded
+// chunk into the caller's memory, and every tensor checked against the
+// hub's digest by package hub. HubUpload sends updates through a Sender's
+// Outbox with hub.Upload, which commits each one when the hub
+// acknowledges it. Results are JSON, with the gRPC wire bytes of the call
+// (a stats handler counts them per call). Every call takes a timeout, and
+// HubCancel cancels a hub's calls in flight from another thread.
+//
 // # Limits
 //
 // DecodeInfo reads frame headers only: every header's CRC and the decoder

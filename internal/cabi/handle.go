@@ -57,6 +57,8 @@ func kindOf(v any) string {
 		return "receiver"
 	case []byte:
 		return "spilled output"
+	case *hubConn:
+		return "hub"
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -69,12 +71,18 @@ func LiveHandles() int64 {
 }
 
 // Close releases the object of handle h, whatever its kind: a Sender's
-// Outbox is closed (pending updates aborted), the others are dropped.
+// Outbox is closed (pending updates aborted), a hub's connection closed,
+// the others are dropped.
 func Close(h uint64) (code int32, msg string) {
 	defer guard(&code, &msg)
 	v, ok := remove(h)
 	if !ok {
 		return fail(codeErrorf(EHANDLE, "tensorpress: no object with handle %d (closed twice?)", h))
+	}
+	if hc, ok := v.(*hubConn); ok {
+		if err := hc.conn.Close(); err != nil {
+			return fail(err)
+		}
 	}
 	if s, ok := v.(*sender); ok {
 		s.mu.Lock()

@@ -1,5 +1,6 @@
 """tensorpress from Python: tensor frames, gradient compressors with error
-feedback, over the Go library through its C ABI (ctypes and numpy only).
+feedback and a model hub client, over the Go library through its C ABI
+(ctypes and numpy only).
 
     >>> import numpy as np, tensorpress as tp
     >>> w = np.random.default_rng(0).normal(0, 0.02, (256, 128)).astype(np.float32)
@@ -21,11 +22,13 @@ from .errors import (ArgumentError, AuthError, BaseMismatchError, CanceledError,
                      NotAFrameError, NotFoundError, RecipeError, StateError, TensorpressError,
                      TensorpressTimeoutError, TruncatedError, UnsupportedError)
 from .gradient import Receiver, Sender
+from .hub import TLS, Fetched, Hub, UploadResult, VersionInfo
 from .profile import Profile
 
 __all__ = [
     "encode", "encode_into", "encode_bytes", "decode", "decode_into", "decode_all", "decode_bytes", "info",
     "check_recipe", "is_lossy", "Limits", "TensorInfo", "Profile", "Sender", "Receiver",
+    "Hub", "TLS", "Fetched", "VersionInfo", "UploadResult",
     "release_memory", "live_handles", "version",
     "TensorpressError", "CorruptError", "ChecksumError", "TruncatedError", "NotAFrameError", "LimitError",
     "UnsupportedError", "LossyError", "RecipeError", "ArgumentError", "StateError", "NonFiniteError",

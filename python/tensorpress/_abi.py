@@ -42,7 +42,16 @@ class tp_acc(ctypes.Structure):
     ]
 
 
-STRUCTS = {"tp_tensor": tp_tensor, "tp_limits": tp_limits, "tp_buf": tp_buf, "tp_acc": tp_acc}
+class tp_auth(ctypes.Structure):
+    """Hub authentication: file paths, NULL for none."""
+
+    _fields_ = [(n, c_char_p) for n in ("ca_file", "cert_file", "key_file", "server_name", "token_file")]
+
+
+# tp_alloc_fn: (user, name, name_len, dtype, ndim, shape, nbytes) -> memory for a fetched tensor, or NULL.
+ALLOC_FN = ctypes.CFUNCTYPE(c_void_p, c_void_p, c_void_p, c_int64, c_int32, c_int32, POINTER(c_int64), c_int64)
+
+STRUCTS = {"tp_tensor": tp_tensor, "tp_limits": tp_limits, "tp_buf": tp_buf, "tp_acc": tp_acc, "tp_auth": tp_auth}
 
 _err = POINTER(c_char_p)
 _p = c_void_p
@@ -82,6 +91,13 @@ SIGNATURES = {
     "tp_sender_load_state": (c_int32, [tp_handle, _p, c_int64, _err]),
     "tp_receiver_new": (c_int32, [POINTER(tp_limits), _hp, _err]),
     "tp_receiver_add": (c_int32, [tp_handle, _p, c_int64, c_float, POINTER(tp_acc), c_int32, _i64p, _err]),
+    "tp_hub_dial": (c_int32, [c_char_p, POINTER(tp_auth), _hp, _err]),
+    "tp_hub_versions": (c_int32, [tp_handle, c_int64, _p, c_int64, _i64p, _hp, _err]),
+    "tp_hub_fetch": (c_int32, [tp_handle, c_char_p, c_int64, POINTER(tp_limits), POINTER(tp_tensor), c_int32,
+                               ALLOC_FN, c_void_p, _p, c_int64, _i64p, _hp, _err]),
+    "tp_hub_upload": (c_int32, [tp_handle, tp_handle, c_char_p, c_int64, POINTER(tp_tensor), c_int32,
+                                _p, c_int64, _i64p, _hp, _err]),
+    "tp_hub_cancel": (c_int32, [tp_handle, POINTER(c_int32), _err]),
     "tp_debug_memstats": (None, [_i64p, _i64p, _i64p]),
 }
 

@@ -18,7 +18,7 @@ from conftest import ROOT
 HEADER = os.path.join(ROOT, "cmd", "libtensorpress", "libtensorpress.h")
 
 SCALARS = {"int32_t": c_int32, "int64_t": c_int64, "double": c_double, "float": c_float,
-           "tp_handle": c_uint64, "void": None}
+           "tp_handle": c_uint64, "void": None, "tp_alloc_fn": _abi.ALLOC_FN}
 
 
 def ctype(decl: str):

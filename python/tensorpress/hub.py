@@ -1,0 +1,371 @@
+"""A client of a tensorpress model hub (``tensorpress hub``): list its
+versions, fetch one into numpy arrays (as deltas against a version held),
+upload gradient updates for a round.
+
+    >>> with tp.Hub("127.0.0.1:7077") as hub:          # doctest: +SKIP
+    ...     v1 = hub.fetch()                           # the newest version
+    ...     v2 = hub.fetch(base=v1)                    # later: deltas against v1
+    ...     hub.upload({"fc1.w": grad}, "topk(0.01)", round=3, sender=sender)
+
+Every tensor fetched is checked against the hub's SHA-256 digest of the
+version (bit for bit) unless it came through a lossy recipe, which happens
+only with ``require_lossless=False``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union
+
+import numpy as np
+
+from . import _dtypes, _lib
+from ._abi import ALLOC_FN, tp_auth, tp_handle, tp_tensor
+from .codec import Limits, _lim, _prep
+from .errors import BaseMismatchError, TensorpressError
+from .gradient import Sender
+
+__all__ = ["Hub", "TLS", "Fetched", "VersionInfo", "UploadResult"]
+
+_EBASE = BaseMismatchError.code
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class TLS:
+    """TLS toward the hub: ``ca`` (PEM file the hub's certificate must chain to), ``cert`` and ``key``
+    (this client's, for mutual TLS), ``server_name`` (checked in the hub's certificate; default: the
+    address's host)."""
+
+    ca: Optional[str] = None
+    cert: Optional[str] = None
+    key: Optional[str] = None
+    server_name: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """A version the hub serves: its number, tensor count and decoded bytes."""
+
+    version: int
+    tensors: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    """What an upload sent: the updates (all acknowledged) and the gRPC wire bytes."""
+
+    updates: int
+    bytes_sent: int
+
+
+class Fetched(Dict[str, np.ndarray]):
+    """The tensors of a fetched version by name, with how the fetch went.
+
+    ``version``: the version fetched; ``digests``: the hub's SHA-256 (hex) of each tensor's
+    little-endian bytes; ``deltas``/``full``: tensors that came as deltas against the base or whole;
+    ``bytes_received``: gRPC wire bytes of the fetch (with a fallback's); ``lossy``: tensors that came
+    through a lossy recipe (not checked bit for bit); ``refetched``: tensors whose delta did not match
+    the base, fetched again whole; ``base_note``: the hub's reason for sending full copies where deltas
+    were asked for.
+    """
+
+    version: int = 0
+    digests: Dict[str, str]
+    deltas: int = 0
+    full: int = 0
+    bytes_received: int = 0
+    lossy: List[str]
+    refetched: List[str]
+    base_note: str = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.digests, self.lossy, self.refetched = {}, [], []
+
+    def __repr__(self) -> str:
+        return (f"Fetched(version={self.version}, tensors={len(self)}, deltas={self.deltas}, full={self.full}, "
+                f"bytes_received={self.bytes_received})")
+
+
+def _cstr(s: Optional[str]) -> Optional[bytes]:
+    return s.encode() if s else None
+
+
+def _seconds_ms(t: Optional[float], what: str) -> int:
+    if t is None:
+        return 0
+    if t <= 0:
+        raise ValueError(f"tensorpress: {what} must be positive seconds, not {t!r}")
+    return max(1, int(t * 1000))
+
+
+class _Out:
+    """An output buffer for a JSON result, with its spill."""
+
+    def __init__(self, cap: int = 1 << 14) -> None:
+        self.buf = bytearray(cap)
+        self.c = (ctypes.c_char * cap).from_buffer(self.buf)
+        self.n, self.spill, self.err = ctypes.c_int64(), tp_handle(), _lib.Err()
+        self.args = (self.c, cap, ctypes.byref(self.n), ctypes.byref(self.spill), self.err.ref)
+
+    def json(self) -> Any:
+        n = self.n.value
+        if n == 0:
+            return None
+        if self.spill.value:
+            out = bytearray(n)
+            c = (ctypes.c_char * n).from_buffer(out)
+            h, self.spill.value = self.spill.value, 0
+            rc = _lib.lib().tp_take(h, c, n, ctypes.byref(self.n), self.err.ref)
+            del c
+            _lib.check(rc, self.err)
+            return json.loads(bytes(out))
+        return json.loads(bytes(memoryview(self.buf)[:n]))
+
+
+def _descs(arrays: List[Tuple[str, np.ndarray]]) -> Tuple[Any, List[Any]]:
+    """tp_tensor descriptors of (name, array) pairs, and what keeps them alive."""
+    ts = (tp_tensor * max(len(arrays), 1))()
+    keep: List[Any] = [ts]
+    for i, (name, a) in enumerate(arrays):
+        a = _prep(a, name)
+        nb = name.encode()
+        shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
+        keep += [a, nb, shape]
+        t = ts[i]
+        t.name, t.name_len = nb, len(nb)
+        t.dtype, t.ndim, t.shape = _dtypes.dtype_id(a.dtype, name), a.ndim, shape
+        t.data, t.nbytes = (a.ctypes.data if a.nbytes else None), a.nbytes
+    return ts, keep
+
+
+class Hub(_lib.Handle):
+    """A client of the hub at ``addr``, written as gRPC users write it: ``host:port``, ``host``
+    (port 7077), ``[::1]:7077``, ``dns:///host:port``, ``unix:///path``, ``http://host:port`` (plain
+    text) or ``https://host:port`` (TLS, the system's roots unless ``tls`` gives a CA).
+
+    ``tls`` turns TLS on (mutual with a client certificate); ``token_file`` holds the hub's shared
+    token; ``timeout`` (seconds) bounds every call (None: no bound). It connects at the first call.
+    A Hub may be shared by threads; each call releases the GIL. In the main thread, a call runs on a
+    worker thread so that Ctrl-C cancels it (KeyboardInterrupt); :meth:`cancel` cancels the calls in
+    flight from any thread.
+    """
+
+    _kind = "hub"
+
+    def __init__(self, addr: str, *, tls: Optional[TLS] = None, token_file: Optional[str] = None,
+                 timeout: Optional[float] = None) -> None:
+        if not isinstance(addr, str):
+            raise TypeError(f"tensorpress: hub address must be a str, not {type(addr).__name__}")
+        if tls is not None and not isinstance(tls, TLS):
+            raise TypeError(f"tensorpress: tls must be a tensorpress.TLS, not {type(tls).__name__}")
+        self._timeout_ms = _seconds_ms(timeout, "timeout")
+        t = tls or TLS()
+        a = tp_auth(_cstr(t.ca), _cstr(t.cert), _cstr(t.key), _cstr(t.server_name), _cstr(token_file))
+        h, err = tp_handle(), _lib.Err()
+        _lib.check(_lib.lib().tp_hub_dial(addr.encode(), ctypes.byref(a), ctypes.byref(h), err.ref), err)
+        super().__init__(h.value)
+        self.addr, self.tls, self.timeout = addr, tls, timeout
+
+    def cancel(self) -> int:
+        """Cancel the calls in flight on this Hub (they raise :class:`CanceledError`); how many there were."""
+        n, err = ctypes.c_int32(), _lib.Err()
+        _lib.check(_lib.lib().tp_hub_cancel(self._handle(), ctypes.byref(n), err.ref), err)
+        return n.value
+
+    def _call(self, f: Callable[[], _T]) -> _T:
+        """f(), on a worker thread when called from the main thread, so that Ctrl-C cancels it."""
+        if threading.current_thread() is not threading.main_thread():
+            return f()
+        box: Dict[str, Any] = {"go": True, "begun": False}
+        lock = threading.Lock()
+
+        def run() -> None:
+            with lock:
+                if not box["go"]:
+                    return
+                box["begun"] = True
+            try:
+                box["r"] = f()
+            except BaseException as e:
+                box["e"] = e
+
+        t = threading.Thread(target=run, name="tensorpress-hub", daemon=True)
+        try:
+            t.start()
+            while t.is_alive():
+                t.join(0.1)
+        except KeyboardInterrupt:
+            with lock:
+                box["go"] = False  # a worker not started yet does not call
+            while box["begun"] and t.is_alive():  # until the call has started and seen the cancel
+                self.cancel()
+                t.join(0.05)
+            raise
+        if "e" in box:
+            raise box["e"]
+        return box["r"]
+
+    def versions(self) -> List[VersionInfo]:
+        """The versions the hub serves, newest first."""
+        h = self._handle()
+
+        def call() -> Any:
+            o = _Out()
+            _lib.check(_lib.lib().tp_hub_versions(h, self._timeout_ms, *o.args), o.err)
+            return o.json()
+
+        return [VersionInfo(v["version"], v["tensors"], v["bytes"]) for v in self._call(call) or []]
+
+    def fetch(self, version: Optional[int] = None, *, base: Union[Fetched, Tuple[int, Mapping[str, np.ndarray]],
+                                                                 None] = None,
+              names: Optional[List[str]] = None, require_lossless: bool = True, retries: int = 0,
+              stall: Optional[float] = None, limits: Optional[Limits] = None, refetch: bool = True) -> Fetched:
+        """Fetch ``version`` (None: the newest), every tensor or those in ``names``.
+
+        ``base`` is a version this client holds, a :class:`Fetched` or ``(version, {name: array})``
+        (read, never written): the hub sends the tensors it also has as deltas against it. A tensor
+        whose delta does not give the version (the copy differs from the hub's) is fetched again whole
+        when ``refetch`` is true, else :class:`BaseMismatchError` (``.base``, ``.names``) is raised.
+        ``retries`` resumes a broken stream that many times in a row; ``stall`` (seconds) ends a fetch
+        that receives nothing for that long. bfloat16 tensors come as exactly widened float32 (so a
+        Fetched holding them is no base for their deltas: they come whole again).
+        """
+        bv, bmap = 0, {}
+        if isinstance(base, Fetched):
+            bv, bmap = base.version, base
+        elif base is not None:
+            bv, bmap = base
+            if not isinstance(bv, int) or bv <= 0:
+                raise ValueError(f"tensorpress: base version must be a positive int, not {bv!r}")
+        req: Dict[str, Any] = {"version": int(version or 0), "require_lossless": bool(require_lossless),
+                               "retries": int(retries), "stall_ms": _seconds_ms(stall, "stall"),
+                               "timeout_ms": self._timeout_ms, "base": int(bv)}
+        if names is not None:
+            if isinstance(names, str):
+                raise TypeError("tensorpress: names must be a list of tensor names, not a str")
+            req["names"] = list(names)
+        out = Fetched()
+        try:
+            self._call(lambda: self._fetch(req, list(bmap.items()) if bv else [], limits, out))
+        except BaseMismatchError as e:
+            if not refetch or not e.names:
+                raise
+            req.update(version=out.version, base=0, names=e.names)
+            out.refetched = list(e.names)
+            self._call(lambda: self._fetch(req, [], limits, out))
+        return out
+
+    def _fetch(self, req: Dict[str, Any], bases: List[Tuple[str, np.ndarray]], limits: Optional[Limits],
+               out: Fetched) -> None:
+        """One tp_hub_fetch into out."""
+        arrays: Dict[str, np.ndarray] = {}
+        bf16: List[str] = []
+        failed: List[BaseException] = []
+
+        def alloc(_user: Any, name: int, nlen: int, did: int, ndim: int, shape: Any, nbytes: int) -> Optional[int]:
+            try:
+                dt = _dtypes.NUMPY.get(did)
+                if dt is None:
+                    raise TensorpressError(f"tensorpress: fetched tensor has unknown dtype {did}")
+                a = np.empty(tuple(shape[i] for i in range(ndim)), dt)
+                if a.nbytes != nbytes:
+                    raise TensorpressError(f"tensorpress: fetched tensor of {nbytes} bytes for {a.nbytes}")
+                key = ctypes.string_at(name, nlen).decode("utf-8", "replace")
+                arrays[key] = a
+                if did == _dtypes.BF16:
+                    bf16.append(key)
+                return a.ctypes.data
+            except BaseException as e:  # raised again after the call; the library sees NULL
+                failed.append(e)
+                return None
+
+        cb = ALLOC_FN(alloc)
+        ts, keep = _descs(bases)
+        rq = json.dumps(req).encode()
+        lim = _lim(limits)
+        o = _Out()
+        rc = _lib.lib().tp_hub_fetch(self._handle(), rq, len(rq), ctypes.byref(lim) if lim is not None else None,
+                                     ts, len(bases), cb, None, *o.args)
+        del keep
+        if failed:
+            raise failed[0]
+        res = o.json() or {}
+        out.bytes_received += res.get("bytes_received", 0)
+        if rc == _EBASE:
+            be = res.get("base_error") or {}
+            out.version = res.get("version", 0)
+            self._merge(out, res, arrays, bf16)
+            msg = _message(o.err)
+            raise BaseMismatchError(msg, base=be.get("base"), names=be.get("names") or [])
+        _lib.check(rc, o.err)
+        out.version = res["version"]
+        self._merge(out, res, arrays, bf16)
+
+    @staticmethod
+    def _merge(out: Fetched, res: Dict[str, Any], arrays: Dict[str, np.ndarray], bf16: List[str]) -> None:
+        bad = set((res.get("base_error") or {}).get("names") or [])
+        for k, a in arrays.items():
+            if k not in bad:
+                out[k] = _dtypes.widen_bf16(a) if k in bf16 else a
+        out.digests.update(res.get("digests") or {})
+        out.deltas += res.get("deltas", 0) - len(bad)
+        out.full += res.get("full", 0)
+        out.lossy += res.get("lossy") or []
+        out.base_note = out.base_note or res.get("base_note", "")
+
+    def upload(self, updates: Mapping[str, np.ndarray], spec: Optional[str] = None, *, round: int,
+               weight: float = 1.0, peer: str = "", sender: Optional[Sender] = None) -> UploadResult:
+        """Send ``updates`` (float arrays by tensor name: gradients or weight deltas) for ``round``.
+
+        Each is compressed with ``spec`` (else the sender's, else sent dense as float32) through
+        ``sender``'s error feedback: an update is committed in the sender when the hub acknowledges
+        it, and the others go back into its residuals when the stream breaks. The sender must have no
+        update pending. Without a sender, nothing carries over between uploads.
+        """
+        if not isinstance(round, int) or round < 0:
+            raise ValueError(f"tensorpress: round must be a non-negative int, not {round!r}")
+        if sender is not None and not isinstance(sender, Sender):
+            raise TypeError(f"tensorpress: sender must be a tensorpress.Sender, not {type(sender).__name__}")
+        items = []
+        for name, a in updates.items():
+            a = np.asarray(a)
+            if a.dtype != np.float32:
+                if a.dtype.kind != "f":
+                    raise TypeError(f"tensorpress: array {name!r}: uploads take float arrays, not {a.dtype}")
+                a = a.astype(np.float32)
+            items.append((name, a))
+        req = {"round": round, "weight": float(weight), "peer": peer, "spec": spec or "",
+               "timeout_ms": self._timeout_ms}
+        rq = json.dumps(req).encode()
+        ts, keep = _descs(items)
+        h, sh = self._handle(), (sender._handle() if sender is not None else 0)
+
+        def call() -> Any:
+            o = _Out(1 << 10)
+            _lib.check(_lib.lib().tp_hub_upload(h, sh, rq, len(rq), ts, len(items), *o.args), o.err)
+            return o.json()
+
+        r = self._call(call)
+        del keep
+        return UploadResult(r["updates"], r["bytes_sent"])
+
+    def __repr__(self) -> str:
+        state = ", closed" if self.closed else ""
+        tls = ", tls" if self.tls else ""
+        return f"Hub({self.addr!r}{tls}{state})"
+
+
+def _message(err: _lib.Err) -> str:
+    """The library's message in err, freed."""
+    msg = ""
+    if err.p.value is not None:
+        msg = err.p.value.decode("utf-8", "replace")
+        _lib.lib().tp_free(ctypes.cast(err.p, ctypes.c_void_p))
+        err.p.value = None
+    return msg
