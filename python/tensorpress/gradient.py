@@ -4,14 +4,13 @@ their frames into accumulators (Receiver)."""
 from __future__ import annotations
 
 import ctypes
-import threading
 from typing import Any, List, Mapping, Optional, Union
 
 import numpy as np
 
 from . import _lib
 from ._abi import tp_acc, tp_handle, tp_tensor
-from .codec import Buffer, Limits, _fill, _lim, _prep, _src
+from .codec import Buffer, Limits, _fill, _lim, _prep, _scratch, _src, _take
 from .errors import ArgumentError
 
 __all__ = ["Sender", "Receiver"]
@@ -44,13 +43,6 @@ class Sender(_lib.Handle):
                    f"tensorpress: spec {spec!r}")
         super().__init__(h.value)
         self.spec = spec
-        self._local = threading.local()
-
-    def _scratch(self) -> Any:
-        s = getattr(self._local, "s", None)
-        if s is None:
-            s = self._local.s = _SenderScratch()
-        return s
 
     def compress(self, name: str, arr: Any, *, density: Optional[float] = None, spec: Optional[str] = None) -> bytes:
         """Compress the update ``arr`` (float32) of tensor ``name`` into a frame; it stays pending.
@@ -65,19 +57,19 @@ class Sender(_lib.Handle):
                 raise TypeError(f"tensorpress: array {name!r}: gradient compressors take float arrays, not {a.dtype}")
             a = a.astype(np.float32)
         a = _prep(a, name)
-        s = self._scratch()
+        s = _scratch
         nb = name.encode()
         keep = _fill(s.t, a, nb, 2, False, None)
         sb = spec.encode() if spec else None
         d = 0.0 if density is None else float(density)
         L = _lib.lib()
         cap = max(a.nbytes + (a.nbytes >> 3) + 4096, 1 << 16)
-        out = s.out(cap)
-        rc = L.tp_sender_compress(h, s.t_ref, sb, len(sb) if sb else 0, d, s.addr, cap, s.n_ref,
+        out, addr = s.out_buf(cap)
+        rc = L.tp_sender_compress(h, s.t_ref, sb, len(sb) if sb else 0, d, addr, cap, s.n_ref,
                                   s.spill_ref, s.err.ref)
         del keep
         _lib.check(rc, s.err, f"tensorpress: array {name!r}")
-        return _out(s, out)
+        return _result(s, out)
 
     def commit(self, n: Optional[int] = None) -> None:
         """Commit the ``n`` oldest pending updates (all by default): their frames arrived."""
@@ -104,12 +96,12 @@ class Sender(_lib.Handle):
     def state(self) -> bytes:
         """The committed state (residuals, momentum) as bytes; :class:`StateError` while updates are pending."""
         h = self._handle()
-        s = self._scratch()
+        s = _scratch
         cap = 1 << 16
-        out = s.out(cap)
-        rc = _lib.lib().tp_sender_state(h, s.addr, cap, s.n_ref, s.spill_ref, s.err.ref)
+        out, addr = s.out_buf(cap)
+        rc = _lib.lib().tp_sender_state(h, addr, cap, s.n_ref, s.spill_ref, s.err.ref)
         _lib.check(rc, s.err)
-        return _out(s, out)
+        return _result(s, out)
 
     def load_state(self, state: Buffer) -> None:
         """Replace the state by one :meth:`state` saved (refused while updates are pending)."""
@@ -123,38 +115,11 @@ class Sender(_lib.Handle):
         return f"Sender({self.spec!r}, pending={self.pending})"
 
 
-class _SenderScratch:
-    def __init__(self) -> None:
-        self.err = _lib.Err()
-        self.n = ctypes.c_int64()
-        self.spill = tp_handle()
-        self.n_ref = ctypes.byref(self.n)
-        self.spill_ref = ctypes.byref(self.spill)
-        self.t = tp_tensor()
-        self.t_ref = ctypes.byref(self.t)
-        self.buf = bytearray(0)
-        self.c: Any = None
-        self.addr = 0
-
-    def out(self, n: int) -> bytearray:
-        if len(self.buf) < n:
-            self.c = None
-            self.buf = bytearray(n)
-            self.c = (ctypes.c_char * n).from_buffer(self.buf)
-            self.addr = ctypes.addressof(self.c)
-        return self.buf
-
-
-def _out(s: Any, buf: bytearray) -> bytes:
+def _result(s: Any, buf: Any) -> bytes:
+    """The output of the call just made: in buf, or kept in s.spill when it did not fit."""
     n = s.n.value
     if s.spill.value:
-        out = bytearray(n)
-        c = (ctypes.c_char * n).from_buffer(out)
-        h, s.spill.value = s.spill.value, 0
-        rc = _lib.lib().tp_take(h, c, n, s.n_ref, s.err.ref)
-        del c
-        _lib.check(rc, s.err)
-        return bytes(out)
+        return _take(s, n)
     return bytes(memoryview(buf)[:n])
 
 
