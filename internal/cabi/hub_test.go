@@ -2,6 +2,7 @@ package cabi
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -12,11 +13,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"google.golang.org/grpc"
-
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub"
-	"github.com/tensorpress/tensorpress/hub/hubpb"
 )
 
 // serveHub serves a hub holding versions 1 and 2 of a small model (2
@@ -47,10 +45,15 @@ func serveHub(t *testing.T) (*hub.Hub, string, map[uint64][]*codec.Tensor) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer()
-	hubpb.RegisterHubServer(s, hub.NewServer(h))
-	go s.Serve(ln)
-	t.Cleanup(s.Stop)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- hub.Serve(ctx, ln, h, hub.ServeConfig{Drain: -1}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
 	return h, ln.Addr().String(), models
 }
 
