@@ -125,6 +125,10 @@ class _Downlink:
             self.hub.close()
 
 
+class Diverged(Exception):
+    """Local training produced a non-finite model: the run stops and is recorded as diverged."""
+
+
 def _client_round(cfg: Config, c: int, local: fl_model.Params, glob: fl_model.Params, order: np.ndarray,
                   r: np.random.Generator, train: fl_data.Dataset, codec: Any, server: Any,
                   weight: float, acc: fl_model.Params, t: Timer) -> tuple:
@@ -138,6 +142,8 @@ def _client_round(cfg: Config, c: int, local: fl_model.Params, glob: fl_model.Pa
     up = 0
     for name in fl_model.NAMES:
         update = local[name] - glob[name]
+        if not np.isfinite(update).all():
+            raise Diverged(f"client {c}: {name} is not finite after local training")
         with t("encode"):
             payload = codec.encode(name, update)
         up += len(payload)
@@ -162,6 +168,7 @@ def run_one(cfg: Config, row: Row, seed: int, train: fl_data.Dataset, test: fl_d
     down = _Downlink(cfg, binary, workdir)
     hist: List[Dict[str, Any]] = []
     up_total = down_total = deltas = 0
+    diverged = 0
     try:
         for rnd in range(cfg.rounds):
             with t("publish"):
@@ -173,9 +180,20 @@ def run_one(cfg: Config, row: Row, seed: int, train: fl_data.Dataset, test: fl_d
                     local, nb, nd = down.fetch(c, rnd + 1, digests, glob)
                 down_total, deltas = down_total + nb, deltas + nd
                 codecs[c].set_round(rnd)
-                ls, n, up = _client_round(cfg, c, local, glob, orders[c], rngs[c], train, codecs[c], server,
-                                          shards[c].size / train.n, acc, t)
+                try:
+                    ls, n, up = _client_round(cfg, c, local, glob, orders[c], rngs[c], train, codecs[c], server,
+                                              shards[c].size / train.n, acc, t)
+                except Diverged as e:
+                    diverged = rnd + 1
+                    if progress:
+                        print(f"  {row.name} {cfg.split} seed {seed} round {rnd + 1}: diverged ({e})",
+                              file=progress, flush=True)
+                    break
                 loss, seen, up_total = loss + ls, seen + n, up_total + up
+            if diverged:
+                hist.append({"round": rnd + 1, "loss": float("nan"), "up_bytes": up_total,
+                             "down_bytes": down_total, "accuracy": float("nan")})
+                break
             for k in glob:
                 glob[k] += acc[k]
             point: Dict[str, Any] = {"round": rnd + 1, "loss": loss / seen, "up_bytes": up_total,
@@ -195,10 +213,10 @@ def run_one(cfg: Config, row: Row, seed: int, train: fl_data.Dataset, test: fl_d
         server.close()
     raw = 4 * fl_model.NUM_PARAMS * cfg.clients * cfg.rounds
     return {"row": row.name, "family": row.family, "split": cfg.split, "seed": seed,
-            "accuracy": hist[-1]["accuracy"], "up_bytes": up_total,
+            "accuracy": hist[-1]["accuracy"], "diverged": diverged, "up_bytes": up_total,
             "down_bytes": down_total if cfg.fetch != "none" else None, "down_fp32_bytes": raw,
             "down_deltas": deltas, "seconds": time.perf_counter() - t0, "times": t.s,
-            "seconds_per_round": (time.perf_counter() - t0) / cfg.rounds, "history": hist,
+            "seconds_per_round": (time.perf_counter() - t0) / len(hist), "history": hist,
             "shard_sizes": [int(s.size) for s in shards], "params": fl_model.NUM_PARAMS,
             "config": asdict(cfg), "blas": blas_name()}
 
@@ -240,7 +258,7 @@ def summarize(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         down = _mean_sd(downs)[0] if downs else None
         out.append({"split": split, "row": row, "accuracy": acc, "accuracy_sd": sd, "up_bytes": up,
                     "down_bytes": down, "down_fp32_bytes": rs[0]["down_fp32_bytes"],
-                    "seeds": sorted(r["seed"] for r in rs),
+                    "seeds": sorted(r["seed"] for r in rs), "diverged": sum(1 for r in rs if r.get("diverged")),
                     "seconds_per_round": _mean_sd([r["seconds_per_round"] for r in rs])[0]})
     for s in out:
         base = next((b for b in out if b["split"] == s["split"] and b["row"] == "fp32"), None)
@@ -259,7 +277,10 @@ def write_table(f: TextIO, summary: List[Dict[str, Any]]) -> None:
         delta = "-" if s["baseline_accuracy"] is None else f"{100 * (s['accuracy'] - s['baseline_accuracy']):+.2f}"
         red = "-" if s["reduction"] is None else f"{s['reduction']:.1f}x"
         dred = "-" if s["down_reduction"] is None else f"{s['down_reduction']:.2f}x"
-        rows.append([s["split"], s["row"], f"{100 * s['accuracy']:.2f}", f"{100 * s['accuracy_sd']:.2f}", delta,
+        acc = f"{100 * s['accuracy']:.2f}"
+        if s.get("diverged"):
+            acc, delta = f"diverged in {s['diverged']} of {len(s['seeds'])}", "-"
+        rows.append([s["split"], s["row"], acc, f"{100 * s['accuracy_sd']:.2f}", delta,
                      _human(s["up_bytes"]), red, _human(s["down_bytes"]), dred, f"{s['seconds_per_round']:.1f}",
                      str(len(s["seeds"]))])
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
@@ -330,7 +351,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     work = tempfile.mkdtemp(dir=tmp)
                     rec = run_one(cfg, row, seed, train, test, binary, work, None if a.quiet else sys.stderr)
                     recs.append(rec)
-                    print(f"fedavg: {row.name} {split} seed {seed}: accuracy {100 * rec['accuracy']:.2f}% "
+                    how = (f"diverged in round {rec['diverged']}" if rec["diverged"]
+                           else f"accuracy {100 * rec['accuracy']:.2f}%")
+                    print(f"fedavg: {row.name} {split} seed {seed}: {how} "
                           f"up {_human(rec['up_bytes'])} down {_human(rec['down_bytes'])} "
                           f"{rec['seconds_per_round']:.1f} s/round", file=sys.stderr, flush=True)
                     if a.json:

@@ -237,37 +237,33 @@ class CliFetcher:
 class TpHubFetcher:
     """A client over the package's hub client: ``tp.Hub(addr).fetch(version=v, base=previous)``.
 
-    Written against the API issue 22 specifies; it runs once ``tensorpress.Hub`` exists. The result
-    may be a mapping of arrays or an object with ``arrays``/``tensors``, ``bytes_received``,
-    ``lossy`` and ``unchecked``; lossy or unchecked tensors are refused.
+    The client dials on the first fetch (the hub process starts with the first version). The
+    package checks each tensor against the hub's digests; lossy tensors are refused
+    (``require_lossless``), and so is a fetch that had to refetch a tensor whole.
     """
 
     def __init__(self, hub: HubProcess) -> None:
         import tensorpress as tp  # lazily: only this fetcher needs the package
-        if not hasattr(tp, "Hub"):
-            raise RuntimeError("this tensorpress package has no Hub client yet: use the CLI fetcher")
-        self.hub = hub
-        self.client = tp.Hub(hub.addr)
+        self.tp, self.hub = tp, hub
+        self.client: Optional[Any] = None
         self.base: Optional[Any] = None
 
     def fetch(self, version: int) -> Fetched:
         """Version ``version``, deltas against the previous one fetched."""
         t0 = time.perf_counter()
+        if self.client is None:
+            self.client = self.tp.Hub(self.hub.addr)
         before = self.hub.sent_bytes()
         res = self.client.fetch(version=version, base=self.base)
         sent = self.hub.sent_bytes() - before
-        arrays = res if isinstance(res, dict) else getattr(res, "arrays", None) or getattr(res, "tensors")
-        for what in ("lossy", "unchecked"):
-            bad = getattr(res, what, None)
-            if bad:
-                raise ValueError(f"hub fetch of version {version}: {what} tensors {bad}")
-        got = int(getattr(res, "bytes_received", sent))
+        if res.lossy or res.refetched:
+            raise ValueError(f"hub fetch of version {version}: lossy {res.lossy}, refetched {res.refetched}")
+        got = int(res.bytes_received)
         self.base = res
-        return Fetched(dict(arrays), got, 0, time.perf_counter() - t0,
-                       [] if got == sent else [f"client counted {got} bytes, hub metrics {sent}"])
+        return Fetched(dict(res), sent, res.deltas, time.perf_counter() - t0,
+                       [] if got == sent else [f"client counted {got} wire bytes, hub metrics {sent}"])
 
     def close(self) -> None:
         """Close the client."""
-        close = getattr(self.client, "close", None)
-        if close:
-            close()
+        if self.client is not None:
+            self.client.close()

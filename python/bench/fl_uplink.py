@@ -244,12 +244,15 @@ def make_row(name: str) -> Row:
 
 # The tensorpress rows of the proof (issue 22): sparse with error feedback, fp16 value tails, quantizers.
 TENSORPRESS_ROWS = (
-    "tp:topk(0.05)",
-    "tp:topk(0.05) | idx:delta,bitpack | val:fp16 | *:huff0",
-    "tp:topk(0.03) | idx:delta,bitpack | val:fp16 | *:huff0",
-    "tp:dgc(0.01)",
-    "tp:int8(4096)",
+    "tpr:int8(4096) | q:huff0",
     "tp:nf4(64)",
+    "tp:efsign",
+    "tp:powersgd(4)",
+    "tp:topk(0.05) | idx:delta,bitpack | val:fp16 | *:huff0",
+    "tp:topk(0.05) | idx:delta,bitpack | val:nf4(64) | *:huff0",
+    "tp:topk(0.05) | idx:delta,bitpack | val:sign | *:huff0",
+    "tp:topk(0.03) | idx:delta,bitpack | val:nf4(64) | *:huff0",
+    "tp:dgc(0.01,momentum=0)",
 )
 
 

@@ -93,7 +93,7 @@ def fedavg_series(records: List[Dict[str, Any]]) -> Dict[str, Tuple[np.ndarray, 
         groups.setdefault(f"{r['row']} ({r['split']})", []).append(r)
     out = {}
     for label, rs in groups.items():
-        pts = [[p for p in r["history"] if "accuracy" in p] for r in rs]
+        pts = [[p for p in r["history"] if "accuracy" in p and not np.isnan(p["accuracy"])] for r in rs]
         n = min(len(p) for p in pts)
         rounds = np.array([p["round"] for p in pts[0][:n]], float)
         up = np.mean([[p["up_bytes"] for p in ps[:n]] for ps in pts], axis=0)

@@ -180,6 +180,11 @@ def _take(s: _Scratch, n: int) -> bytes:
     return bytes(out)
 
 
+def _bound(a: np.ndarray, name: str) -> int:
+    """Room for a lossless frame of a (without its tags; codec.MaxTensorLen with room for the header)."""
+    return a.nbytes + (a.nbytes >> 10) + len(name.encode()) + 10 * a.ndim + 512
+
+
 def _encode_to(arr: Any, out_addr: Optional[int], cap: Optional[int], recipe: Optional[str],
                profile: Optional[Profile], name: str, lossless: bool, dtype: Any,
                tags: Optional[Mapping[str, str]], crc: str) -> Tuple[int, Any]:
@@ -198,13 +203,60 @@ def _encode_to(arr: Any, out_addr: Optional[int], cap: Optional[int], recipe: Op
     if out_addr is None:
         # codec.MaxTensorLen, with room for the header (lossless frames fit;
         # a frame that does not is spilled and read out with tp_take).
-        need = a.nbytes + (a.nbytes >> 10) + len(nb) + (s.t.tags_len or 0) + 10 * a.ndim + 512
-        buf, out_addr = s.out_buf(need)
+        buf, out_addr = s.out_buf(_bound(a, name) + (s.t.tags_len or 0))
         cap = len(buf)
     rc = L.tp_encode(s.t_ref, rb, rn, _profile(profile), crcm, out_addr, cap, s.n_ref, s.spill_ref, s.err.ref)
     del keep
     _lib.check(rc, s.err, "" if name else "tensorpress: array (unnamed)")
     return s.n.value, buf
+
+
+class _BytesAPI:
+    """CPython's bytes constructor and resize, called through a private handle on the
+    interpreter (ctypes.pythonapi's function objects are shared: their restypes are not
+    ours to set). :func:`encode` writes a large frame straight into a fresh bytes object
+    and trims it, with no copy; without this API (other interpreters) it copies."""
+
+    def __init__(self) -> None:
+        api = ctypes.PyDLL(ctypes.pythonapi._name, handle=ctypes.pythonapi._handle)
+        vp, sz = ctypes.c_void_p, ctypes.c_ssize_t
+        self.new = api.PyBytes_FromStringAndSize
+        self.new.restype, self.new.argtypes = vp, (vp, sz)
+        self.data = api.PyBytes_AsString
+        self.data.restype, self.data.argtypes = vp, (vp,)
+        self.resize = api._PyBytes_Resize
+        self.resize.restype, self.resize.argtypes = ctypes.c_int, (ctypes.POINTER(vp), sz)
+        self.decref = api.Py_DecRef
+        self.decref.restype, self.decref.argtypes = None, (vp,)
+
+    def encode(self, arr: Any, cap: int, recipe: Optional[str], profile: Optional[Profile], name: str,
+               lossless: bool, dtype: Any, tags: Optional[Mapping[str, str]], crc: str) -> Optional[bytes]:
+        """The frame, written into a bytes object of cap bytes then trimmed; None when it
+        needs more than cap (the library kept it: read it with _take)."""
+        p = self.new(None, cap)  # a new reference that only this function holds
+        try:
+            n, _ = _encode_to(arr, self.data(p), cap, recipe, profile, name, lossless, dtype, tags, crc)
+            if _scratch.spill.value:
+                return None
+            h = ctypes.c_void_p(p)
+            p = None
+            self.resize(ctypes.byref(h), n)  # shrinks in place; on failure frees h and raises
+            p = h.value
+            return ctypes.cast(p, ctypes.py_object).value  # type: ignore[no-any-return]
+        finally:
+            if p:
+                self.decref(p)
+
+
+def _bytes_api() -> Optional[_BytesAPI]:
+    try:
+        return _BytesAPI()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+_bytes = _bytes_api()
+_IN_PLACE = 256 << 10  # frames that may reach this many bytes are written in place
 
 
 def encode(arr: Any, *, recipe: Optional[str] = None, profile: Optional[Profile] = None, name: str = "",
@@ -227,8 +279,14 @@ def encode(arr: Any, *, recipe: Optional[str] = None, profile: Optional[Profile]
     Returns:
         The frame (or, above 256 MiB, a stream of chunk frames), as bytes.
     """
-    n, buf = _encode_to(arr, None, None, recipe, profile, name, lossless, dtype, tags, crc)
     s = _scratch
+    a = _prep(arr, name)
+    if _bytes is not None:
+        cap = _bound(a, name) + len(_tags(tags) or b"")
+        if cap >= _IN_PLACE:
+            out = _bytes.encode(a, cap, recipe, profile, name, lossless, dtype, tags, crc)
+            return out if out is not None else _take(s, s.n.value)
+    n, buf = _encode_to(a, None, None, recipe, profile, name, lossless, dtype, tags, crc)
     if s.spill.value:
         return _take(s, n)
     return bytes(memoryview(buf)[:n])
