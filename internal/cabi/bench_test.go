@@ -54,3 +54,24 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEncodeParallel is Encode of 16 MiB (*:zstd(1)) from every
+// goroutine at once, each into its own buffer: run with -cpu 1,2 for the
+// speed-up Go itself gets from a second core, beside Python's two threads.
+func BenchmarkEncodeParallel(b *testing.B) {
+	ct := testvectors.Normal("w", 4<<20, 0.02, 2)
+	d, done := desc(ct)
+	defer done()
+	rp, rn := cstr("*:zstd(1)")
+	b.SetBytes(int64(len(ct.Data)))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		out := make([]byte, codec.MaxTensorLen(ct))
+		for pb.Next() {
+			if _, _, code, msg := Encode(d, rp, rn, 0, CRCAlways, unsafe.Pointer(&out[0]), int64(len(out))); code != OK {
+				b.Error(msg)
+				return
+			}
+		}
+	})
+}

@@ -22,13 +22,13 @@ from .errors import (ArgumentError, AuthError, BaseMismatchError, CanceledError,
                      NotAFrameError, NotFoundError, RecipeError, StateError, TensorpressError,
                      TensorpressTimeoutError, TruncatedError, UnsupportedError)
 from .gradient import Receiver, Sender
-from .hub import TLS, Fetched, Hub, UploadResult, VersionInfo
+from .hub import TLS, Fetched, Hub, UploadResult, VersionInfo, load_dir
 from .profile import Profile
 
 __all__ = [
     "encode", "encode_into", "encode_bytes", "decode", "decode_into", "decode_all", "decode_bytes", "info",
     "check_recipe", "is_lossy", "Limits", "TensorInfo", "Profile", "Sender", "Receiver",
-    "Hub", "TLS", "Fetched", "VersionInfo", "UploadResult",
+    "Hub", "TLS", "Fetched", "VersionInfo", "UploadResult", "load_dir",
     "release_memory", "live_handles", "version",
     "TensorpressError", "CorruptError", "ChecksumError", "TruncatedError", "NotAFrameError", "LimitError",
     "UnsupportedError", "LossyError", "RecipeError", "ArgumentError", "StateError", "NonFiniteError",

@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
+import shutil
+import tempfile
 import threading
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union
 
@@ -28,7 +32,7 @@ from .codec import Limits, _lim, _prep
 from .errors import BaseMismatchError, TensorpressError
 from .gradient import Sender
 
-__all__ = ["Hub", "TLS", "Fetched", "VersionInfo", "UploadResult"]
+__all__ = ["Hub", "TLS", "Fetched", "VersionInfo", "UploadResult", "load_dir"]
 
 _EBASE = BaseMismatchError.code
 _T = TypeVar("_T")
@@ -90,6 +94,98 @@ class Fetched(Dict[str, np.ndarray]):
     def __repr__(self) -> str:
         return (f"Fetched(version={self.version}, tensors={len(self)}, deltas={self.deltas}, full={self.full}, "
                 f"bytes_received={self.bytes_received})")
+
+
+MANIFEST = "tensorpress.json"
+
+
+def _file_name(name: str) -> str:
+    """The .npy file of a tensor in a fetch directory: one path component whatever the name."""
+    return urllib.parse.quote(name, safe="._-") + ".npy"
+
+
+def load_dir(path: str) -> Fetched:
+    """The version a ``fetch(out_dir=path)`` left in ``path``, its arrays memory-mapped read-only
+    from the .npy files: a base for the next fetch (``hub.fetch(base=tp.load_dir(path))``, or
+    ``base=path``). bfloat16 tensors, stored as their uint16 bits, come widened to float32.
+
+    Raises FileNotFoundError when ``path`` holds no fetched version, ValueError when its
+    manifest is damaged.
+    """
+    try:
+        with open(os.path.join(path, MANIFEST)) as f:
+            m = json.load(f)
+        version, files = int(m["version"]), dict(m["files"])
+        digests, bf16 = dict(m.get("digests") or {}), set(m.get("bf16") or [])
+    except FileNotFoundError:
+        raise FileNotFoundError(f"tensorpress: {path!r} holds no fetched version (no {MANIFEST})") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"tensorpress: {os.path.join(path, MANIFEST)}: damaged manifest: {e}") from None
+    out = Fetched()
+    out.version, out.digests = version, digests
+    for name, fn in files.items():
+        if fn != _file_name(name):
+            raise ValueError(f"tensorpress: {os.path.join(path, MANIFEST)}: tensor {name!r} in file {fn!r}")
+        a = np.load(os.path.join(path, fn), mmap_mode="r", allow_pickle=False)
+        out[name] = _dtypes.widen_bf16(np.asarray(a)) if name in bf16 else a
+    return out
+
+
+class _DirWriter:
+    """Where a fetch into files puts its tensors: .npy files, memory-mapped, in a temporary
+    directory inside ``out_dir``, moved into place with the manifest when the fetch succeeds."""
+
+    def __init__(self, out_dir: str) -> None:
+        os.makedirs(out_dir, exist_ok=True)
+        self.dir = out_dir
+        self.tmp = tempfile.mkdtemp(prefix=".fetch-", dir=out_dir)
+        self.maps: Dict[str, np.ndarray] = {}
+
+    def array(self, name: str, dtype: Any, shape: Tuple[int, ...]) -> np.ndarray:
+        """A writable array of the tensor, backed by its file."""
+        path = os.path.join(self.tmp, _file_name(name))
+        if name in self.maps:  # fetched again (its delta did not match): a new file, the old map intact
+            os.remove(path)
+        if int(np.prod(shape, dtype=np.int64)) == 0:  # an empty file cannot be mapped
+            a = np.empty(shape, dtype)
+            np.save(path, a)
+        else:
+            a = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+        self.maps[name] = a
+        return a
+
+    def commit(self, out: Fetched, bf16: List[str]) -> None:
+        """Move the files of ``out`` into place, then the manifest; remove files of the version before."""
+        old: Dict[str, str] = {}
+        try:
+            with open(os.path.join(self.dir, MANIFEST)) as f:
+                old = dict(json.load(f).get("files") or {})
+        except (OSError, ValueError, AttributeError):
+            pass
+        files = {name: _file_name(name) for name in out}
+        for name, fn in files.items():
+            a = self.maps.get(name)
+            if isinstance(a, np.memmap):
+                a.flush()
+            os.replace(os.path.join(self.tmp, fn), os.path.join(self.dir, fn))
+        m = {"version": out.version, "files": files, "digests": out.digests, "bf16": sorted(bf16)}
+        tmp = os.path.join(self.tmp, MANIFEST)
+        with open(tmp, "w") as f:
+            json.dump(m, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(self.dir, MANIFEST))
+        for name, fn in old.items():
+            if name not in files and fn == _file_name(name):
+                try:
+                    os.remove(os.path.join(self.dir, fn))
+                except OSError:
+                    pass
+        self.discard()
+
+    def discard(self) -> None:
+        """Remove the temporary directory and what is left in it."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def _cstr(s: Optional[str]) -> Optional[bytes]:
@@ -222,11 +318,20 @@ class Hub(_lib.Handle):
 
         return [VersionInfo(v["version"], v["tensors"], v["bytes"]) for v in self._call(call) or []]
 
-    def fetch(self, version: Optional[int] = None, *, base: Union[Fetched, Tuple[int, Mapping[str, np.ndarray]],
-                                                                 None] = None,
+    def fetch(self, version: Optional[int] = None, *,
+              base: Union[Fetched, Tuple[int, Mapping[str, np.ndarray]], str, None] = None,
               names: Optional[List[str]] = None, require_lossless: bool = True, retries: int = 0,
-              stall: Optional[float] = None, limits: Optional[Limits] = None, refetch: bool = True) -> Fetched:
+              stall: Optional[float] = None, limits: Optional[Limits] = None, refetch: bool = True,
+              out_dir: Optional[str] = None) -> Fetched:
         """Fetch ``version`` (None: the newest), every tensor or those in ``names``.
+
+        ``out_dir`` writes the tensors into files rather than memory: one ``.npy`` file each
+        (the name percent-encoded) and a manifest (``tensorpress.json``: version, files, digests),
+        written through memory maps so that a model larger than memory fits; the arrays returned
+        are those maps. The files appear only when the whole fetch succeeded and checked (they
+        replace the version before, whose files no longer listed are removed); a fetch that fails
+        leaves the directory as it was. ``base`` may be such a directory (``load_dir``), the
+        same as ``out_dir`` included. One writer per directory at a time.
 
         ``base`` is a version this client holds, a :class:`Fetched` or ``(version, {name: array})``
         (read, never written): the hub sends the tensors it also has as deltas against it. A tensor
@@ -237,6 +342,8 @@ class Hub(_lib.Handle):
         Fetched holding them is no base for their deltas: they come whole again).
         """
         bv, bmap = 0, {}
+        if isinstance(base, (str, os.PathLike)):
+            base = load_dir(os.fspath(base))
         if isinstance(base, Fetched):
             bv, bmap = base.version, base
         elif base is not None:
@@ -251,19 +358,28 @@ class Hub(_lib.Handle):
                 raise TypeError("tensorpress: names must be a list of tensor names, not a str")
             req["names"] = list(names)
         out = Fetched()
+        files = _DirWriter(os.fspath(out_dir)) if out_dir is not None else None
+        bf16: List[str] = []
         try:
-            self._call(lambda: self._fetch(req, list(bmap.items()) if bv else [], limits, out))
-        except BaseMismatchError as e:
-            if not refetch or not e.names:
-                raise
-            req.update(version=out.version, base=0, names=e.names)
-            out.refetched = list(e.names)
-            self._call(lambda: self._fetch(req, [], limits, out))
+            try:
+                self._call(lambda: self._fetch(req, list(bmap.items()) if bv else [], limits, out, files, bf16))
+            except BaseMismatchError as e:
+                if not refetch or not e.names:
+                    raise
+                req.update(version=out.version, base=0, names=e.names)
+                out.refetched = list(e.names)
+                self._call(lambda: self._fetch(req, [], limits, out, files, bf16))
+            if files is not None:
+                files.commit(out, bf16)
+        except BaseException:
+            if files is not None:
+                files.discard()
+            raise
         return out
 
     def _fetch(self, req: Dict[str, Any], bases: List[Tuple[str, np.ndarray]], limits: Optional[Limits],
-               out: Fetched) -> None:
-        """One tp_hub_fetch into out."""
+               out: Fetched, files: Optional[_DirWriter], all_bf16: List[str]) -> None:
+        """One tp_hub_fetch into out (into files when files is set); bf16 tensors' names added to all_bf16."""
         arrays: Dict[str, np.ndarray] = {}
         bf16: List[str] = []
         failed: List[BaseException] = []
@@ -273,10 +389,11 @@ class Hub(_lib.Handle):
                 dt = _dtypes.NUMPY.get(did)
                 if dt is None:
                     raise TensorpressError(f"tensorpress: fetched tensor has unknown dtype {did}")
-                a = np.empty(tuple(shape[i] for i in range(ndim)), dt)
-                if a.nbytes != nbytes:
-                    raise TensorpressError(f"tensorpress: fetched tensor of {nbytes} bytes for {a.nbytes}")
+                shp = tuple(shape[i] for i in range(ndim))
+                if int(np.prod(shp, dtype=np.int64)) * np.dtype(dt).itemsize != nbytes:
+                    raise TensorpressError(f"tensorpress: fetched tensor of {nbytes} bytes for shape {shp}")
                 key = ctypes.string_at(name, nlen).decode("utf-8", "replace")
+                a = files.array(key, dt, shp) if files is not None else np.empty(shp, dt)
                 arrays[key] = a
                 if did == _dtypes.BF16:
                     bf16.append(key)
@@ -293,6 +410,7 @@ class Hub(_lib.Handle):
         rc = _lib.lib().tp_hub_fetch(self._handle(), rq, len(rq), ctypes.byref(lim) if lim is not None else None,
                                      ts, len(bases), cb, None, *o.args)
         del keep
+        all_bf16 += bf16
         if failed:
             raise failed[0]
         res = o.json() or {}

@@ -391,3 +391,49 @@ def test_alloc_failure_raises(served: HubProcess, monkeypatch: pytest.MonkeyPatc
             with pytest.raises(tp.TensorpressError, match="unknown dtype 2"):
                 hub.fetch(1)
         check_bits(hub.fetch(1), os.path.join(served.dir, "1"))
+
+
+def test_fetch_into_files(served: HubProcess, tmp_path: "os.PathLike[str]") -> None:
+    """out_dir: .npy files and a manifest, memory-mapped; the next fetch takes the directory as its base."""
+    d = os.path.join(os.fspath(tmp_path), "model")
+    with tp.Hub(served.addr, timeout=60) as hub:
+        wait_version(hub, 2)
+        v1 = hub.fetch(1, out_dir=d)
+        check_bits(v1, os.path.join(served.dir, "1"))
+        assert all(isinstance(a, np.memmap) for a in v1.values())
+        assert sorted(os.listdir(d)) == sorted([tp.hub.MANIFEST] + [k + ".npy" for k in v1])
+        on_disk = tp.load_dir(d)
+        check_bits(on_disk, os.path.join(served.dir, "1"))
+        assert on_disk.version == 1 and on_disk.digests == v1.digests
+
+        # The directory is the base of the next fetch and receives it: deltas, files replaced.
+        v2 = hub.fetch(2, base=d, out_dir=d)
+        check_bits(v2, os.path.join(served.dir, "2"))
+        assert v2.deltas > 0 and v2.refetched == []
+        check_bits(tp.load_dir(d), os.path.join(served.dir, "2"))
+        check_bits(on_disk, os.path.join(served.dir, "1"))  # maps of the version before still read it
+
+        # A failed fetch leaves the directory as it was, without temporary files.
+        before = sorted(os.listdir(d))
+        with pytest.raises(tp.NotFoundError):
+            hub.fetch(99, base=d, out_dir=d)
+        assert sorted(os.listdir(d)) == before
+        check_bits(tp.load_dir(d), os.path.join(served.dir, "2"))
+
+        # A wrong base on disk: the tensor comes again whole, into its file.
+        bad = os.path.join(os.fspath(tmp_path), "bad")
+        hub.fetch(1, out_dir=bad)
+        np.save(os.path.join(bad, "fc1.bias.npy"), np.zeros(512, np.float32))
+        v2b = hub.fetch(2, base=bad, out_dir=bad)
+        assert v2b.refetched == ["fc1.bias"]
+        check_bits(tp.load_dir(bad), os.path.join(served.dir, "2"))
+
+    with pytest.raises(FileNotFoundError, match="no fetched version"):
+        tp.load_dir(os.fspath(tmp_path))
+
+
+def test_file_names_stay_in_the_directory() -> None:
+    from tensorpress.hub import _file_name
+    for name in ["../../etc/passwd", "a/b", "..", ".", "", "x\x00y", "é"]:
+        fn = _file_name(name)
+        assert "/" not in fn and "\x00" not in fn and fn.endswith(".npy") and fn not in (".", "..")
