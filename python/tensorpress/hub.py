@@ -356,6 +356,8 @@ class Hub(_lib.Handle):
         if names is not None:
             if isinstance(names, str):
                 raise TypeError("tensorpress: names must be a list of tensor names, not a str")
+            if out_dir is not None:
+                raise ValueError("tensorpress: out_dir holds whole versions: fetch without names=")
             req["names"] = list(names)
         out = Fetched()
         files = _DirWriter(os.fspath(out_dir)) if out_dir is not None else None

@@ -428,6 +428,9 @@ def test_fetch_into_files(served: HubProcess, tmp_path: "os.PathLike[str]") -> N
         assert v2b.refetched == ["fc1.bias"]
         check_bits(tp.load_dir(bad), os.path.join(served.dir, "2"))
 
+        with pytest.raises(ValueError, match="whole versions"):
+            hub.fetch(2, names=["steps"], out_dir=d)
+
     with pytest.raises(FileNotFoundError, match="no fetched version"):
         tp.load_dir(os.fspath(tmp_path))
 
