@@ -45,6 +45,10 @@ with ``stype`` :data:`STYPE` or :data:`STYPE_DELTA`; ``Array.numpy()`` refuses
 those, so a reply must pass :class:`TensorpressStrategy` (or
 :func:`restore_arrays`) before a strategy reads it.
 
+Compressors with a schedule (DGC's ``warmup=``) take the round that Flower's
+strategies put in the train config (``config["server-round"]``, FedAvg and its
+kin): epoch = round - 1. Without it the epoch stays 0.
+
 Error feedback commits when the mod returns (optimistic): Flower has no
 acknowledgement a mod could wait for, so a reply lost in transit loses that
 round's update.
@@ -250,6 +254,17 @@ def _save_sender(sender: Any, ctxt: Context) -> None:
     ctxt.state.array_records[STATE_KEY] = record
 
 
+def _server_round(msg: Message) -> int | None:
+    """The round Flower's strategies put in the train config (``config["server-round"]``)."""
+    if not msg.has_content():
+        return None
+    for rec in msg.content.config_records.values():
+        r = rec.get("server-round")
+        if isinstance(r, int) and not isinstance(r, bool):
+            return r
+    return None
+
+
 def _close(obj: Any) -> None:
     close = getattr(obj, "close", None)
     if close is not None:
@@ -319,6 +334,7 @@ def tensorpress_mod(*, spec: str | None = None, recipe: str | None = None, key: 
     def mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
         _restore_incoming(msg)
         base = msg.content.array_records.get(key) if msg.has_content() else None
+        rnd = _server_round(msg)
         out = call_next(msg, ctxt)
         if out.has_error() or msg.metadata.message_type != MessageType.TRAIN:
             return out
@@ -331,6 +347,8 @@ def tensorpress_mod(*, spec: str | None = None, recipe: str | None = None, key: 
             return out
         sender = _load_sender(spec, ctxt)
         try:
+            if rnd is not None:
+                sender.set_epoch(float(rnd - 1))  # DGC's warm-up: epochs counted from 0
             new = _compress_updates(record, base, sender, min_size)
             sender.commit()
             _save_sender(sender, ctxt)

@@ -186,6 +186,23 @@ def test_topk_error_feedback_identity_over_rounds(flower: Any, tp: Any) -> None:
     assert "tensorpress" in grid.contexts[1].state  # the residual lives in Context.state
 
 
+def test_dgc_warmup_follows_the_server_round(flower: Any) -> None:
+    """The mod gives the Sender FedAvg's config["server-round"]: DGC's warm-up density falls."""
+    rounds, sizes = 5, []
+    sent: dict[int, list] = {}
+    grid = _LogGrid({1: _app(flower.tensorpress_mod(spec="dgc(0.01,warmup=3)", min_size=16), sent)})
+    strat = flower.TensorpressStrategy(fl.FedAvg(), min_size=16)
+    arrays = _record(_global())
+    for rnd in range(1, rounds + 1):
+        msgs = list(strat.configure_train(rnd, arrays, fl.ConfigRecord(), grid))
+        assert all(m.content["config"]["server-round"] == rnd for m in msgs)
+        arrays, _ = strat.aggregate_train(rnd, grid.send_and_receive(msgs))
+        sizes.append(len(grid.wire[-1][1]["fc1.w"].data))
+    # Warm-up densities 25%, 6.25%, 1.5625%, then 1%: each round's frame smaller, then flat.
+    assert sizes[0] > sizes[1] > sizes[2] > sizes[3], sizes
+    assert abs(sizes[4] - sizes[3]) <= sizes[3] // 4, sizes
+
+
 def test_state_survives_a_fresh_process(flower: Any) -> None:
     """Only Context.state carries the residual: a new mod object continues it."""
     spec = "topk(0.05)"

@@ -522,7 +522,9 @@ class FedAvg(Strategy):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        """One train message per node, the same content for all."""
+        """One train message per node, the same content for all; like Flower's FedAvg it
+        injects the round into the config (``config["server-round"] = server_round``)."""
+        config["server-round"] = server_round
         return self._configure(MessageType.TRAIN, arrays, config, grid)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
