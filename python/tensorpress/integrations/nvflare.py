@@ -39,7 +39,9 @@ only: set ``params_transfer_type=DIFF`` in the client API so FLARE sends
 ``trained - global``. The Sender and its residual live on the filter object, a
 long-lived client component; it commits each update when the filter returns
 (FLARE gives a filter no acknowledgement). Whether the object survives between
-rounds under every FLARE process model is not confirmed.
+rounds under every FLARE process model is not confirmed. A schedule (DGC's
+``warmup=``) follows the result's ``current_round`` header, which FLARE's
+executors copy from the task.
 
 The filters never mutate the incoming ``dxo.data``: they build a new DXO, so
 the same DXO can be filtered for many clients without a lock. Put
@@ -84,6 +86,11 @@ DTYPES_KEY = "tensorpress_dtypes"
 """Meta key: ``{name: source dtype}`` of every compressed entry."""
 MODE_KEY = "tensorpress_mode"
 """Meta key: ``"recipe"`` (codec frames of the values) or ``"spec"`` (gradient frames)."""
+
+CURRENT_ROUND = "current_round"
+"""The header FLARE's workflows set on a task and its executor copies onto the result
+(``AppConstants.CURRENT_ROUND``, ``nvflare/app_common/app_constant.py``); a ``spec``'s
+schedule (DGC's warm-up) follows it."""
 
 _FORMAT = 1
 SHAPES_KEY = "tensorpress_shapes"
@@ -177,6 +184,10 @@ class TensorpressCompressor(DXOFilter):
         data: dict[str, Any] = {}
         dtypes: dict[str, str] = {}
         shapes: dict[str, list[int]] = {}
+        if self._sender is not None:
+            rnd = shareable.get_header(CURRENT_ROUND) if shareable is not None else None
+            if isinstance(rnd, int) and not isinstance(rnd, bool):
+                self._sender.set_epoch(float(rnd))  # DGC's warm-up; FLARE counts rounds from 0
         try:
             for name, value in dxo.data.items():
                 arr = value if isinstance(value, np.ndarray) else None

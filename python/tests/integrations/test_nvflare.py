@@ -107,6 +107,21 @@ def test_spec_on_weight_diff_error_feedback(nvflare: Any, tp: Any) -> None:
         comp.process(nv.DXO(nv.DataKind.WEIGHTS, {"w": residual}).to_shareable(), nv.FLContext())
 
 
+def test_dgc_warmup_follows_current_round(nvflare: Any) -> None:
+    """A spec's schedule reads the result's current_round header (FLARE counts from 0)."""
+    comp = nvflare.TensorpressCompressor(spec="dgc(0.01,warmup=3)", min_size=16)
+    rng = np.random.default_rng(5)
+    sizes = []
+    for rnd in range(5):
+        s = nv.DXO(nv.DataKind.WEIGHT_DIFF, {"w": rng.standard_normal((100, 90)).astype(np.float32)}).to_shareable()
+        s.set_header("current_round", rnd)
+        out = nv.from_shareable(nv.run_filter_chain([], [comp], s, nv.FLContext()))
+        sizes.append(out.data["w"].size)
+    # Warm-up densities 25%, 6.25%, 1.5625%, then 1%.
+    assert sizes[0] > sizes[1] > sizes[2] > sizes[3], sizes
+    assert abs(sizes[4] - sizes[3]) <= sizes[3] // 4, sizes
+
+
 def test_foreign_processed_algorithm_is_left_alone(nvflare: Any) -> None:
     w = {"conv.w": _weights()["conv.w"]}
     ctx = nv.FLContext()
