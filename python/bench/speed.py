@@ -7,7 +7,8 @@ Three measurements, printed as a table:
    ``encode_into`` / ``decode_into`` (reused buffers) are set against internal/cabi's
    ``BenchmarkEncode`` / ``BenchmarkDecode`` (``go test -bench``, run by this script in the
    same run: the Go side of the same calls, reused buffers, no ctypes), like with like;
-   ``encode`` (fresh bytes) and ``decode`` (fresh array) are shown beside them. Python
+   ``encode`` (fresh bytes) and ``decode`` (fresh array) against ``BenchmarkEncodeFresh`` /
+   ``BenchmarkDecodeFresh`` (a new output buffer every call). Python
    figures are medians of ``--reps`` interleaved runs.
 2. Per-call overhead: the median time of ``encode(np.ones(256, float32))`` (1 KiB) over
    ``--calls`` calls, beside Go's 1 KiB BenchmarkEncode.
@@ -47,17 +48,18 @@ MiB = 1 << 20
 
 def go_bench(benchtime: str, size: int) -> Dict[Tuple[str, int, str], float]:
     """ns/op of internal/cabi's BenchmarkEncode and BenchmarkDecode of size bytes, by (op, bytes, recipe)."""
-    cmd = ["go", "test", "-run", "^$", "-bench", f"^Benchmark(Encode|Decode)$/^{size}B$", "-benchtime", benchtime,
+    cmd = ["go", "test", "-run", "^$", "-bench", f"^Benchmark(Encode|Decode)(Fresh)?$/^{size}B$", "-benchtime", benchtime,
            "-count", "1", "./internal/cabi"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     out: Dict[Tuple[str, int, str], float] = {}
-    pat = re.compile(r'^Benchmark(Encode|Decode)/(\d+)B/"(.*)"-\d+\s+\d+\s+([\d.]+) ns/op')
+    pat = re.compile(r'^Benchmark(Encode|Decode)(Fresh)?/(\d+)B/"(.*)"-\d+\s+\d+\s+([\d.]+) ns/op')
     for line in r.stdout.splitlines():
         m = pat.match(line)
         if m:
-            out[(m.group(1).lower(), int(m.group(2)), m.group(3).replace("_", " "))] = float(m.group(4))
+            op = m.group(1).lower() + ("_fresh" if m.group(2) else "")
+            out[(op, int(m.group(3)), m.group(4).replace("_", " "))] = float(m.group(5))
     return out
 
 
@@ -163,24 +165,33 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows = big(a.reps, n)
     size = 4 * n
     print(f"\n{size // MiB} MiB float32 N(0, 0.02), medians of {a.reps} (MB/s = 1e6 bytes of array per s)")
-    print(f"{'recipe':<24}{'ratio':>7}  {'encode':>8}{'enc_into':>10}{'Go enc':>8}{'py/Go':>7}  "
-          f"{'decode':>8}{'dec_into':>10}{'Go dec':>8}{'py/Go':>7}")
+    print(f"{'recipe':<22}{'ratio':>6}  {'encode':>7}{'Go new':>7}{'py/Go':>6}  {'enc_into':>8}{'Go enc':>7}{'py/Go':>6}"
+          f"  {'decode':>7}{'Go new':>7}{'py/Go':>6}  {'dec_into':>8}{'Go dec':>7}{'py/Go':>6}")
+
+    def mbs(s: Optional[float]) -> str:
+        return f"{size / s / 1e6:7.0f}" if s else f"{'-':>7}"
+
+    def ratio(go_ns: Optional[float], py_s: float) -> str:
+        return f"{go_ns * 1e-9 / py_s:6.2f}" if go_ns else f"{'-':>6}"
+
     for rec, e, ei, d, di, fl in rows:
-        ge, gd = gb.get(("encode", size, rec)), gb.get(("decode", size, rec))
-
-        def mbs(s: Optional[float]) -> str:
-            return f"{size / s / 1e6:8.0f}" if s else f"{'-':>8}"
-
-        re_ = f"{ge * 1e-9 / ei:7.2f}" if ge else f"{'-':>7}"
-        rd = f"{gd * 1e-9 / di:7.2f}" if gd else f"{'-':>7}"
-        print(f"{rec or '(ByClass)':<24}{size / fl:7.2f}  {mbs(e)}{mbs(ei):>10}{mbs(ge * 1e-9 if ge else None)}"
-              f"{re_}  {mbs(d)}{mbs(di):>10}{mbs(gd * 1e-9 if gd else None)}{rd}")
-    print("py/Go: Go seconds / Python seconds of the reused-buffer calls (1.0 = no overhead)")
+        g = {op: gb.get((op, size, rec)) for op in ("encode", "encode_fresh", "decode", "decode_fresh")}
+        sec = {op: (v * 1e-9 if v else None) for op, v in g.items()}
+        print(f"{rec or '(ByClass)':<22}{size / fl:6.2f}  {mbs(e)}{mbs(sec['encode_fresh'])}{ratio(g['encode_fresh'], e)}"
+              f"  {mbs(ei):>8}{mbs(sec['encode'])}{ratio(g['encode'], ei)}"
+              f"  {mbs(d)}{mbs(sec['decode_fresh'])}{ratio(g['decode_fresh'], d)}"
+              f"  {mbs(di):>8}{mbs(sec['decode'])}{ratio(g['decode'], di)}")
+    print("py/Go: Go seconds / Python seconds (1.0 = no overhead). encode/decode return new bytes/arrays, set\n"
+          "against Go calls with a new output buffer each time ('Go new': BenchmarkEncodeFresh/DecodeFresh);\n"
+          "enc_into/dec_into reuse buffers, against BenchmarkEncode/BenchmarkDecode.")
     ones = per_call(a.calls, np.ones(256, np.float32))
     normal = per_call(a.calls, np.random.default_rng(3).normal(0, 0.02, 256).astype(np.float32), "w")
     g1 = gb.get(("encode", 1024, ""))
     print(f"\n1 KiB encode (256 float32, ByClass), median of {a.calls} calls: np.ones {ones * 1e6:.2f} us, "
-          f"N(0, 0.02) named 'w' {normal * 1e6:.2f} us" + (f"; Go alone (the same, mean) {g1 / 1e3:.2f} us" if g1 else ""))
+          f"N(0, 0.02) named 'w' {normal * 1e6:.2f} us" + (f"; Go alone (the same, mean) {g1 / 1e3:.2f} us, "
+                                                            f"so the Python overhead of a call is "
+                                                            f"{normal * 1e6 - g1 / 1e3:.2f} us (target <= 20)"
+                                                            if g1 else ""))
     one_t, two_t = threads(a.thread_reps, a.thread_recipe)
     print(f"\nthreads ({a.thread_recipe!r}, 16 MiB x {2 * a.thread_reps}): one thread {one_t:.3f} s, "
           f"two threads {two_t:.3f} s, speed-up {one_t / two_t:.2f}x (target >= 1.7x)"
