@@ -271,3 +271,25 @@ def test_large_goes_through_a_stream() -> None:
     f = tp.encode(a, recipe="*:zstd(1)")
     b = tp.decode(f)
     assert np.array_equal(a, b)
+
+
+def test_large_encode_in_place_frees_on_error_and_keeps_one_reference() -> None:
+    """Frames of 256 KiB or more are written into the bytes returned: no leak on the error path."""
+    import sys
+    import tracemalloc
+
+    x = np.random.default_rng(4).normal(0, 0.02, 1 << 20).astype(np.float32)  # 4 MiB
+    f = tp.encode(x, name="w")
+    assert type(f) is bytes and sys.getrefcount(f) == 2
+    assert np.array_equal(tp.decode(f), x)
+    tracemalloc.start()
+    try:
+        for _ in range(20):
+            with pytest.raises(tp.LossyError, match='"w"'):
+                tp.encode(x, recipe="fp16", lossless=True, name="w")
+            del f
+            f = tp.encode(x, name="w")
+        current, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert current < 2 * len(f) + (1 << 20), current  # the last frame, not 20 of them
