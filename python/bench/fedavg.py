@@ -294,12 +294,8 @@ def read_jsonl(path: str) -> List[Dict[str, Any]]:
         return [json.loads(ln) for ln in f if ln.strip()]
 
 
-def _args(argv: Optional[List[str]]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rows", default=None, help="rows separated by ';' (fp32; fp16; int8; tp:SPEC; tpr:RECIPE); "
-                   "default: the baselines, and the tensorpress rows when the package imports")
-    p.add_argument("--seeds", type=int, default=3, help="seeds 1..N (every row runs on each)")
-    p.add_argument("--split", default="iid", choices=["iid", "dirichlet", "both"])
+def add_training_args(p: argparse.ArgumentParser) -> None:
+    """The training setup's options (Config's fields but the split and the fetch), and --data."""
     p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration")
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--rounds", type=int, default=20)
@@ -310,11 +306,20 @@ def _args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--train-limit", type=int, default=0, help="first N training images (0: all 60000)")
     p.add_argument("--test-limit", type=int, default=0, help="first N test images (0: all 10000)")
     p.add_argument("--eval-every", type=int, default=1)
+    p.add_argument("--data", default=fl_data.DEFAULT_DIR)
+
+
+def _args(argv: Optional[List[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", default=None, help="rows separated by ';' (fp32; fp16; int8; tp:SPEC; tpr:RECIPE); "
+                   "default: the baselines, and the tensorpress rows when the package imports")
+    p.add_argument("--seeds", type=int, default=3, help="seeds 1..N (every row runs on each)")
+    p.add_argument("--split", default="iid", choices=["iid", "dirichlet", "both"])
+    add_training_args(p)
     p.add_argument("--fetch", default="cli", choices=["cli", "tp", "none"],
                    help="clients fetch with the tensorpress fetch CLI, the package's tp.Hub, or no hub")
     p.add_argument("--tensorpress", default=os.environ.get("TENSORPRESS_BIN"),
                    help="the tensorpress binary (default $TENSORPRESS_BIN, else built with go build)")
-    p.add_argument("--data", default=fl_data.DEFAULT_DIR)
     p.add_argument("--json", default=None, help="append a JSON line per run to this file")
     p.add_argument("--plot", default=None, help="write the SVG plot here")
     p.add_argument("--table", default=None, metavar="JSONL", help="print the table (and --plot) of a JSONL file")

@@ -49,8 +49,8 @@ Context.state), ``seconds``, ``times``, ``config``); a table on stdout: row,
 split, seed, accuracy, bytes up and the reduction against the ``none`` row of
 the same split and seed.
 
-Not carried over from fedavg.py: the mod never calls ``Sender.set_epoch``, so
-a spec with a schedule (DGC's ``warmup=``) stays at epoch 0 here.
+A spec with a schedule (DGC's ``warmup=``) follows the round as in fedavg.py:
+the mod reads FedAvg's ``config["server-round"]``.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ for _p in (HERE, PYROOT, STANDINS):
 
 import fl_data  # noqa: E402
 import fl_model  # noqa: E402
-from fedavg import Config, Diverged, Timer, _human, blas_name  # noqa: E402
+from fedavg import Config, Diverged, Timer, _human, add_training_args, blas_name  # noqa: E402
 
 NONE = "none"
 DEFAULT_SPECS = (NONE, "topk(0.05) | idx:delta,bitpack | val:nf4(64) | *:huff0")
@@ -281,19 +281,9 @@ def _args(argv: Optional[List[str]]) -> argparse.Namespace:
                         f"'{DEFAULT_SPECS[1]}')")
     p.add_argument("--seeds", type=int, default=1, help="seeds 1..N (every spec runs on each)")
     p.add_argument("--split", default="iid", choices=["iid", "dirichlet"])
-    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration")
-    p.add_argument("--clients", type=int, default=8)
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--local-epochs", type=int, default=1)
-    p.add_argument("--train-limit", type=int, default=0, help="first N training images (0: all 60000)")
-    p.add_argument("--test-limit", type=int, default=0, help="first N test images (0: all 10000)")
-    p.add_argument("--eval-every", type=int, default=1)
+    add_training_args(p)
     p.add_argument("--min-size", type=int, default=MIN_SIZE,
                    help="tensorpress_mod's min_size (1: every tensor, biases too, is compressed)")
-    p.add_argument("--data", default=fl_data.DEFAULT_DIR)
     p.add_argument("--json", default=None, help="append a JSON line per run to this file")
     p.add_argument("--quiet", action="store_true", help="no per-round progress on stderr")
     return p.parse_args(argv)
