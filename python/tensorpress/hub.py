@@ -188,6 +188,27 @@ class _DirWriter:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def _signal_checker() -> Callable[[], int]:
+    """CPython's PyErr_CheckSignals, through a private handle on the interpreter.
+
+    A signal (Ctrl-C) caught on a thread other than the main one (a Go thread, the worker),
+    or _thread.interrupt_main() from another thread, marks the signal pending without
+    waking the main thread's evaluation loop; without contention for the GIL, it may go
+    unseen for as long as the call lasts. Calling this from the main thread runs the
+    handler (KeyboardInterrupt) at once. Elsewhere than CPython it does nothing.
+    """
+    try:
+        api = ctypes.PyDLL(ctypes.pythonapi._name, handle=ctypes.pythonapi._handle)
+        f = api.PyErr_CheckSignals
+    except (AttributeError, OSError, ValueError):
+        return lambda: 0
+    f.restype, f.argtypes = ctypes.c_int, ()
+    return f  # type: ignore[no-any-return]
+
+
+_check_signals = _signal_checker()
+
+
 def _cstr(s: Optional[str]) -> Optional[bytes]:
     return s.encode() if s else None
 
@@ -296,6 +317,7 @@ class Hub(_lib.Handle):
             t.start()
             while t.is_alive():
                 t.join(0.1)
+                _check_signals()
         except KeyboardInterrupt:
             with lock:
                 box["go"] = False  # a worker not started yet does not call
