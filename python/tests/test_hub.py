@@ -280,18 +280,25 @@ def test_cancel_from_another_thread() -> None:
 def test_ctrl_c_cancels() -> None:
     """Ctrl-C in the main thread during a call raises KeyboardInterrupt, the call canceled."""
     import _thread
+    import signal
 
-    silent = Silent()
-    with silent as addr, tp.Hub(addr) as hub:
-        def interrupt() -> None:
-            silent.connected.wait()  # the call is in flight
-            _thread.interrupt_main()
+    # A shell without job control starts background commands with SIGINT ignored, and
+    # Python then installs no handler (interrupt_main() would do nothing): install it.
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        silent = Silent()
+        with silent as addr, tp.Hub(addr) as hub:
+            def interrupt() -> None:
+                silent.connected.wait()  # the call is in flight
+                _thread.interrupt_main()
 
-        threading.Thread(target=interrupt, daemon=True).start()
-        with pytest.raises(KeyboardInterrupt):
-            hub.fetch()
-        # The call ended (canceled) before KeyboardInterrupt was raised.
-        assert not any(t.name == "tensorpress-hub" and t.is_alive() for t in threading.enumerate())
+            threading.Thread(target=interrupt, daemon=True).start()
+            with pytest.raises(KeyboardInterrupt):
+                hub.fetch()
+            # The call ended (canceled) before KeyboardInterrupt was raised.
+            assert not any(t.name == "tensorpress-hub" and t.is_alive() for t in threading.enumerate())
+    finally:
+        signal.signal(signal.SIGINT, saved)
 
 
 def test_upload_through_sender(served: HubProcess) -> None:
