@@ -228,7 +228,7 @@ func (s *Sender) selectTop(st *devState, name string, n int) (int, error) {
 		k := gradient.K(s.dgc.Density(s.epoch), n)
 		return s.sel.Sampled(st.idx, s.val, st.c, n, k, s.dgc.SampleOptions(name, st.step), s.smp, nil)
 	}
-	k := gradient.K(s.comp.(gradient.TopK).Ratio, n)
+	k := gradient.K(s.comp.(gradient.TopK).Density(s.epoch), n)
 	return k, s.sel.Exact(st.idx, s.val, st.c, n, k, nil)
 }
 

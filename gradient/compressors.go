@@ -11,17 +11,42 @@ import (
 )
 
 // TopK sends the k = ceil(Ratio*n) largest magnitudes of each tensor
-// (exact selection) as idx and val segments.
-type TopK struct{ Ratio float32 }
+// (exact selection) as idx and val segments. With Warmup, the density
+// falls over the first Warmup epochs as DGC's does (25%, 6.25%, 1.5625%,
+// 0.39%, never below Ratio), so that the first updates, the largest, are
+// not held back in the residual.
+type TopK struct {
+	Ratio  float32
+	Warmup float64 // epochs of warm-up (Sender.SetEpoch); 0: none
+}
 
-func (c TopK) String() string { return "topk(" + formatRatio(c.Ratio) + ")" }
+func (c TopK) String() string {
+	if c.Warmup != 0 {
+		return "topk(" + formatRatio(c.Ratio) + ",warmup=" + strconv.FormatFloat(c.Warmup, 'g', -1, 64) + ")"
+	}
+	return "topk(" + formatRatio(c.Ratio) + ")"
+}
+
+// Density is the fraction of elements TopK sends at epoch e.
+func (c TopK) Density(e float64) float32 { return warmupDensity(c.Ratio, c.Warmup, e) }
 
 // Compress implements Compressor.
 func (c TopK) Compress(in *Input) (codec.Op, error) {
 	if err := checkRatio("topk", c.Ratio); err != nil {
 		return nil, err
 	}
-	return selectOp{stage: TopKID, ratio: c.Ratio}, nil
+	return selectOp{stage: TopKID, ratio: c.Density(in.Epoch)}, nil
+}
+
+// warmupDensity is the density at epoch e of a warm-up of warmup epochs
+// toward ratio: 0.25^(s+1) in its quarter s, never below ratio; ratio
+// from the end of the warm-up on (or without one).
+func warmupDensity(ratio float32, warmup, e float64) float32 {
+	if warmup <= 0 || e >= warmup {
+		return ratio
+	}
+	stage := max(0, int(4*e/warmup))
+	return max(float32(math.Pow(0.25, float64(stage+1))), ratio)
 }
 
 // checkRatio refuses a compressor's ratio outside (0, 1] (a struct
@@ -144,9 +169,9 @@ func AtDensity(c Compressor, d float32) (Compressor, bool) {
 	}
 	switch c := c.(type) {
 	case TopK:
-		return TopK{Ratio: d}, true
+		return TopK{Ratio: d, Warmup: c.Warmup}, true
 	case *TopK:
-		return TopK{Ratio: d}, true
+		return TopK{Ratio: d, Warmup: c.Warmup}, true
 	case RandK:
 		c.Ratio = d
 		return c, true

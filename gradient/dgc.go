@@ -132,14 +132,7 @@ func SumSquares(g []float32, bsize int) float64 {
 func (d *DGC) CorrectsMomentum() bool { return d.Momentum != 0 }
 
 // Density is the fraction of elements DGC sends at epoch e.
-func (d *DGC) Density(e float64) float32 {
-	if d.Warmup <= 0 || e >= d.Warmup {
-		return d.Ratio
-	}
-	stage := max(0, int(4*e/d.Warmup))
-	r := float32(math.Pow(0.25, float64(stage+1)))
-	return max(r, d.Ratio)
-}
+func (d *DGC) Density(e float64) float32 { return warmupDensity(d.Ratio, d.Warmup, e) }
 
 // Compensate implements Compensator: clipping and momentum correction.
 func (d *DGC) Compensate(in *Input) {

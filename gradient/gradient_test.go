@@ -433,7 +433,7 @@ func TestSelectDecodeRefusesBadPositions(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	for _, s := range []string{
-		"none", "topk(0.01)", "randk(0.01,seed=3)", "thresh(0.5)", "dgc(0.001)",
+		"none", "topk(0.01)", "topk(0.01,warmup=8)", "randk(0.01,seed=3)", "thresh(0.5)", "dgc(0.001)",
 		"dgc(0.001,momentum=0.5,nesterov=on,clip=1,warmup=2,sample=0.05)", "powersgd(4)", "powersgd(2,min=3,seed=1)", "powersgd(4,iters=2)",
 		"sign", "qsgd(127)", "int8(4096)",
 	} {
@@ -451,7 +451,8 @@ func TestParse(t *testing.T) {
 		t.Fatalf("Parse with ef and tail: %+v %v", sp, err)
 	}
 	for _, s := range []string{"", "topk", "topk(2)", "topk(0.01", "topk(x=1)", "dgc(0.1,momentum=2)", "nosuch(1)",
-		"zstd(1)", "powersgd(0)", "thresh(-1)", "topk(0.1,ef=maybe)", "shuffle"} {
+		"zstd(1)", "powersgd(0)", "thresh(-1)", "topk(0.1,ef=maybe)", "shuffle", "topk(0.01,warmup=-1)",
+		"topk(0.01,warmup=x)", "topk(0.01,warmup=1,warmup=2)"} {
 		if _, err := Parse(s); !errors.Is(err, codec.ErrRecipe) {
 			t.Errorf("Parse(%q): %v, want ErrRecipe", s, err)
 		}
@@ -464,6 +465,59 @@ func TestDGCWarmup(t *testing.T) {
 	for e := range 5 {
 		if got := d.Density(float64(e)); got != want[e] {
 			t.Errorf("epoch %d: density %v, want %v", e, got, want[e])
+		}
+	}
+}
+
+// TestTopKWarmup: TopK's warm-up follows DGC's schedule and the Sender's
+// epoch; the selection stays exact (the k largest magnitudes).
+func TestTopKWarmup(t *testing.T) {
+	c := TopK{Ratio: 0.001, Warmup: 4}
+	want := []float32{0.25, 0.0625, 0.015625, 0.00390625, 0.001}
+	for e := range 5 {
+		if got := c.Density(float64(e)); got != want[e] {
+			t.Errorf("epoch %d: density %v, want %v", e, got, want[e])
+		}
+	}
+	if d, ok := AtDensity(c, 0.01); !ok || d != (TopK{Ratio: 0.01, Warmup: 4}) {
+		t.Errorf("AtDensity kept %v, %v; want the warm-up kept", d, ok)
+	}
+	const n = 4096
+	snd, err := NewSender(TopK{Ratio: 0.01, Warmup: 2}, WithoutFeedback())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := normal(n, 7, 1)
+	for _, tc := range []struct {
+		epoch float64
+		k     int
+	}{{0, K(0.25, n)}, {0.5, K(0.0625, n)}, {1, K(0.015625, n)}, {2, K(0.01, n)}} {
+		snd.SetEpoch(tc.epoch)
+		frame, err := snd.Append(nil, codec.FromFloat32("w", g, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		snd.Commit()
+		got := decodeAdd(t, frame, n)
+		var kept int
+		minKept := float32(math.Inf(1))
+		for _, v := range got {
+			if v != 0 {
+				kept++
+				minKept = min(minKept, float32(math.Abs(float64(v))))
+			}
+		}
+		if kept != tc.k {
+			t.Errorf("epoch %v: %d elements sent, want %d", tc.epoch, kept, tc.k)
+		}
+		var above int
+		for _, v := range g {
+			if float32(math.Abs(float64(v))) > minKept {
+				above++
+			}
+		}
+		if above >= tc.k {
+			t.Errorf("epoch %v: %d elements larger than the smallest sent: not the top %d", tc.epoch, above, tc.k)
 		}
 	}
 }

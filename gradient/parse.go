@@ -21,7 +21,7 @@ import (
 // on). Compressors:
 //
 //	none                         dense float32, exact (the baseline)
-//	topk(r)                      exact top-k, k = ceil(r*n)
+//	topk(r[,warmup=e])           exact top-k, k = ceil(r*n); warm-up as DGC's
 //	randk(r[,seed=S])            random k, positions from a per-step seed
 //	thresh(t)                    |x| >= t
 //	dgc(r[,momentum=m,nesterov=on,clip=c,warmup=e,sample=s])   Deep Gradient Compression
@@ -124,14 +124,25 @@ func newCompressor(name string, args []codec.Arg) (Compressor, error) {
 		}
 		return None{}, nil
 	case "topk":
-		if err := codec.CheckArgs(name, args, 1, "ratio"); err != nil {
+		if err := codec.CheckArgs(name, args, 1, "ratio", "warmup"); err != nil {
 			return nil, err
 		}
 		if err := noRepeats(name, args, "ratio"); err != nil {
 			return nil, err
 		}
-		r, err := needRatio(name, args)
-		return TopK{Ratio: r}, err
+		c := TopK{}
+		for _, a := range args {
+			if a.Key == "warmup" {
+				w, err := floatArg(name, a, 0, 1e6)
+				if err != nil {
+					return nil, err
+				}
+				c.Warmup = w
+			}
+		}
+		var err error
+		c.Ratio, err = needRatio(name, args)
+		return c, err
 	case "randk":
 		if err := codec.CheckArgs(name, args, 1, "ratio", "seed"); err != nil {
 			return nil, err

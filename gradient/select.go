@@ -441,7 +441,7 @@ func Preselected(c Compressor, n int, epoch float64, pos []uint32, val []float32
 		if err := checkRatio("topk", c.Ratio); err != nil {
 			return nil, err
 		}
-		return selectOp{stage: TopKID, ratio: c.Ratio, pre: pos, preVal: val}, nil
+		return selectOp{stage: TopKID, ratio: c.Density(epoch), pre: pos, preVal: val}, nil
 	case *DGC:
 		return selectOp{stage: DGCID, ratio: c.Density(epoch), sample: c.sample(), pre: pos, preVal: val}, nil
 	}

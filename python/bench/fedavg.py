@@ -57,6 +57,8 @@ class Config:
     test_limit: int = 0
     eval_every: int = 1
     fetch: str = "cli"  # cli: tensorpress fetch; tp: tp.Hub; none: no hub (in-memory model)
+    server_lr: float = 1.0  # the server steps glob += server_lr * (momentum buffer or the round's sum)
+    server_momentum: float = 0.0  # FedAvgM: v = m * v + sum; 0: no buffer
 
     def validate(self) -> None:
         """Raise ValueError on a setting out of range."""
@@ -64,7 +66,8 @@ class Config:
                   (self.lr > 0, "lr"), (0 <= self.momentum < 1, "momentum"), (self.local_epochs > 0, "local_epochs"),
                   (self.train_limit >= 0, "train_limit"), (self.test_limit >= 0, "test_limit"),
                   (self.eval_every > 0, "eval_every"), (self.split in ("iid", "dirichlet"), "split"),
-                  (self.fetch in ("cli", "tp", "none"), "fetch")]
+                  (self.fetch in ("cli", "tp", "none"), "fetch"), (self.server_lr > 0, "server_lr"),
+                  (0 <= self.server_momentum < 1, "server_momentum")]
         for ok, what in checks:
             if not ok:
                 raise ValueError(f"config: {what} = {getattr(self, what)!r} is out of range")
@@ -153,6 +156,22 @@ def _client_round(cfg: Config, c: int, local: fl_model.Params, glob: fl_model.Pa
     return loss, seen, up
 
 
+def server_step(cfg: Config, glob: fl_model.Params, acc: fl_model.Params,
+                vel: Optional[fl_model.Params]) -> None:
+    """The server's step with the round's weighted sum ``acc``: plain FedAvg adds it; with
+    ``server_momentum`` (FedAvgM) a buffer ``v = m * v + acc`` is added instead, times ``server_lr``."""
+    for k in glob:
+        step = acc[k]
+        if vel is not None:
+            vel[k] *= np.float32(cfg.server_momentum)
+            vel[k] += step
+            step = vel[k]
+        if cfg.server_lr == 1.0:
+            glob[k] += step
+        else:
+            glob[k] += np.float32(cfg.server_lr) * step
+
+
 def run_one(cfg: Config, row: Row, seed: int, train: fl_data.Dataset, test: fl_data.Dataset,
             binary: Optional[str], workdir: str, progress: Optional[TextIO] = None) -> Dict[str, Any]:
     """Train ``cfg`` with ``row`` on ``seed``; the JSON record of the run."""
@@ -169,6 +188,7 @@ def run_one(cfg: Config, row: Row, seed: int, train: fl_data.Dataset, test: fl_d
     hist: List[Dict[str, Any]] = []
     up_total = down_total = deltas = 0
     diverged = 0
+    vel = {k: np.zeros_like(v) for k, v in glob.items()} if cfg.server_momentum else None
     try:
         for rnd in range(cfg.rounds):
             with t("publish"):
@@ -194,8 +214,7 @@ def run_one(cfg: Config, row: Row, seed: int, train: fl_data.Dataset, test: fl_d
                 hist.append({"round": rnd + 1, "loss": float("nan"), "up_bytes": up_total,
                              "down_bytes": down_total, "accuracy": float("nan")})
                 break
-            for k in glob:
-                glob[k] += acc[k]
+            server_step(cfg, glob, acc, vel)
             point: Dict[str, Any] = {"round": rnd + 1, "loss": loss / seen, "up_bytes": up_total,
                                      "down_bytes": down_total}
             if (rnd + 1) % cfg.eval_every == 0 or rnd + 1 == cfg.rounds:
@@ -316,6 +335,8 @@ def _args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=3, help="seeds 1..N (every row runs on each)")
     p.add_argument("--split", default="iid", choices=["iid", "dirichlet", "both"])
     add_training_args(p)
+    p.add_argument("--server-lr", type=float, default=1.0, help="server step size on the round's sum")
+    p.add_argument("--server-momentum", type=float, default=0.0, help="server momentum (FedAvgM); 0: none")
     p.add_argument("--fetch", default="cli", choices=["cli", "tp", "none"],
                    help="clients fetch with the tensorpress fetch CLI, the package's tp.Hub, or no hub")
     p.add_argument("--tensorpress", default=os.environ.get("TENSORPRESS_BIN"),
@@ -352,7 +373,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             for split in splits:
                 for row in rows:
                     cfg = Config(a.clients, a.rounds, split, a.alpha, a.batch, a.lr, a.momentum, a.local_epochs,
-                                 a.train_limit, a.test_limit, a.eval_every, a.fetch)
+                                 a.train_limit, a.test_limit, a.eval_every, a.fetch, a.server_lr,
+                                 a.server_momentum)
                     work = tempfile.mkdtemp(dir=tmp)
                     rec = run_one(cfg, row, seed, train, test, binary, work, None if a.quiet else sys.stderr)
                     recs.append(rec)
