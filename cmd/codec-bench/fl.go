@@ -85,6 +85,7 @@ func cmdFL(args []string, stdout, stderr io.Writer) error {
 	batch := f.Int("batch", 0, "minibatch `size` per client (default 64 for fedavg, 32 for sgd)")
 	lr := f.Float64("lr", 0.05, "learning `rate`")
 	momentum := f.Float64("momentum", 0.9, "SGD `momentum`")
+	serverLR := f.Float64("server-lr", 1, "FedAvg: the server's step `size` on the round's weighted sum of updates")
 	nesterov := f.Bool("nesterov", false, "Nesterov momentum (clients in fedavg, the server in sgd; compare with dgc(...,nesterov=on))")
 	split := f.String("split", "iid", "data `split`: iid or dirichlet")
 	alpha := f.Float64("alpha", 0.5, "Dirichlet concentration for --split dirichlet")
@@ -109,6 +110,9 @@ func cmdFL(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := flCheckFlags(f, cfg, *seeds); err != nil {
 		return err
+	}
+	if cfg.Mode == fl.FedAvg {
+		cfg.ServerLR = float32(*serverLR)
 	}
 	if !f.isSet("compressors") {
 		*comps = defComps
@@ -169,6 +173,9 @@ func flCheckFlags(f *flags, cfg fl.Config, seeds int) error {
 	}
 	if cfg.Mode == fl.FedAvg && f.isSet("epochs") {
 		return usagef("--epochs is for --mode sgd; fedavg runs --rounds")
+	}
+	if cfg.Mode == fl.SyncSGD && f.isSet("server-lr") {
+		return usagef("--server-lr is for --mode fedavg")
 	}
 	if seeds < 1 || seeds > 100 {
 		return usagef("--seeds %d outside [1, 100]", seeds)

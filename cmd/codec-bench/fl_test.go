@@ -76,6 +76,7 @@ func TestFLUsage(t *testing.T) {
 		{"fl", "--split", "shards"},
 		{"fl", "--alpha", "0.1"},
 		{"fl", "--mode", "sgd", "--rounds", "3"},
+		{"fl", "--mode", "sgd", "--server-lr", "2"},
 		{"fl", "--epochs", "3"},
 		{"fl", "--seeds", "0"},
 		{"fl", "--compressors", "topk(7)"},

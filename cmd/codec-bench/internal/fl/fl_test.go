@@ -774,6 +774,9 @@ func TestConfigErrors(t *testing.T) {
 		{"rounds in SyncSGD", func(c *Config) { *c = smallSyncSGD(); c.Rounds = 1 }, "for FedAvg"},
 		{"no clients", func(c *Config) { c.Clients = 0 }, "Clients"},
 		{"no batch", func(c *Config) { c.Batch = 0 }, "Batch"},
+		{"server lr < 0", func(c *Config) { c.ServerLR = -1 }, "ServerLR"},
+		{"server lr NaN", func(c *Config) { c.ServerLR = float32(math.NaN()) }, "ServerLR"},
+		{"server lr in SyncSGD", func(c *Config) { *c = smallSyncSGD(); c.ServerLR = 2 }, "for FedAvg"},
 		{"lr 0", func(c *Config) { c.LR = 0 }, "LR"},
 		{"lr NaN", func(c *Config) { c.LR = float32(math.NaN()) }, "LR"},
 		{"lr Inf", func(c *Config) { c.LR = float32(math.Inf(1)) }, "LR"},
@@ -808,6 +811,35 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := Run(cfg, c.train, c.test, Exact{}); err == nil {
 			t.Errorf("%s accepted", name)
 		}
+	}
+}
+
+// TestServerLR: the server's step scales the round's sum: one round from
+// the same start with ServerLR 2 moves the model twice as far as with 1
+// (and 0, the default, as far as 1).
+func TestServerLR(t *testing.T) {
+	train, test := synthetic(40, 1), synthetic(10, 2)
+	moved := func(lr float32) []float32 {
+		cfg := smallFedAvg()
+		cfg.Rounds, cfg.ServerLR = 1, lr
+		res, err := Run(cfg, train, test, Exact{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := slices.Clone(res.Model.w)
+		axpy(-1, NewMLP(cfg.Seed).w, d)
+		return d
+	}
+	one, def, two := moved(1), moved(0), moved(2)
+	if !slices.Equal(one, def) {
+		t.Error("ServerLR 0 is not the step of ServerLR 1")
+	}
+	var worst float64
+	for i := range one {
+		worst = max(worst, math.Abs(float64(two[i])-2*float64(one[i])))
+	}
+	if worst > 1e-6 {
+		t.Errorf("ServerLR 2 moved the model %g away from twice the step of 1", worst)
 	}
 }
 

@@ -119,6 +119,7 @@ type Config struct {
 
 	Batch       int     // minibatch size per client or worker
 	LR          float32 // learning rate
+	ServerLR    float32 // FedAvg: w += ServerLR * (the round's weighted sum of updates); 0 means 1
 	Momentum    float32 // SGD momentum in [0, 1), PyTorch semantics
 	Nesterov    bool    // Nesterov momentum (PyTorch's nesterov=True)
 	WeightDecay float32 // L2 penalty added to the gradient
@@ -210,12 +211,15 @@ func (c *Config) validate() error {
 		if c.Epochs != 0 {
 			return bad("Epochs is for SyncSGD; FedAvg runs Rounds of LocalEpochs")
 		}
+		if !(c.ServerLR >= 0 && c.ServerLR <= 10) {
+			return bad("ServerLR must be in [0, 10], got %v", c.ServerLR)
+		}
 	case SyncSGD:
 		if c.Epochs <= 0 {
 			return bad("SyncSGD needs Epochs > 0, got %d", c.Epochs)
 		}
-		if c.Rounds != 0 || c.LocalEpochs != 0 {
-			return bad("Rounds and LocalEpochs are for FedAvg; SyncSGD runs Epochs")
+		if c.Rounds != 0 || c.LocalEpochs != 0 || c.ServerLR != 0 {
+			return bad("Rounds, LocalEpochs and ServerLR are for FedAvg; SyncSGD runs Epochs")
 		}
 	default:
 		return bad("Mode must be FedAvg or SyncSGD, got %v", c.Mode)
@@ -558,7 +562,11 @@ func (r *runner) fedAvg() error {
 			}
 			bytes += n
 		}
-		axpy(1, r.sum, r.model.w)
+		step := cfg.ServerLR
+		if step == 0 {
+			step = 1
+		}
+		axpy(step, r.sum, r.model.w)
 		r.res.StepBytes = append(r.res.StepBytes, bytes)
 		r.res.UpstreamBytes += bytes
 		r.res.Steps++
