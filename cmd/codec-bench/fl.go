@@ -164,6 +164,17 @@ func flSetMode(cfg *fl.Config, mode, split string, alpha float64) (string, error
 
 // flCheckFlags refuses flags that do not go with the mode or split, and
 // a number of seeds outside [1, 100].
+// warmupOf is the epochs of c's density warm-up (DGC's, TopK's); 0: none.
+func warmupOf(c gradient.Compressor) float64 {
+	switch c := c.(type) {
+	case *gradient.DGC:
+		return c.Warmup
+	case gradient.TopK:
+		return c.Warmup
+	}
+	return 0
+}
+
 func flCheckFlags(f *flags, cfg fl.Config, seeds int) error {
 	if cfg.Split != fl.Dirichlet && f.isSet("alpha") {
 		return usagef("--alpha is for --split dirichlet")
@@ -276,8 +287,8 @@ func flRun(cfg fl.Config, specs []*gradient.Spec, seeds int, train, test *fl.Dat
 			r.accs = append(r.accs, res.Accuracy)
 			r.bytes = append(r.bytes, float64(res.UpstreamBytes))
 			r.steps = res.Steps
-			if d, ok := sp.Compressor.(*gradient.DGC); ok && d.Warmup > 0 {
-				r.warmSteps = min(res.Steps, int(math.Ceil(d.Warmup*float64(res.StepsPerEpoch))))
+			if w := warmupOf(sp.Compressor); w > 0 {
+				r.warmSteps = min(res.Steps, int(math.Ceil(w*float64(res.StepsPerEpoch))))
 				var sum int64
 				for _, b := range res.StepBytes[r.warmSteps:] {
 					sum += b
