@@ -84,9 +84,6 @@ NONE = "none"
 DEFAULT_SPECS = (NONE, "topk(0.05) | idx:delta,bitpack | val:nf4(64) | *:huff0")
 MIN_SIZE = 1  # compress every float tensor, biases included (fedavg.py's tp: rows send all six)
 
-# The module names conftest.py registers for the Flower stand-in.
-FLWR_NAMES = ("flwr", "flwr.app", "flwr.common", "flwr.client", "flwr.client.typing",
-              "flwr.client.mod", "flwr.clientapp", "flwr.serverapp", "flwr.serverapp.strategy")
 
 
 def load_standin() -> ModuleType:
@@ -101,7 +98,7 @@ def load_standin() -> ModuleType:
     if "flwr" not in sys.modules and importlib.util.find_spec("flwr") is not None:
         raise RuntimeError("a real flwr is importable; this bench runs the adapter over the Flower "
                            "stand-in and will not shadow an installed Flower")
-    for n in FLWR_NAMES:
+    for n in flwr_standin.MODULE_NAMES:
         existing = sys.modules.get(n)
         if existing is not None and existing is not flwr_standin:
             raise RuntimeError(f"{n} is already imported from {existing!r}; the stand-in "

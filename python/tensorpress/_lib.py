@@ -72,6 +72,18 @@ class Err:
         self.ref = ctypes.byref(self.p)
 
 
+def pythonapi() -> Optional[ctypes.PyDLL]:
+    """A private handle on the interpreter's C API (CPython), or None elsewhere.
+
+    ctypes.pythonapi's function objects are shared by every library in the process: their
+    restype and argtypes are not ours to set, so the package sets them on its own handle.
+    """
+    try:
+        return ctypes.PyDLL(ctypes.pythonapi._name, handle=ctypes.pythonapi._handle)
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 def check(rc: int, err: Err, context: str = "") -> None:
     """Raise the exception of code rc, with the message the library made (freed here)."""
     if rc == 0:

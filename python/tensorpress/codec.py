@@ -216,13 +216,11 @@ _HUGE, _HUGE_FROM, _MADV_HUGEPAGE = 2 << 20, 4 << 20, 14
 
 
 class _BytesAPI:
-    """CPython's bytes constructor and resize, called through a private handle on the
-    interpreter (ctypes.pythonapi's function objects are shared: their restypes are not
-    ours to set). :func:`encode` writes a large frame straight into a fresh bytes object
-    and trims it, with no copy; without this API (other interpreters) it copies."""
+    """CPython's bytes constructor and resize, through the package's handle on the
+    interpreter (_lib.pythonapi). :func:`encode` writes a large frame straight into a
+    fresh bytes object and trims it, with no copy; without this API it copies."""
 
-    def __init__(self) -> None:
-        api = ctypes.PyDLL(ctypes.pythonapi._name, handle=ctypes.pythonapi._handle)
+    def __init__(self, api: ctypes.PyDLL) -> None:
         vp, sz = ctypes.c_void_p, ctypes.c_ssize_t
         self.new = api.PyBytes_FromStringAndSize
         self.new.restype, self.new.argtypes = vp, (vp, sz)
@@ -268,9 +266,12 @@ class _BytesAPI:
 
 
 def _bytes_api() -> Optional[_BytesAPI]:
+    api = _lib.pythonapi()
+    if api is None:
+        return None
     try:
-        return _BytesAPI()
-    except (AttributeError, OSError, ValueError):
+        return _BytesAPI(api)
+    except AttributeError:
         return None
 
 

@@ -189,7 +189,7 @@ class _DirWriter:
 
 
 def _signal_checker() -> Callable[[], int]:
-    """CPython's PyErr_CheckSignals, through a private handle on the interpreter.
+    """CPython's PyErr_CheckSignals, through the package's handle on the interpreter.
 
     A signal (Ctrl-C) caught on a thread other than the main one (a Go thread, the worker),
     or _thread.interrupt_main() from another thread, marks the signal pending without
@@ -197,10 +197,9 @@ def _signal_checker() -> Callable[[], int]:
     unseen for as long as the call lasts. Calling this from the main thread runs the
     handler (KeyboardInterrupt) at once. Elsewhere than CPython it does nothing.
     """
-    try:
-        api = ctypes.PyDLL(ctypes.pythonapi._name, handle=ctypes.pythonapi._handle)
-        f = api.PyErr_CheckSignals
-    except (AttributeError, OSError, ValueError):
+    api = _lib.pythonapi()
+    f = getattr(api, "PyErr_CheckSignals", None) if api is not None else None
+    if f is None:
         return lambda: 0
     f.restype, f.argtypes = ctypes.c_int, ()
     return f  # type: ignore[no-any-return]

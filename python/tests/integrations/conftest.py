@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import types
 
 import pytest
 
@@ -25,18 +24,8 @@ for p in (_PYROOT, _HERE):
 
 from standins import flwr_standin, nvflare_standin, openfl_standin  # noqa: E402
 
-_NAMES: dict[types.ModuleType, list[str]] = {
-    flwr_standin: ["flwr", "flwr.app", "flwr.common", "flwr.client", "flwr.client.typing",
-                   "flwr.client.mod", "flwr.clientapp", "flwr.serverapp",
-                   "flwr.serverapp.strategy"],
-    nvflare_standin: ["nvflare", "nvflare.apis", "nvflare.apis.dxo", "nvflare.apis.dxo_filter",
-                      "nvflare.apis.filter", "nvflare.apis.fl_constant",
-                      "nvflare.apis.fl_context", "nvflare.apis.shareable"],
-    openfl_standin: ["openfl", "openfl.pipelines", "openfl.pipelines.pipeline",
-                     "openfl.pipelines.tensor_codec"],
-}
-for _mod, _names in _NAMES.items():
-    for _n in _names:
+for _mod in (flwr_standin, nvflare_standin, openfl_standin):
+    for _n in _mod.MODULE_NAMES:
         existing = sys.modules.get(_n)
         if existing is not None and existing is not _mod:
             raise RuntimeError(f"{_n} is already imported from {existing!r}; the stand-ins "

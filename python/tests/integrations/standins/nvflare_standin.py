@@ -42,6 +42,18 @@ from typing import Any
 
 import numpy as np
 
+# The framework's module names this stand-in is registered under (conftest.py, benches).
+MODULE_NAMES = (
+    "nvflare",
+    "nvflare.apis",
+    "nvflare.apis.dxo",
+    "nvflare.apis.dxo_filter",
+    "nvflare.apis.filter",
+    "nvflare.apis.fl_constant",
+    "nvflare.apis.fl_context",
+    "nvflare.apis.shareable",
+)
+
 
 class ReturnCode:
     """``fl_constant.ReturnCode`` (subset)."""
