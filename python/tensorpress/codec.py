@@ -186,15 +186,15 @@ def _bound(a: np.ndarray, name: str) -> int:
     return a.nbytes + (a.nbytes >> 10) + len(name.encode()) + 10 * a.ndim + 512
 
 
-def _encode_to(arr: Any, out_addr: Optional[int], cap: Optional[int], recipe: Optional[str],
+def _encode_to(a: np.ndarray, out_addr: Optional[int], cap: Optional[int], recipe: Optional[str],
                profile: Optional[Profile], name: str, lossless: bool, dtype: Any,
-               tags: Optional[Mapping[str, str]], crc: str) -> Tuple[int, Any]:
-    """Encode into (out_addr, cap), or the thread's buffer when out_addr is None."""
+               tags: Optional[bytes], crc: str) -> Tuple[int, Any]:
+    """Encode a (made ready by _prep; tags made by _tags) into (out_addr, cap), or the
+    thread's buffer when out_addr is None."""
     s = _scratch
-    a = _prep(arr, name)
     did = _dtypes.dtype_id(a.dtype, name, dtype)
     nb = name.encode()
-    keep = _fill(s.t, a, nb, did, lossless, _tags(tags))
+    keep = _fill(s.t, a, nb, did, lossless, tags)
     rb, rn = _recipe(recipe)
     crcm = _CRC.get(crc)
     if crcm is None:
@@ -243,8 +243,8 @@ class _BytesAPI:
         if self.madvise is not None and hi - lo >= _HUGE:
             self.madvise(lo, hi - lo, _MADV_HUGEPAGE)
 
-    def encode(self, arr: Any, cap: int, recipe: Optional[str], profile: Optional[Profile], name: str,
-               lossless: bool, dtype: Any, tags: Optional[Mapping[str, str]], crc: str) -> Optional[bytes]:
+    def encode(self, arr: np.ndarray, cap: int, recipe: Optional[str], profile: Optional[Profile], name: str,
+               lossless: bool, dtype: Any, tags: Optional[bytes], crc: str) -> Optional[bytes]:
         """The frame, written into a bytes object of cap bytes then trimmed; None when it
         needs more than cap (the library kept it: read it with _take)."""
         p = self.new(None, cap)  # a new reference that only this function holds
@@ -300,13 +300,13 @@ def encode(arr: Any, *, recipe: Optional[str] = None, profile: Optional[Profile]
         The frame (or, above 256 MiB, a stream of chunk frames), as bytes.
     """
     s = _scratch
-    a = _prep(arr, name)
+    a, tb = _prep(arr, name), _tags(tags)
     if _bytes is not None:
-        cap = _bound(a, name) + len(_tags(tags) or b"")
+        cap = _bound(a, name) + len(tb or b"")
         if cap >= _IN_PLACE:
-            out = _bytes.encode(a, cap, recipe, profile, name, lossless, dtype, tags, crc)
+            out = _bytes.encode(a, cap, recipe, profile, name, lossless, dtype, tb, crc)
             return out if out is not None else _take(s, s.n.value)
-    n, buf = _encode_to(a, None, None, recipe, profile, name, lossless, dtype, tags, crc)
+    n, buf = _encode_to(a, None, None, recipe, profile, name, lossless, dtype, tb, crc)
     if s.spill.value:
         return _take(s, n)
     return bytes(memoryview(buf)[:n])
@@ -322,8 +322,8 @@ def encode_into(arr: Any, out: Buffer, *, recipe: Optional[str] = None, profile:
     o = np.frombuffer(out, dtype=np.uint8)
     if not o.flags.writeable:
         raise TypeError("tensorpress: encode_into: out is read-only")
-    n, _ = _encode_to(arr, o.ctypes.data if o.size else 0, o.size, recipe, profile, name, lossless,
-                      dtype, tags, crc)
+    n, _ = _encode_to(_prep(arr, name), o.ctypes.data if o.size else 0, o.size, recipe, profile, name,
+                      lossless, dtype, _tags(tags), crc)
     s = _scratch
     if s.spill.value:
         h, s.spill.value = s.spill.value, 0
