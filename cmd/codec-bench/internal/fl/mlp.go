@@ -13,8 +13,16 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 )
 
-// Layer widths of the model: 784-128-64-10.
+// Layer widths of the default model: 784-128-64-10.
 var widths = [4]int{ImageSize, 128, 64, NumClasses}
+
+// maxHidden bounds a hidden layer's width.
+const maxHidden = 1 << 14
+
+// Large is the hidden widths of a model 12x the default (784-1024-512-10,
+// 1333770 parameters), for runs where the links, not the arithmetic, set
+// the pace.
+var Large = [2]int{1024, 512}
 
 // NumParams is the number of parameters of the MLP.
 const NumParams = 128*784 + 128 + 64*128 + 64 + 10*64 + 10 // 109386
@@ -42,6 +50,7 @@ type Param struct {
 type MLP struct {
 	w, g   []float32
 	params []Param
+	widths [4]int
 	ws     workspace
 }
 
@@ -54,7 +63,7 @@ type workspace struct {
 	d    [3][]float32 // gradients of the loss with respect to the layer outputs (pre-activation)
 }
 
-func (ws *workspace) grow(rows int) {
+func (ws *workspace) grow(rows int, widths [4]int) {
 	if rows <= ws.rows {
 		return
 	}
@@ -72,8 +81,44 @@ func NewMLP(seed uint64) *MLP {
 	return m
 }
 
-func newMLP() *MLP {
-	m := &MLP{w: make([]float32, NumParams), g: make([]float32, NumParams)}
+// NewMLPHidden returns a model with hidden layers of the given widths
+// (784-h1-h2-10; {0, 0}: the default 128, 64) initialised from seed.
+// The widths must be positive (at most 16384 each).
+func NewMLPHidden(seed uint64, hidden [2]int) (*MLP, error) {
+	m, err := newMLPHidden(hidden)
+	if err != nil {
+		return nil, err
+	}
+	m.Init(seed)
+	return m, nil
+}
+
+func newMLPHidden(hidden [2]int) (*MLP, error) {
+	if hidden == ([2]int{}) {
+		return newMLP(), nil
+	}
+	for _, h := range hidden {
+		if h <= 0 || h > maxHidden {
+			return nil, fmt.Errorf("fl: hidden widths %v: each must be in 1..%d", hidden, maxHidden)
+		}
+	}
+	return newMLPWidths([4]int{ImageSize, hidden[0], hidden[1], NumClasses}), nil
+}
+
+func newMLP() *MLP { return newMLPWidths(widths) }
+
+// paramCount is the parameters of an MLP of the given layer widths.
+func paramCount(widths [4]int) int {
+	n := 0
+	for l := 0; l < 3; l++ {
+		n += widths[l]*widths[l+1] + widths[l+1]
+	}
+	return n
+}
+
+func newMLPWidths(widths [4]int) *MLP {
+	n := paramCount(widths)
+	m := &MLP{w: make([]float32, n), g: make([]float32, n), widths: widths}
 	off := 0
 	for l := 0; l < 3; l++ {
 		in, out := widths[l], widths[l+1]
@@ -101,7 +146,7 @@ func (m *MLP) Init(seed uint64) {
 
 func (m *MLP) initFrom(r *rand.Rand) {
 	for i, p := range m.params {
-		bound := 1 / math.Sqrt(float64(widths[i/2])) // fan_in of the layer
+		bound := 1 / math.Sqrt(float64(m.widths[i/2])) // fan_in of the layer
 		for j := range p.W {
 			p.W[j] = float32((2*r.Float64() - 1) * bound)
 		}
@@ -125,7 +170,10 @@ func (m *MLP) Weights() []float32 { return m.w }
 // hold the result of the last Gradient call.
 func (m *MLP) Grads() []float32 { return m.g }
 
-// CopyFrom sets m's weights to src's.
+// NumParams returns the number of m's parameters.
+func (m *MLP) NumParams() int { return len(m.w) }
+
+// CopyFrom sets m's weights to src's (a model of the same widths).
 func (m *MLP) CopyFrom(src *MLP) { copy(m.w, src.w) }
 
 // Load sets the weights from float32 tensors named like the parameters
@@ -182,13 +230,13 @@ func (m *MLP) Gradient(x []float32, y []uint8) (loss float64, err error) {
 			return 0, fmt.Errorf("fl: gradient: label %d of sample %d is not in 0..%d", c, i, NumClasses-1)
 		}
 	}
-	m.ws.grow(len(y))
+	m.ws.grow(len(y), m.widths)
 	return m.gradient(x, y), nil
 }
 
 // gradientOf is Gradient on the samples idx of a validated dataset.
 func (m *MLP) gradientOf(d *Dataset, idx []int) float64 {
-	m.ws.grow(len(idx))
+	m.ws.grow(len(idx), m.widths)
 	if len(m.ws.y) < len(idx) {
 		m.ws.x = make([]float32, len(idx)*ImageSize)
 		m.ws.y = make([]uint8, len(idx))
@@ -207,7 +255,7 @@ func (m *MLP) forward(x []float32, rows int) []float32 {
 	in := x
 	for l := 0; l < 3; l++ {
 		w, b := m.params[2*l].W, m.params[2*l+1].W
-		nin, nout := widths[l], widths[l+1]
+		nin, nout := m.widths[l], m.widths[l+1]
 		a := m.ws.a[l][:rows*nout]
 		for r := 0; r < rows; r++ {
 			copy(a[r*nout:(r+1)*nout], b)
@@ -262,7 +310,7 @@ func (m *MLP) gradient(x []float32, y []uint8) float64 {
 	// gradient d, gW = dᵀ·in, gb = Σ_rows d, and the input gradient d·W
 	// masked by the ReLU.
 	for l := 2; l >= 0; l-- {
-		nin, nout := widths[l], widths[l+1]
+		nin, nout := m.widths[l], m.widths[l+1]
 		d := m.ws.d[l][:rows*nout]
 		in := x
 		if l > 0 {
@@ -309,7 +357,7 @@ func (m *MLP) Evaluate(d *Dataset) (accuracy float64, err error) {
 }
 
 func (m *MLP) evaluate(d *Dataset) float64 {
-	m.ws.grow(min(d.N, evalBatch))
+	m.ws.grow(min(d.N, evalBatch), m.widths)
 	correct := 0
 	for lo := 0; lo < d.N; lo += evalBatch {
 		rows := min(evalBatch, d.N-lo)

@@ -127,6 +127,10 @@ type Config struct {
 	Split Split
 	Alpha float64 // Dirichlet concentration, for Split == Dirichlet
 
+	// Hidden is the widths of the model's hidden layers ({0, 0}: 128 and
+	// 64; Large: a model 12x that).
+	Hidden [2]int
+
 	// Seed fixes the split, the initial weights and every client's
 	// minibatch order, each from its own PCG stream: runs with the same
 	// Seed and different uplinks are paired.
@@ -257,6 +261,11 @@ func (c *Config) validate() error {
 	if c.EvalEvery < 0 {
 		return bad("EvalEvery must not be negative, got %d", c.EvalEvery)
 	}
+	for _, h := range c.Hidden {
+		if c.Hidden != ([2]int{}) && (h <= 0 || h > maxHidden) {
+			return bad("Hidden widths %v: each must be in 1..%d", c.Hidden, maxHidden)
+		}
+	}
 	return nil
 }
 
@@ -381,7 +390,10 @@ func splitDirichlet(y []uint8, k int, alpha float64, r *rand.Rand) [][]int {
 }
 
 // views cuts flat into one slice per parameter, in Params order.
-func views(flat []float32) [][]float32 {
+func views(flat []float32) [][]float32 { return viewsOf(flat, widths) }
+
+// viewsOf is views for a model of the given layer widths.
+func viewsOf(flat []float32, widths [4]int) [][]float32 {
 	v := make([][]float32, 0, 6)
 	off := 0
 	for l := 0; l < 3; l++ {
@@ -463,14 +475,18 @@ func Run(cfg Config, train, test *Dataset, up Uplink) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	model, err := NewMLPHidden(cfg.Seed, cfg.Hidden)
+	if err != nil {
+		return nil, err
+	}
 	r := &runner{cfg: cfg, train: train, test: test, up: up, start: start,
-		model: NewMLP(cfg.Seed), sum: make([]float32, NumParams)}
-	r.sumV = views(r.sum)
+		model: model, sum: make([]float32, model.NumParams())}
+	r.sumV = viewsOf(r.sum, model.widths)
 	for c, s := range sh {
 		r.perm = append(r.perm, slices.Clone(s))
 		r.rng = append(r.rng, newRand(cfg.Seed, streamShuffle, uint64(c)))
 	}
-	r.res = &Result{Params: NumParams, Model: r.model}
+	r.res = &Result{Params: model.NumParams(), Model: r.model}
 	for _, s := range sh {
 		r.res.ShardSizes = append(r.res.ShardSizes, len(s))
 	}
@@ -529,10 +545,10 @@ func (r *runner) endRound(round, rounds int, loss float64) {
 
 func (r *runner) fedAvg() error {
 	cfg := &r.cfg
-	local := newMLP()
-	update := make([]float32, NumParams)
-	updateV := views(update)
-	mom := make([]float32, NumParams)
+	local := newMLPWidths(r.model.widths)
+	update := make([]float32, len(local.w))
+	updateV := viewsOf(update, local.widths)
+	mom := make([]float32, len(local.w))
 	total := float64(r.train.N)
 	r.res.StepsPerEpoch = 1
 	for round := 0; round < cfg.Rounds; round++ {
@@ -578,7 +594,7 @@ func (r *runner) fedAvg() error {
 func (r *runner) syncSGD() error {
 	cfg := &r.cfg
 	m := r.model
-	gradV := views(m.g)
+	gradV := viewsOf(m.g, m.widths)
 	// The server's momentum, unless the workers apply it.
 	momentum := cfg.Momentum
 	if mc, ok := r.up.(MomentumCorrector); ok && mc.CorrectsMomentum() {
@@ -586,7 +602,7 @@ func (r *runner) syncSGD() error {
 	}
 	var mom []float32
 	if momentum != 0 {
-		mom = make([]float32, NumParams)
+		mom = make([]float32, len(m.w))
 	}
 	largest := 0
 	pos := make([]int, len(r.perm))
