@@ -41,6 +41,7 @@ type Hub struct {
 	versions map[uint64]*version
 	order    []uint64          // published versions, oldest first
 	rounds   map[uint64]*round // upload accumulators
+	closed   uint64            // rounds below this are closed (CloseRound)
 
 	retention int
 	chunk     int
@@ -62,8 +63,9 @@ type Hub struct {
 	updateBytes atomic.Int64
 	uploads     atomic.Int64 // upload streams open
 	badUpdates  [2]atomic.Int64
-	recipes     accounts // segment bytes before and after coding, by recipe
-	peers       accounts // chunks and bytes sent, by client host
+	lateUpdates atomic.Int64 // refused: their round was closed
+	recipes     accounts     // segment bytes before and after coding, by recipe
+	peers       accounts     // chunks and bytes sent, by client host
 }
 
 // Stats counts what a Hub has done.
@@ -82,6 +84,9 @@ type Stats struct {
 	// Refused updates: malformed (InvalidArgument) and over the limits
 	// (ResourceExhausted).
 	MalformedUpdates, OversizedUpdates int64
+	// LateUpdates were refused because CloseRound had ended their round
+	// (FailedPrecondition): their clients keep them for a later round.
+	LateUpdates int64
 	// Recipes: by recipe (its text, or "raw"), the bytes of the segments
 	// it coded, before (In) and after (Out); each chunk is counted when it
 	// is encoded, not each time the cache serves it. Peers: by client
@@ -102,7 +107,8 @@ func (h *Hub) Stats() Stats {
 		BytesSent: h.bytesSent.Load(), RawBytesSent: h.rawSent.Load(), Encodes: h.encodes.Load(), CacheHits: h.cache.hits.Load(),
 		EncodeSeconds: float64(h.encodeNanos.Load()) / 1e9, Updates: h.updates.Load(), UpdateBytes: h.updateBytes.Load(),
 		ActiveUploads: h.uploads.Load(), MalformedUpdates: h.badUpdates[0].Load(), OversizedUpdates: h.badUpdates[1].Load(),
-		Recipes: h.recipes.snapshot(), Peers: h.peers.snapshot(),
+		LateUpdates: h.lateUpdates.Load(),
+		Recipes:     h.recipes.snapshot(), Peers: h.peers.snapshot(),
 		Versions: n, Memory: h.budget.Stats(),
 	}
 }

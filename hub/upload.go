@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -24,15 +25,24 @@ import (
 // weighted sum of the updates counted so far.
 type round struct {
 	mu      sync.Mutex
+	closed  bool                     // by CloseRound: no more updates
 	sums    map[string]*codec.Tensor // float32 sums
 	counts  map[string]int
 	weight  map[string]float64
 	charges []*budget.Charge // the sums' memory, until DropRound
 }
 
-func (h *Hub) round(id uint64) *round {
+// ErrRoundClosed is wrapped by the error of an update to a round that
+// CloseRound ended (FailedPrecondition on the wire): it was not counted,
+// and its client keeps it in its residual for a later round.
+var ErrRoundClosed = errors.New("hub: the round is closed")
+
+func (h *Hub) round(id uint64) (*round, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if id < h.closed {
+		return nil, fmt.Errorf("%w: round %d (rounds before %d are)", ErrRoundClosed, id, h.closed)
+	}
 	if h.rounds == nil {
 		h.rounds = map[uint64]*round{}
 	}
@@ -41,7 +51,7 @@ func (h *Hub) round(id uint64) *round {
 		r = &round{sums: map[string]*codec.Tensor{}, counts: map[string]int{}, weight: map[string]float64{}}
 		h.rounds[id] = r
 	}
-	return r
+	return r, nil
 }
 
 // add decodes frame, one tensor's update, and adds weight times it into
@@ -51,6 +61,9 @@ func (h *Hub) round(id uint64) *round {
 func (r *round) add(recv *gradient.Receiver, frame []byte, weight float32, b *budget.Budget) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return "", fmt.Errorf("%w: it ended while the update came", ErrRoundClosed)
+	}
 	var name string
 	n, err := recv.Add(frame, weight, func(nm string, shape []int64) ([]float32, error) {
 		name = nm
@@ -125,6 +138,62 @@ func (h *Hub) Sum(id uint64) (RoundSum, bool) {
 	return out, true
 }
 
+// Counts returns how many updates of each tensor round id has counted
+// so far (nil when none).
+func (h *Hub) Counts(id uint64) map[string]int {
+	h.mu.Lock()
+	r := h.rounds[id]
+	h.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.counts)
+}
+
+// CloseRound ends round id and every round before it: their updates from
+// now on are refused (ErrRoundClosed, FailedPrecondition on the wire: the
+// client keeps them in its residual), and round id's sum, with every
+// update counted before the close, is returned (ok false when it has
+// none) and forgotten, its memory given back to the budget. An update is
+// either in the sum or refused, never both.
+func (h *Hub) CloseRound(id uint64) (RoundSum, bool) {
+	h.mu.Lock()
+	h.closed = max(h.closed, id+1)
+	var rs []*round
+	for k, r := range h.rounds {
+		if k <= id {
+			rs = append(rs, r)
+			if k < id {
+				delete(h.rounds, k)
+			}
+		}
+	}
+	h.mu.Unlock()
+	for _, r := range rs {
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+	}
+	sum, ok := h.Sum(id)
+	h.DropRound(id)
+	for _, r := range rs {
+		r.release()
+	}
+	return sum, ok
+}
+
+// release gives the round's memory back to the budget.
+func (r *round) release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ch := range r.charges {
+		ch.Release()
+	}
+	r.charges = nil
+}
+
 // DropRound forgets round id's sums, giving their memory back to the
 // budget.
 func (h *Hub) DropRound(id uint64) {
@@ -132,15 +201,9 @@ func (h *Hub) DropRound(id uint64) {
 	r := h.rounds[id]
 	delete(h.rounds, id)
 	h.mu.Unlock()
-	if r == nil {
-		return
+	if r != nil {
+		r.release()
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, ch := range r.charges {
-		ch.Release()
-	}
-	r.charges = nil
 }
 
 // Upload implements hubpb.HubServer: each message's frame is added into
@@ -210,7 +273,11 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 	if w == 0 {
 		w = 1
 	}
-	if _, err := h.round(m.Round).add(recv, m.Frame, w, h.budget); err != nil {
+	r, err := h.round(m.Round)
+	if err == nil {
+		_, err = r.add(recv, m.Frame, w, h.budget)
+	}
+	if err != nil {
 		return h.refuseUpdate(seq, err)
 	}
 	h.updates.Add(1)
@@ -236,6 +303,10 @@ func oneFrame(frame []byte) error {
 // refuseUpdate counts a refused update and returns its status: over the
 // limits or the budget ResourceExhausted, else InvalidArgument.
 func (h *Hub) refuseUpdate(seq uint64, err error) error {
+	if errors.Is(err, ErrRoundClosed) {
+		h.lateUpdates.Add(1)
+		return status.Errorf(codes.FailedPrecondition, "hub: upload message %d: %v", seq, err)
+	}
 	if errors.Is(err, codec.ErrLimit) || errors.Is(err, budget.ErrExhausted) {
 		h.badUpdates[1].Add(1)
 		return status.Errorf(codes.ResourceExhausted, "hub: upload message %d: %v", seq, err)
@@ -270,6 +341,36 @@ type UploadRequest struct {
 	// (gradient.UseDevice: device auto or cuda puts ob's updates on the GPU where the program links package gpu).
 	Spec    *gradient.Spec
 	Profile *profile.Profile
+	// Densities, if not nil, chooses each update's density (the share of
+	// elements a sparsifier keeps) for the update to reach the hub within
+	// Within: an autotune.Tuner made with the profile, whose link
+	// estimate is the client's uplink (autotune.Link.SetRate with the rate
+	// the client measured). A density it does not choose, or a compressor
+	// without one, keeps the compressor's own.
+	Densities DensityChooser
+	Within    time.Duration
+}
+
+// DensityChooser chooses the density of gradient updates from the link
+// (autotune.Tuner): Density returns the density of the next update of a
+// tensor, the largest whose frame reaches the hub within the given time
+// (ok false: the compressor's own), and ObserveDensity learns from each
+// frame made.
+type DensityChooser interface {
+	Density(name string, dtype codec.DType, elements int64, tags codec.Tags, within time.Duration) (density float64, ok bool)
+	ObserveDensity(density float64, elements int64, frameBytes int)
+}
+
+// density returns the density of update t (0: its compressor's own).
+func (r *UploadRequest) density(t *codec.Tensor) float64 {
+	if r.Densities == nil || r.Within <= 0 {
+		return 0
+	}
+	d, ok := r.Densities.Density(t.Name, t.DType, int64(len(t.Data)/max(t.DType.Size(), 1)), t.Tags, r.Within)
+	if !ok {
+		return 0
+	}
+	return d
 }
 
 // dense sends an update whole: float32, with no error feedback to keep.
@@ -326,8 +427,12 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req Upl
 	// back in the residual, whatever the point of the break.
 	u := &uploader{st: st, ob: ob, frames: make([][]byte, len(updates))}
 	for i, x := range updates {
-		if u.frames[i], err = ob.Append(nil, x, req.spec(x), 0); err != nil {
+		d := req.density(x)
+		if u.frames[i], err = ob.Append(nil, x, req.spec(x), d); err != nil {
 			return err
+		}
+		if d > 0 {
+			req.Densities.ObserveDensity(d, int64(len(x.Data)/max(x.DType.Size(), 1)), len(u.frames[i]))
 		}
 	}
 	if err := u.sendAll(req); err != nil {

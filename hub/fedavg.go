@@ -1,0 +1,246 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/tensorfile"
+)
+
+// FedAvgConfig is how RunFedAvg aggregates a federation.
+type FedAvgConfig struct {
+	// Dir is the versions directory: its newest version (1, 2, ...) is
+	// the global model the next round trains from, and each round's
+	// result is written there as the next version (a .safetensors file,
+	// in place once whole), so that an aggregator started again goes on
+	// from the last round it finished.
+	Dir string
+	// Clients is the quorum: a round ends once every tensor of the model
+	// has this many updates counted.
+	Clients int
+	// Deadline, if positive, also ends a round that long after its
+	// version was published, once every tensor has MinUpdates updates
+	// (default 1): the clients that missed it carry their updates into a
+	// later round through their residuals.
+	Deadline   time.Duration
+	MinUpdates int
+	// ServerLR is the server's step on the round's mean update (the
+	// weighted sum over the total weight counted; default 1).
+	ServerLR float32
+	// Rounds, if positive, ends the run once version Rounds+1 is
+	// published.
+	Rounds int
+	// Poll is how often the round's counts are looked at (default 5 ms).
+	Poll time.Duration
+	// OnRound, if not nil, is called after each round's version is
+	// published, with the round's sum.
+	OnRound func(RoundResult)
+	Log     *slog.Logger
+}
+
+// RoundResult is one round of RunFedAvg.
+type RoundResult struct {
+	Round      uint64 // the version the round's updates were trained from
+	Version    uint64 // the version published with the round's step (Round+1)
+	Updates    int    // the fewest updates of a tensor counted
+	ByDeadline bool   // the deadline, not the quorum, ended the round
+	Start      time.Time
+	End        time.Time // when the version was published
+	Sum        RoundSum
+}
+
+// RunFedAvg runs federated averaging on h: it publishes Dir's newest
+// version (and the one before, for clients that fetch deltas against
+// it), waits for the round's updates (uploaded with that version as
+// their round), steps the model by ServerLR times their weighted mean,
+// writes and publishes the result as the next version, and so on until
+// Rounds or ctx ends. A tensor no update reached is kept as it was; a
+// tensor that is not float32 is never stepped.
+func RunFedAvg(ctx context.Context, h *Hub, c FedAvgConfig) error {
+	if c.Clients <= 0 {
+		return fmt.Errorf("hub: fedavg: %d clients", c.Clients)
+	}
+	if c.MinUpdates <= 0 {
+		c.MinUpdates = 1
+	}
+	if c.ServerLR == 0 {
+		c.ServerLR = 1
+	}
+	if c.Poll <= 0 {
+		c.Poll = 5 * time.Millisecond
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	vs, err := Versions(c.Dir)
+	if err != nil {
+		return fmt.Errorf("hub: fedavg: %w", err)
+	}
+	if len(vs) == 0 {
+		return fmt.Errorf("hub: fedavg: %s holds no version (1, 2, ...) to start from", c.Dir)
+	}
+	v := vs[len(vs)-1]
+	if len(vs) > 1 {
+		prev, err := readVersion(c.Dir, vs[len(vs)-2])
+		if err != nil {
+			return err
+		}
+		if err := h.Publish(vs[len(vs)-2], prev); err != nil {
+			return err
+		}
+	}
+	model, err := readVersion(c.Dir, v)
+	if err != nil {
+		return err
+	}
+	if err := h.Publish(v, model); err != nil {
+		return err
+	}
+	c.Log.Info("fedavg: serving", "version", v, "tensors", len(model))
+	for c.Rounds <= 0 || v <= uint64(c.Rounds) {
+		res := RoundResult{Round: v, Version: v + 1, Start: time.Now()}
+		if err := c.wait(ctx, h, model, &res); err != nil {
+			return err
+		}
+		sum, _ := h.CloseRound(v)
+		res.Sum = sum
+		model = step(model, sum, c.ServerLR)
+		if err := WriteVersionDir(c.Dir, v+1, model); err != nil {
+			return err
+		}
+		if err := h.Publish(v+1, model); err != nil {
+			return err
+		}
+		res.End = time.Now()
+		c.Log.Info("fedavg: round", "round", v, "updates", res.Updates, "deadline", res.ByDeadline,
+			"took", res.End.Sub(res.Start).Round(time.Millisecond))
+		if c.OnRound != nil {
+			c.OnRound(res)
+		}
+		v++
+	}
+	return nil
+}
+
+// wait returns once round res.Round has its quorum, or its deadline has
+// passed with MinUpdates of every tensor, or ctx ends (its error).
+func (c *FedAvgConfig) wait(ctx context.Context, h *Hub, model []*codec.Tensor, res *RoundResult) error {
+	t := time.NewTicker(c.Poll)
+	defer t.Stop()
+	for {
+		counts := h.Counts(res.Round)
+		least := math.MaxInt
+		for _, x := range model {
+			least = min(least, counts[x.Name])
+		}
+		res.Updates = least
+		if least >= c.Clients {
+			return nil
+		}
+		if c.Deadline > 0 && least >= c.MinUpdates && time.Since(res.Start) >= c.Deadline {
+			res.ByDeadline = true
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// step returns new tensors: model plus lr times the round's weighted mean
+// update, per float32 tensor that has one.
+func step(model []*codec.Tensor, sum RoundSum, lr float32) []*codec.Tensor {
+	out := make([]*codec.Tensor, len(model))
+	for i, x := range model {
+		y := *x
+		y.Data = slices.Clone(x.Data)
+		out[i] = &y
+		w := sum.Weights[x.Name]
+		if x.DType != codec.F32 || !(w > 0) {
+			continue
+		}
+		j := slices.IndexFunc(sum.Tensors, func(s *codec.Tensor) bool { return s.Name == x.Name })
+		if j < 0 || !slices.Equal(sum.Tensors[j].Shape, x.Shape) {
+			continue
+		}
+		d, _ := codec.View[float32](sum.Tensors[j])
+		v, _ := codec.View[float32](&y)
+		a := float32(float64(lr) / w)
+		for k := range v {
+			v[k] += a * d[k]
+		}
+	}
+	return out
+}
+
+// readVersion reads version v of dir whole.
+func readVersion(dir string, v uint64) ([]*codec.Tensor, error) {
+	vd, err := OpenVersion(filepath.Join(dir, strconv.FormatUint(v, 10)))
+	if err != nil {
+		return nil, fmt.Errorf("hub: fedavg: %w", err)
+	}
+	var ts []*codec.Tensor
+	for t, err := range vd.Tensors() {
+		if err != nil {
+			return nil, fmt.Errorf("hub: fedavg: version %d: %w", v, err)
+		}
+		ts = append(ts, t)
+	}
+	return ts, nil
+}
+
+// WriteVersionDir writes tensors as version v of the versions directory
+// dir (dir/v/model.safetensors): into a directory of its own that takes
+// the version's name once the file is whole and synced, so that a reader
+// (a Watcher, an aggregator started again) never sees half a version.
+func WriteVersionDir(dir string, v uint64, tensors []*codec.Tensor) (err error) {
+	name := strconv.FormatUint(v, 10)
+	final := filepath.Join(dir, name)
+	if _, err := os.Stat(final); err == nil {
+		return fmt.Errorf("hub: version %d exists in %s", v, dir)
+	}
+	tmp, err := os.MkdirTemp(dir, "."+name+".")
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	f, err := os.Create(filepath.Join(tmp, "model.safetensors"))
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	err = tensorfile.WriteSafetensors(f, tensors, nil)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("hub: version %d: %w", v, err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}

@@ -1,0 +1,200 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gradient"
+	"github.com/tensorpress/tensorpress/hub/hubpb"
+)
+
+// fedClient runs one client of TestFedAvg for rounds: it waits for the
+// round's version, fetches it and uploads the model's every value times
+// add, weighted w.
+func fedClient(ctx context.Context, c hubpb.HubClient, rounds []uint64, add, w float32) error {
+	ob := gradient.NewOutbox(nil)
+	for _, r := range rounds {
+		var got []*codec.Tensor
+		for {
+			res, err := Fetch(ctx, c, Request{Version: r}, func(t *codec.Tensor) error { got = append(got, t); return nil })
+			if err == nil && res.Version == r {
+				break
+			}
+			if status.Code(err) != codes.NotFound {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		for _, t := range got {
+			v, _ := codec.View[float32](t)
+			for i := range v {
+				v[i] = add
+			}
+		}
+		if err := Upload(ctx, c, ob, UploadRequest{Round: r, Weight: w}, got); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestFedAvg runs two rounds of two clients through RunFedAvg: each
+// version is the one before plus the weighted mean of the round's
+// updates, written to the directory; an update to a closed round is
+// refused (FailedPrecondition) and kept in the client's residual; an
+// aggregator started again on the directory goes on from its newest
+// version.
+func TestFedAvg(t *testing.T) {
+	dir := t.TempDir()
+	m := model(3, 1)
+	if err := WriteVersionDir(dir, 1, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteVersionDir(dir, 1, m); err == nil {
+		t.Fatal("version 1 written twice")
+	}
+	h, _ := New()
+	c, _ := serve(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var results []RoundResult
+	done := make(chan error, 1)
+	go func() {
+		done <- RunFedAvg(ctx, h, FedAvgConfig{Dir: dir, Clients: 2, Rounds: 2, OnRound: func(r RoundResult) {
+			mu.Lock()
+			results = append(results, r)
+			mu.Unlock()
+		}})
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for i, add := range []float32{0.1, 0.2} {
+		wg.Go(func() { errs <- fedClient(ctx, c, []uint64{1, 2}, add, float32(i+1)) })
+	}
+	wg.Wait()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(results) != 2 || results[0].Round != 1 || results[1].Version != 3 || results[0].Updates != 2 || results[1].ByDeadline {
+		t.Fatalf("rounds: %+v", results)
+	}
+	v3, err := readVersion(dir, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mean = (1*0.1 + 2*0.2) / 3.0
+	for i, x := range v3 {
+		want, _ := codec.View[float32](m[i])
+		got, _ := codec.View[float32](x)
+		for j := range got {
+			if d := got[j] - (want[j] + 2*mean); d > 1e-6 || d < -1e-6 {
+				t.Fatalf("%s[%d] = %v, want %v", x.Name, j, got[j], want[j]+2*mean)
+			}
+		}
+	}
+
+	// Round 2 is closed: an update for it is refused and stays whole in
+	// the residual.
+	ob := gradient.NewOutbox(nil)
+	spec, _ := gradient.Parse("topk(0.5)")
+	err = Upload(ctx, c, ob, UploadRequest{Round: 2, Spec: spec}, model(3, 2))
+	if status.Code(err) != codes.FailedPrecondition || h.Stats().LateUpdates == 0 {
+		t.Fatalf("update to a closed round: %v, %d late", err, h.Stats().LateUpdates)
+	}
+	if ob.Pending() != 0 {
+		t.Fatalf("%d updates pending after a refused upload", ob.Pending())
+	}
+
+	// Started again on the directory: it serves version 3 (and 2, for
+	// deltas) and aggregates round 3.
+	h2, _ := New()
+	c2, _ := serve(t, h2)
+	done = make(chan error, 1)
+	go func() { done <- RunFedAvg(ctx, h2, FedAvgConfig{Dir: dir, Clients: 1, Rounds: 3}) }()
+	if err := fedClient(ctx, c2, []uint64{3}, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if vs, _ := Versions(dir); !slices.Equal(vs, []uint64{1, 2, 3, 4}) {
+		t.Fatalf("versions %v", vs)
+	}
+	if vs := h2.Versions(); len(vs) != 3 || vs[2].Version != 2 {
+		t.Fatalf("hub started again holds %+v", vs)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 4 {
+		t.Errorf("directory holds %d entries, want the 4 versions only", len(ents))
+	}
+	if err := RunFedAvg(ctx, h2, FedAvgConfig{Dir: filepath.Join(dir, "none"), Clients: 1}); err == nil {
+		t.Error("a missing directory: no error")
+	}
+	empty := t.TempDir()
+	if err := RunFedAvg(ctx, h2, FedAvgConfig{Dir: empty, Clients: 1}); err == nil {
+		t.Error("an empty directory: no error")
+	}
+	if err := RunFedAvg(ctx, h2, FedAvgConfig{Dir: dir}); err == nil {
+		t.Error("no clients: no error")
+	}
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	h3, _ := New()
+	if err := RunFedAvg(cctx, h3, FedAvgConfig{Dir: dir, Clients: 1}); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled context: %v", err)
+	}
+}
+
+// fixedDensity is a DensityChooser that always chooses d and records the
+// frames it is told of.
+type fixedDensity struct {
+	d      float64
+	frames []int
+}
+
+func (f *fixedDensity) Density(string, codec.DType, int64, codec.Tags, time.Duration) (float64, bool) {
+	return f.d, true
+}
+func (f *fixedDensity) ObserveDensity(_ float64, _ int64, n int) { f.frames = append(f.frames, n) }
+
+// TestUploadDensities: a DensityChooser sets each update's density, and
+// learns each frame's size.
+func TestUploadDensities(t *testing.T) {
+	h, _ := New()
+	c, _ := serve(t, h)
+	spec, _ := gradient.Parse("topk(0.01)")
+	sent := func(ch DensityChooser) int64 {
+		before := h.Stats().UpdateBytes
+		if err := Upload(context.Background(), c, gradient.NewOutbox(nil), UploadRequest{Round: 1, Spec: spec, Densities: ch, Within: time.Second}, grads(1)); err != nil {
+			t.Fatal(err)
+		}
+		return h.Stats().UpdateBytes - before
+	}
+	own := sent(nil)
+	fd := &fixedDensity{d: 0.2}
+	dense := sent(fd)
+	if dense < 10*own || len(fd.frames) != 5 {
+		t.Fatalf("at density 0.2: %d bytes against %d at the compressor's 0.01; %d frames observed", dense, own, len(fd.frames))
+	}
+}
