@@ -197,4 +197,8 @@ func TestUploadDensities(t *testing.T) {
 	if dense < 10*own || len(fd.frames) != 5 {
 		t.Fatalf("at density 0.2: %d bytes against %d at the compressor's 0.01; %d frames observed", dense, own, len(fd.frames))
 	}
+	// Density 1: the updates whole, float32.
+	if whole := sent(&fixedDensity{d: 1}); whole < 5*4096*4 || whole > 5*(4096*4+512) {
+		t.Fatalf("at density 1: %d bytes for 5 float32 updates of 4096", whole)
+	}
 }

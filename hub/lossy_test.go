@@ -174,3 +174,42 @@ rules:
 		}
 	}
 }
+
+// TestLossyBlockwise: a blockwise recipe whose blocks tile the chunks
+// (int8 with blocks of 4096, chunks of 16 KiB: 4096 float32) serves a
+// tensor of several chunks as the whole tensor would be coded; one whose
+// blocks do not tile them is not used (the tensor comes lossless).
+func TestLossyBlockwise(t *testing.T) {
+	m := model(1, 5) // one tensor of 1<<14 elements: 4 chunks
+	for _, tc := range []struct {
+		recipe string
+		lossy  bool
+	}{{"int8(4096)", true}, {"int8(3000)", false}} {
+		h, _ := New(WithChunkSize(16<<10), WithPolicy(codec.FixedPolicy{Recipe: codec.MustParseRecipe(tc.recipe)}))
+		if err := h.Publish(1, m); err != nil {
+			t.Fatal(err)
+		}
+		c, _ := serve(t, h)
+		var got *codec.Tensor
+		res, err := Fetch(context.Background(), c, Request{}, func(x *codec.Tensor) error { got = x; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (len(res.Lossy) == 1) != tc.lossy {
+			t.Fatalf("%s: lossy tensors %v", tc.recipe, res.Lossy)
+		}
+		want := f32s(m[0])
+		v := f32s(got)
+		for b := 0; b < len(want); b += 4096 {
+			var absmax float64
+			for _, x := range want[b : b+4096] {
+				absmax = math.Max(absmax, math.Abs(float64(x)))
+			}
+			for i := b; i < b+4096; i++ {
+				if d := math.Abs(float64(v[i] - want[i])); d > absmax/127*0.51+1e-9 || !tc.lossy && d != 0 {
+					t.Fatalf("%s: element %d: %v, want %v (block absmax %v)", tc.recipe, i, v[i], want[i], absmax)
+				}
+			}
+		}
+	}
+}

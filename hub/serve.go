@@ -190,10 +190,25 @@ func elementwise(r *codec.Recipe) bool {
 	return g == codec.Elementwise
 }
 
+// chunkable reports whether lossy recipe r codes a tensor of elements of
+// esz bytes chunk by chunk as it would code it whole: it works element by
+// element, or by blocks that tile the hub's chunks (blockwise int8 with
+// blocks of 4096 in chunks of 65536 elements), so every chunk starts a
+// block.
+func (h *Hub) chunkable(r *codec.Recipe, esz int) bool {
+	switch g, blk := r.Granularity(); g {
+	case codec.Elementwise:
+		return true
+	case codec.Block:
+		return blk > 0 && esz > 0 && max(1, h.chunk/esz)%blk == 0
+	}
+	return false
+}
+
 // lossyRecipe returns the lossy recipe the policy chooses for tensor t of
 // version cur, given the tensor's first chunk, or nil (a lossless recipe,
-// a tensor tagged lossless, or a recipe that does not work element by
-// element, which chunks need). The policy is asked once per version and
+// a tensor tagged lossless, or a recipe that cannot code it chunk by
+// chunk: chunkable). The policy is asked once per version and
 // tensor, so that every chunk and every client get the same answer.
 func (h *Hub) lossyRecipe(cur *version, t *codec.Tensor, s *scratch) (*codec.Recipe, error) {
 	if t.Tags.Lossless {
@@ -214,7 +229,7 @@ func (h *Hub) lossyRecipe(cur *version, t *codec.Tensor, s *scratch) (*codec.Rec
 	}
 	r := h.policy.Choose(codec.FrameInfo{Type: codec.FrameTensor, Name: t.Name, DType: t.DType, Shape: t.Shape,
 		Tags: t.Tags, Len: len(first), First: true, Data: first})
-	if r == nil || !r.Lossy() || !elementwise(r) {
+	if r == nil || !r.Lossy() || !h.chunkable(r, t.DType.Size()) {
 		r = nil
 	}
 	if cur.lossy == nil {

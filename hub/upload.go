@@ -346,7 +346,9 @@ type UploadRequest struct {
 	// Within: an autotune.Tuner made with the profile, whose link
 	// estimate is the client's uplink (autotune.Link.SetRate with the rate
 	// the client measured). A density it does not choose, or a compressor
-	// without one, keeps the compressor's own.
+	// without one, keeps the compressor's own; a density of 1 sends the
+	// update whole, dense float32 with its residual (where the link is
+	// not the bottleneck, compressing only costs time).
 	Densities DensityChooser
 	Within    time.Duration
 }
@@ -427,8 +429,11 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req Upl
 	// back in the residual, whatever the point of the break.
 	u := &uploader{st: st, ob: ob, frames: make([][]byte, len(updates))}
 	for i, x := range updates {
-		d := req.density(x)
-		if u.frames[i], err = ob.Append(nil, x, req.spec(x), d); err != nil {
+		d, spec := req.density(x), req.spec(x)
+		if d >= 1 {
+			spec = dense
+		}
+		if u.frames[i], err = ob.Append(nil, x, spec, d); err != nil {
 			return err
 		}
 		if d > 0 {
