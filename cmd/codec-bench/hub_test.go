@@ -13,6 +13,13 @@ import (
 // TestMain lets this test binary serve as the server and the clients'
 // processes that 'hub' starts (os.Executable is the test binary here).
 func TestMain(m *testing.M) {
+	if ok, err := fedChild(); ok {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if ok, err := hubChild(); ok {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -10,6 +10,7 @@
 //	codec-bench stages
 //	codec-bench profile validate|show|list
 //	codec-bench link [flags]          plain TCP, static recipes, autotune and zstd on shaped links
+//	codec-bench fed [flags]           a federation of processes: time to accuracy over shaped links
 //	codec-bench hub [flags]           the model hub against one RPC per tensor, on loopback and a link
 //	codec-bench gpu [flags]           the CUDA kernels against a device copy and the CPU
 //
@@ -31,6 +32,14 @@ import (
 )
 
 func main() {
+	if ok, err := fedChild(); ok {
+		// The hub or a client process of 'fed'.
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if ok, err := hubChild(); ok {
 		// The server or the clients' process of 'codec-bench hub'.
 		if err != nil {
@@ -57,6 +66,7 @@ var commands = []command{
 	{"stages", "list the registered stages", cmdStages},
 	{"profile", "validate, show and list profiles (YAML)", cmdProfile},
 	{"link", "send a workload through simulated and tc-shaped links: plain TCP, static recipes, autotune, zstd", cmdLink},
+	{"fed", "a federation of processes through the hub over simulated links: time to accuracy per way of moving the model", cmdFed},
 	{"hub", "N clients fetch a model from the hub against one RPC per tensor: time, bytes, RPCs, server CPU and memory", cmdHub},
 	{"gpu", "the CUDA kernels on the first GPU against a device copy, and a host gradient's frame against the CPU", cmdGPU},
 }

@@ -1,0 +1,501 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/tensorpress/tensorpress/autotune"
+	"github.com/tensorpress/tensorpress/cmd/codec-bench/internal/fl"
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gradient"
+	"github.com/tensorpress/tensorpress/hub"
+	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/internal/netsim"
+	"github.com/tensorpress/tensorpress/profile"
+)
+
+// fedEnv, when set, makes a re-executed codec-bench the hub ("hub") or a
+// client ("client N") of 'fed'; the run's fedConfig is JSON on stdin's
+// first line.
+const fedEnv = "CODEC_BENCH_FED"
+
+// fedChild runs this process as the hub or a client of 'fed' if the
+// environment asks for one; ok is false if it does not.
+func fedChild() (ok bool, err error) {
+	role := os.Getenv(fedEnv)
+	if role == "" {
+		return false, nil
+	}
+	in := bufio.NewReader(os.Stdin)
+	line, err := in.ReadBytes('\n')
+	if err != nil {
+		return true, fmt.Errorf("codec-bench fed %s: reading the configuration: %w", role, err)
+	}
+	var cfg fedConfig
+	if err := json.Unmarshal(line, &cfg); err != nil {
+		return true, fmt.Errorf("codec-bench fed %s: %w", role, err)
+	}
+	var id int
+	switch {
+	case role == "hub":
+		err = fedHub(cfg, in, os.Stdout)
+	case fmtSscan(role, "client %d", &id):
+		err = fedClient(cfg, id, in, os.Stdout)
+	default:
+		err = fmt.Errorf("%s=%q: want hub or client N", fedEnv, role)
+	}
+	if err != nil {
+		return true, fmt.Errorf("codec-bench fed %s: %w", role, err)
+	}
+	return true, nil
+}
+
+func fmtSscan(s, format string, v *int) bool {
+	n, err := fmt.Sscanf(s, format, v)
+	return err == nil && n == 1
+}
+
+// fedConfig is one run of 'fed': a row on a seed. The coordinator passes
+// it to the hub and every client.
+type fedConfig struct {
+	Row  fedRow `json:"row"`
+	Seed uint64 `json:"seed"`
+
+	Clients     int     `json:"clients"`
+	Rounds      int     `json:"rounds"`
+	Hidden      [2]int  `json:"hidden"`
+	Split       string  `json:"split"`
+	Alpha       float64 `json:"alpha"`
+	LR          float32 `json:"lr"`
+	Momentum    float32 `json:"momentum"`
+	Batch       int     `json:"batch"`
+	LocalEpochs int     `json:"local_epochs"`
+	ServerLR    float32 `json:"server_lr"`
+	TrainLimit  int     `json:"train_limit"`
+	Data        string  `json:"data"`
+
+	Dir      string        `json:"dir"`      // the hub's versions directory
+	Quorum   int           `json:"quorum"`   // updates that end a round (0: every client)
+	Deadline time.Duration `json:"deadline"` // a round's deadline (0: none)
+	Within   time.Duration `json:"within"`   // auto: the time an upload should take
+
+	Up   float64       `json:"up"`   // each client's uplink, bytes per second (0: unshaped)
+	Down float64       `json:"down"` // downlink
+	RTT  time.Duration `json:"rtt"`
+	Drop fedDrop       `json:"drop"`
+
+	Addr string `json:"addr"` // the hub's, for the clients
+}
+
+// fedDrop divides the links of clients [0, Clients) by Factor in rounds
+// From to To (1-based, inclusive).
+type fedDrop struct {
+	Clients int     `json:"clients"`
+	From    int     `json:"from,omitempty"`
+	To      int     `json:"to,omitempty"`
+	Factor  float64 `json:"factor,omitempty"`
+}
+
+// rates returns client id's link rates in round r.
+func (c *fedConfig) rates(id, r int) (up, down float64) {
+	up, down = c.Up, c.Down
+	if d := c.Drop; d.Factor > 0 && id < d.Clients && r >= d.From && r <= d.To {
+		up, down = up/d.Factor, down/d.Factor
+	}
+	return up, down
+}
+
+func (c *fedConfig) flConfig() (fl.Config, error) {
+	cfg := fl.Config{Mode: fl.FedAvg, Clients: c.Clients, Rounds: c.Rounds, LocalEpochs: c.LocalEpochs, Batch: c.Batch,
+		LR: c.LR, Momentum: c.Momentum, ServerLR: c.ServerLR, Seed: c.Seed, Hidden: c.Hidden, TrainLimit: c.TrainLimit}
+	switch c.Split {
+	case "iid":
+	case "dirichlet":
+		cfg.Split, cfg.Alpha = fl.Dirichlet, c.Alpha
+	default:
+		return cfg, fmt.Errorf("split %q", c.Split)
+	}
+	return cfg, nil
+}
+
+// fedHubLine is what the hub prints: one line per round, then its end.
+type fedHubLine struct {
+	Round      uint64  `json:"round,omitempty"`
+	Updates    int     `json:"updates,omitempty"`
+	ByDeadline bool    `json:"by_deadline,omitempty"`
+	End        int64   `json:"end,omitempty"` // Unix nanoseconds: the version published
+	Done       bool    `json:"done,omitempty"`
+	CPU        float64 `json:"cpu_seconds,omitempty"`
+	PeakRSS    int64   `json:"peak_rss,omitempty"` // VmHWM: getrusage's maxrss counts the parent's pages before exec
+	BytesSent  int64   `json:"bytes_sent,omitempty"`
+	BytesIn    int64   `json:"update_bytes,omitempty"`
+	Late       int64   `json:"late_updates,omitempty"`
+}
+
+// fedHub is the hub process: it serves the row's hub on loopback, prints
+// its address, aggregates the rounds (hub.RunFedAvg) printing a line per
+// round, and serves until stdin closes; then it prints its counters.
+func fedHub(cfg fedConfig, stdin io.Reader, stdout io.Writer) error {
+	opts := []hub.Option{hub.WithRetention(4)}
+	if cfg.Row.Down != "" {
+		r, err := codec.ParseRecipe(cfg.Row.Down)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, hub.WithPolicy(codec.FixedPolicy{Recipe: r}))
+	}
+	h, err := hub.New(opts...)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- hub.Serve(ctx, ln, h, hub.ServeConfig{Drain: -1}) }()
+	enc := json.NewEncoder(stdout)
+	fmt.Fprintln(stdout, ln.Addr().String())
+	stop := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, stdin)
+		close(stop)
+	}()
+	agg := make(chan error, 1)
+	go func() {
+		agg <- hub.RunFedAvg(ctx, h, hub.FedAvgConfig{Dir: cfg.Dir, Clients: max(cfg.Quorum, 1), Deadline: cfg.Deadline,
+			ServerLR: cfg.ServerLR, Rounds: cfg.Rounds, OnRound: func(r hub.RoundResult) {
+				enc.Encode(fedHubLine{Round: r.Round, Updates: r.Updates, ByDeadline: r.ByDeadline, End: r.End.UnixNano()})
+			}})
+	}()
+	select {
+	case err = <-agg:
+		if err == nil {
+			<-stop
+		}
+	case <-stop:
+	}
+	cancel()
+	if serr := <-served; err == nil {
+		err = serr
+	}
+	if err != nil {
+		return err
+	}
+	st := h.Stats()
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return enc.Encode(fedHubLine{Done: true, CPU: rusageSeconds(ru), PeakRSS: peakRSS(),
+		BytesSent: st.BytesSent, BytesIn: st.UpdateBytes, Late: st.LateUpdates})
+}
+
+func rusageSeconds(ru syscall.Rusage) float64 {
+	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+}
+
+// fedClientLine is what a client prints per round.
+type fedClientLine struct {
+	Ready    bool    `json:"ready,omitempty"` // loaded and connected: waiting for the start
+	Round    int     `json:"round"`
+	Fetch    float64 `json:"fetch_seconds"`
+	Train    float64 `json:"train_seconds"`
+	Upload   float64 `json:"upload_seconds"`
+	Down     int64   `json:"bytes_down"`
+	Up       int64   `json:"bytes_up"`
+	Density  float64 `json:"density,omitempty"`
+	UpRate   float64 `json:"uplink_estimate,omitempty"` // bytes per second, measured on the upload
+	Late     bool    `json:"late,omitempty"`            // the round closed before the update was counted
+	Deltas   int     `json:"deltas,omitempty"`
+	Loss     float64 `json:"loss"`
+	UpRateIs float64 `json:"uplink,omitempty"` // the link's rate this round
+}
+
+// fedClient is client id's process: every round it waits for the round's
+// version, fetches it over its link as the row says, trains its shard and
+// uploads its update through the row's compressor. Once its data is
+// loaded and its connection up it prints a ready line and waits for a
+// line on stdin: the start, the same for every client.
+func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) error {
+	flc, err := cfg.flConfig()
+	if err != nil {
+		return err
+	}
+	train, _, err := fl.LoadFashionMNIST(cfg.Data)
+	if err != nil {
+		return err
+	}
+	cl, err := fl.NewClient(flc, train, id)
+	if err != nil {
+		return err
+	}
+	global := cl.NewModel(cfg.Seed) // its weights come from the hub
+	var link *netsim.Duplex
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		up, down := cfg.rates(id, 1)
+		link = netsim.NewDuplex(c, netsim.Link{Rate: up, Latency: cfg.RTT / 2}, netsim.Link{Rate: down, Latency: cfg.RTT / 2})
+		return link, nil
+	}
+	conn, err := grpc.NewClient("passthrough:///"+cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(dial))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	c := hubpb.NewHubClient(conn)
+	ctx := context.Background()
+	row := cfg.Row
+	ob := gradient.NewOutbox(nil)
+	up, err := row.upload()
+	if err != nil {
+		return err
+	}
+	var tuner *autotune.Tuner
+	if row.Auto {
+		if tuner, err = autotune.New(autotune.WithProfile(up.Profile)); err != nil {
+			return err
+		}
+		up.Densities, up.Within = tuner, cfg.Within
+	}
+	held := map[string]*codec.Tensor{}
+	var heldV uint64
+	enc := json.NewEncoder(stdout)
+	conn.Connect()
+	rtt, err := fedAwait(ctx, c, 1)
+	if err != nil {
+		return err
+	}
+	if err := enc.Encode(fedClientLine{Ready: true}); err != nil {
+		return err
+	}
+	if _, err := stdin.ReadString('\n'); err != nil {
+		return fmt.Errorf("waiting for the start: %w", err)
+	}
+	for r := 1; r <= cfg.Rounds; r++ {
+		line := fedClientLine{Round: r}
+		ur, dr := cfg.rates(id, r)
+		line.UpRateIs = ur
+		if link != nil {
+			link.SetRates(ur, dr)
+		}
+		took, err := fedAwait(ctx, c, uint64(r))
+		if err != nil {
+			return err
+		}
+		if rtt == 0 || took < rtt {
+			rtt = took
+		}
+		d0, u0 := linkBytes(link)
+		t0 := time.Now()
+		ts, deltas, err := row.fetch(ctx, c, uint64(r), held, heldV)
+		if err != nil {
+			return fmt.Errorf("round %d: fetch: %w", r, err)
+		}
+		line.Deltas = deltas
+		t1 := time.Now()
+		if err := global.Load(ts); err != nil {
+			return fmt.Errorf("round %d: %w", r, err)
+		}
+		clear(held)
+		for _, t := range ts {
+			held[t.Name] = t
+		}
+		heldV = uint64(r)
+		update, loss, err := cl.Train(global)
+		if err != nil {
+			return err
+		}
+		line.Loss = loss
+		t2 := time.Now()
+		d1, u1 := linkBytes(link)
+		req := up
+		req.Round, req.Weight, req.Peer = uint64(r), cl.Weight(), fmt.Sprint("client", id)
+		if row.Auto {
+			line.Density = req.density1(update[0])
+		}
+		ob.SetEpoch(float64(r - 1))
+		err = row.send(ctx, c, ob, req, update)
+		switch {
+		case status.Code(err) == codes.FailedPrecondition:
+			line.Late = true
+		case err != nil:
+			return fmt.Errorf("round %d: upload: %w", r, err)
+		}
+		t3 := time.Now()
+		d2, u2 := linkBytes(link)
+		line.Fetch, line.Train, line.Upload = t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), t3.Sub(t2).Seconds()
+		line.Down, line.Up = (d1-d0)+(d2-d1), (u1-u0)+(u2-u1)
+		if tuner != nil {
+			// The uplink as this upload measured it: its bytes over its
+			// time less the round trip it waited for the last
+			// acknowledgement.
+			if net := t3.Sub(t2) - rtt; net > time.Millisecond && u2 > u1 {
+				line.UpRate = float64(u2-u1) / net.Seconds()
+				tuner.Link().SetRate(line.UpRate, "upload")
+			}
+		}
+		if err := enc.Encode(line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func linkBytes(l *netsim.Duplex) (read, written int64) {
+	if l == nil {
+		return 0, 0
+	}
+	return l.Bytes()
+}
+
+// fedAwait waits until the hub holds version v, asking every 10 ms, and
+// returns the shortest round trip of its questions.
+func fedAwait(ctx context.Context, c hubpb.HubClient, v uint64) (time.Duration, error) {
+	best := time.Duration(0)
+	for {
+		t := time.Now()
+		rep, err := c.Versions(ctx, &hubpb.VersionsRequest{})
+		if err != nil {
+			return 0, err
+		}
+		if d := time.Since(t); best == 0 || d < best {
+			best = d
+		}
+		if slices.ContainsFunc(rep.Versions, func(x *hubpb.VersionInfo) bool { return x.Version == v }) {
+			return best, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// fedRow is how one row moves the model and its updates.
+type fedRow struct {
+	Name      string    `json:"name"`
+	PerTensor bool      `json:"per_tensor,omitempty"` // one RPC per tensor, both ways
+	Base      bool      `json:"base,omitempty"`       // fetch deltas against the version held
+	Down      string    `json:"down,omitempty"`       // the hub's recipe for fetches ("": lossless)
+	Up        string    `json:"up"`                   // the gradient compressor of the updates
+	Auto      bool      `json:"auto,omitempty"`       // Up's density chosen from the measured uplink
+	Densities []float64 `json:"densities,omitempty"`
+}
+
+// autoReq is an UploadRequest with the row's compressor.
+type autoReq struct {
+	hub.UploadRequest
+}
+
+// density1 is the density the request's chooser picks for t now.
+func (r autoReq) density1(t *codec.Tensor) float64 {
+	if r.Densities == nil {
+		return 0
+	}
+	d, _ := r.Densities.Density(t.Name, t.DType, int64(len(t.Data)/4), t.Tags, r.Within)
+	return d
+}
+
+// upload returns the row's upload request (without round and weight).
+func (row *fedRow) upload() (autoReq, error) {
+	spec, err := gradient.Parse(row.Up)
+	if err != nil {
+		return autoReq{}, err
+	}
+	if !row.Auto {
+		return autoReq{hub.UploadRequest{Spec: spec}}, nil
+	}
+	ds := make([]string, len(row.Densities))
+	for i, d := range row.Densities {
+		ds[i] = fmt.Sprint(d)
+	}
+	y := fmt.Sprintf("version: 1\nname: fed-auto\nrules:\n  - match:\n      dtype: f32\n    gradient: [%q]\n    densities: [%s]\n",
+		row.Up, strings.Join(ds, ", "))
+	p, err := profile.Load([]byte(y))
+	if err != nil {
+		return autoReq{}, err
+	}
+	return autoReq{hub.UploadRequest{Profile: p}}, nil
+}
+
+// fetch fetches version v as the row says; held is version heldV, the
+// client's copy (deltas against it, where the row fetches them).
+func (row *fedRow) fetch(ctx context.Context, c hubpb.HubClient, v uint64, held map[string]*codec.Tensor, heldV uint64) ([]*codec.Tensor, int, error) {
+	var ts []*codec.Tensor
+	got := func(t *codec.Tensor) error { ts = append(ts, t); return nil }
+	req := hub.Request{Version: v, RequireLossless: row.Down == ""}
+	if row.PerTensor {
+		// What a client of one RPC per tensor does: ask which tensors
+		// there are, then fetch each alone, whole.
+		names := slices.Sorted(maps.Keys(held))
+		if len(names) == 0 {
+			if _, err := hub.Fetch(ctx, c, req, got); err != nil {
+				return nil, 0, err
+			}
+			return ts, 0, nil
+		}
+		for _, n := range names {
+			r := req
+			r.Specs = []hub.Spec{{Names: []string{n}}}
+			if _, err := hub.Fetch(ctx, c, r, got); err != nil {
+				return nil, 0, err
+			}
+		}
+		return ts, 0, nil
+	}
+	if row.Base && heldV > 0 {
+		req.Base = heldV
+		req.BaseTensor = func(name string) *codec.Tensor { return held[name] }
+	}
+	res, err := hub.Fetch(ctx, c, req, got)
+	var be *hub.BaseError
+	if errors.As(err, &be) {
+		// Fetch those again whole.
+		keep := ts[:0]
+		for _, t := range ts {
+			if !slices.Contains(be.Names, t.Name) {
+				keep = append(keep, t)
+			}
+		}
+		ts = keep
+		r := hub.Request{Version: v, RequireLossless: req.RequireLossless}
+		r.Specs = []hub.Spec{{Names: be.Names}}
+		_, err = hub.Fetch(ctx, c, r, got)
+	}
+	return ts, res.Deltas, err
+}
+
+// send uploads the round's updates as the row says.
+func (row *fedRow) send(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req autoReq, update []*codec.Tensor) error {
+	if !row.PerTensor {
+		return hub.Upload(ctx, c, ob, req.UploadRequest, update)
+	}
+	for _, t := range update {
+		if err := hub.Upload(ctx, c, ob, req.UploadRequest, []*codec.Tensor{t}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
