@@ -38,6 +38,10 @@ type FedAvgConfig struct {
 	// Rounds, if positive, ends the run once version Rounds+1 is
 	// published.
 	Rounds int
+	// KeepSums writes each round's sum to Dir/sums/ROUND.safetensors (its
+	// counts and weights in the metadata): what the round counted, to
+	// check against what the clients committed.
+	KeepSums bool
 	// Poll is how often the round's counts are looked at (default 5 ms).
 	Poll time.Duration
 	// OnRound, if not nil, is called after each round's version is
@@ -64,6 +68,11 @@ type RoundResult struct {
 // writes and publishes the result as the next version, and so on until
 // Rounds or ctx ends. A tensor no update reached is kept as it was; a
 // tensor that is not float32 is never stepped.
+//
+// Every update counted is first recorded in a journal in Dir (before the
+// client is told), so that an aggregator started again on Dir, after a
+// crash or a kill, counts again the updates its open round had
+// acknowledged: an acknowledged update is never lost, nor counted twice.
 func RunFedAvg(ctx context.Context, h *Hub, c FedAvgConfig) error {
 	if c.Clients <= 0 {
 		return fmt.Errorf("hub: fedavg: %d clients", c.Clients)
@@ -88,6 +97,14 @@ func RunFedAvg(ctx context.Context, h *Hub, c FedAvgConfig) error {
 		return fmt.Errorf("hub: fedavg: %s holds no version (1, 2, ...) to start from", c.Dir)
 	}
 	v := vs[len(vs)-1]
+	if err := removeJournals(c.Dir, v); err != nil {
+		return err
+	}
+	replayed, err := h.openJournal(journalPath(c.Dir, v), v)
+	if err != nil {
+		return err
+	}
+	defer h.closeJournalFile()
 	if len(vs) > 1 {
 		prev, err := readVersion(c.Dir, vs[len(vs)-2])
 		if err != nil {
@@ -104,7 +121,7 @@ func RunFedAvg(ctx context.Context, h *Hub, c FedAvgConfig) error {
 	if err := h.Publish(v, model); err != nil {
 		return err
 	}
-	c.Log.Info("fedavg: serving", "version", v, "tensors", len(model))
+	c.Log.Info("fedavg: serving", "version", v, "tensors", len(model), "updates replayed", replayed)
 	for c.Rounds <= 0 || v <= uint64(c.Rounds) {
 		res := RoundResult{Round: v, Version: v + 1, Start: time.Now()}
 		if err := c.wait(ctx, h, model, &res); err != nil {
@@ -112,9 +129,20 @@ func RunFedAvg(ctx context.Context, h *Hub, c FedAvgConfig) error {
 		}
 		sum, _ := h.CloseRound(v)
 		res.Sum = sum
+		if c.KeepSums {
+			if err := writeSum(c.Dir, v, sum); err != nil {
+				return err
+			}
+		}
 		model = step(model, sum, c.ServerLR)
+		if _, err := h.openJournal(journalPath(c.Dir, v+1), v+1); err != nil {
+			return err
+		}
 		if err := WriteVersionDir(c.Dir, v+1, model); err != nil {
 			return err
+		}
+		if err := os.Remove(journalPath(c.Dir, v)); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("hub: fedavg: %w", err)
 		}
 		if err := h.Publish(v+1, model); err != nil {
 			return err
@@ -181,6 +209,58 @@ func step(model []*codec.Tensor, sum RoundSum, lr float32) []*codec.Tensor {
 		}
 	}
 	return out
+}
+
+// journalPath is the journal of round v in dir.
+func journalPath(dir string, v uint64) string {
+	return filepath.Join(dir, fmt.Sprintf(".journal-%d", v))
+}
+
+// removeJournals removes the journals of rounds other than v: their
+// versions are written, or they were opened for a version never written.
+func removeJournals(dir string, v uint64) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("hub: fedavg: %w", err)
+	}
+	for _, e := range ents {
+		var r uint64
+		if n, _ := fmt.Sscanf(e.Name(), ".journal-%d", &r); n == 1 && r != v && !e.IsDir() {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("hub: fedavg: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// writeSum writes round v's sum to dir/sums/v.safetensors.
+func writeSum(dir string, v uint64, sum RoundSum) error {
+	sd := filepath.Join(dir, "sums")
+	if err := os.MkdirAll(sd, 0o755); err != nil {
+		return fmt.Errorf("hub: fedavg: %w", err)
+	}
+	meta := map[string]string{}
+	for name, n := range sum.Counts {
+		meta["count."+name] = strconv.Itoa(n)
+		meta["weight."+name] = strconv.FormatFloat(sum.Weights[name], 'g', -1, 64)
+	}
+	tmp := filepath.Join(sd, fmt.Sprintf(".%d.tmp", v))
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("hub: fedavg: %w", err)
+	}
+	err = tensorfile.WriteSafetensors(f, sum.Tensors, meta)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(sd, fmt.Sprintf("%d.safetensors", v)))
+	}
+	if err != nil {
+		return fmt.Errorf("hub: fedavg: round %d's sum: %w", v, err)
+	}
+	return nil
 }
 
 // readVersion reads version v of dir whole.

@@ -16,6 +16,7 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
 // fedClient runs one client of TestFedAvg for rounds: it waits for the
@@ -145,8 +146,8 @@ func TestFedAvg(t *testing.T) {
 		t.Fatalf("hub started again holds %+v", vs)
 	}
 	ents, _ := os.ReadDir(dir)
-	if len(ents) != 4 {
-		t.Errorf("directory holds %d entries, want the 4 versions only", len(ents))
+	if len(ents) != 5 || ents[0].Name() != ".journal-4" {
+		t.Errorf("directory holds %v, want the 4 versions and the journal of round 4", ents)
 	}
 	if err := RunFedAvg(ctx, h2, FedAvgConfig{Dir: filepath.Join(dir, "none"), Clients: 1}); err == nil {
 		t.Error("a missing directory: no error")
@@ -200,5 +201,88 @@ func TestUploadDensities(t *testing.T) {
 	// Density 1: the updates whole, float32.
 	if whole := sent(&fixedDensity{d: 1}); whole < 5*4096*4 || whole > 5*(4096*4+512) {
 		t.Fatalf("at density 1: %d bytes for 5 float32 updates of 4096", whole)
+	}
+}
+
+// TestFedAvgJournal: an aggregator killed in the middle of a round (two of
+// three updates acknowledged) and started again on its directory counts
+// the two again from its journal, a torn record at the journal's end
+// aside, and the round's sum is that of the three updates, each once.
+func TestFedAvgJournal(t *testing.T) {
+	dir := t.TempDir()
+	m := model(3, 1)
+	if err := WriteVersionDir(dir, 1, m); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, _ := New()
+	c, _ := serve(t, h)
+	actx, kill := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- RunFedAvg(actx, h, FedAvgConfig{Dir: dir, Clients: 3, Rounds: 1, KeepSums: true}) }()
+	for i, add := range []float32{1, 2} {
+		if err := fedClient(ctx, c, []uint64{1}, add, float32(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kill()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	// The process died writing a third record.
+	f, err := os.OpenFile(journalPath(dir, 1), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte{200, 0, 0, 0, 1, 2, 3, 4, 5})
+	f.Close()
+
+	h2, _ := New()
+	c2, _ := serve(t, h2)
+	go func() { done <- RunFedAvg(ctx, h2, FedAvgConfig{Dir: dir, Clients: 3, Rounds: 1, KeepSums: true}) }()
+	if err := fedClient(ctx, c2, []uint64{1}, 3, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	v2, err := readVersion(dir, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mean = (1*1 + 2*2 + 3*3) / 6.0
+	for i, x := range v2 {
+		want, got := f32s(m[i]), f32s(x)
+		for j := range got {
+			if d := got[j] - (want[j] + mean); d > 1e-5 || d < -1e-5 {
+				t.Fatalf("%s[%d] = %v, want %v", x.Name, j, got[j], want[j]+mean)
+			}
+		}
+	}
+	if vs, _ := Versions(dir); !slices.Equal(vs, []uint64{1, 2}) {
+		t.Fatalf("versions %v", vs)
+	}
+	sf, err := tensorfile.OpenSafetensorsFile(filepath.Join(dir, "sums", "1.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sf.Close()
+	for _, x := range m {
+		s, err := sf.Read(x.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range f32s(s) {
+			if v != 14 {
+				t.Fatalf("%s: sum %v, want 14", x.Name, v)
+			}
+		}
+		if meta := sf.Metadata(); meta["count."+x.Name] != "3" || meta["weight."+x.Name] != "6" {
+			t.Fatalf("metadata %v", meta)
+		}
+	}
+	if _, err := os.Stat(journalPath(dir, 1)); !os.IsNotExist(err) {
+		t.Errorf("the journal of round 1 is still there: %v", err)
 	}
 }

@@ -42,6 +42,7 @@ type Hub struct {
 	order    []uint64          // published versions, oldest first
 	rounds   map[uint64]*round // upload accumulators
 	closed   uint64            // rounds below this are closed (CloseRound)
+	journal  *journal          // RunFedAvg's record of the open round's updates, or nil
 
 	retention int
 	chunk     int

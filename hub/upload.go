@@ -57,8 +57,10 @@ func (h *Hub) round(id uint64) (*round, error) {
 // add decodes frame, one tensor's update, and adds weight times it into
 // the round's sum of that tensor: a sparse or quantized frame is added as
 // it is decoded, without a dense copy. A new sum is charged to b. It
-// returns the tensor's name.
-func (r *round) add(recv *gradient.Receiver, frame []byte, weight float32, b *budget.Budget) (string, error) {
+// returns the tensor's name. Once added, record (when not nil) is called
+// before the round's lock is let go; when it fails, the update is taken
+// out again and its error returned.
+func (r *round) add(recv *gradient.Receiver, frame []byte, weight float32, b *budget.Budget, record func() error) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -94,6 +96,16 @@ func (r *round) add(recv *gradient.Receiver, frame []byte, weight float32, b *bu
 	}
 	if n != len(frame) {
 		return name, fmt.Errorf("%w: hub: an upload message holds %d bytes after its frame", codec.ErrCorrupt, len(frame)-n)
+	}
+	if record != nil {
+		if err := record(); err != nil {
+			// Take it out: the client is told it was not counted.
+			recv.Add(frame, -weight, func(nm string, _ []int64) ([]float32, error) {
+				v, _ := codec.View[float32](r.sums[nm])
+				return v, nil
+			})
+			return name, err
+		}
 	}
 	r.counts[name]++
 	r.weight[name] += float64(weight)
@@ -275,7 +287,14 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 	}
 	r, err := h.round(m.Round)
 	if err == nil {
-		_, err = r.add(recv, m.Frame, w, h.budget)
+		h.mu.Lock()
+		j := h.journal
+		h.mu.Unlock()
+		var record func() error
+		if j != nil {
+			record = func() error { return j.record(m) }
+		}
+		_, err = r.add(recv, m.Frame, w, h.budget, record)
 	}
 	if err != nil {
 		return h.refuseUpdate(seq, err)
