@@ -187,10 +187,15 @@ func TestUploadDensities(t *testing.T) {
 	spec, _ := gradient.Parse("topk(0.01)")
 	sent := func(ch DensityChooser) int64 {
 		before := h.Stats().UpdateBytes
-		if err := Upload(context.Background(), c, gradient.NewOutbox(nil), UploadRequest{Round: 1, Spec: spec, Densities: ch, Within: time.Second}, grads(1)); err != nil {
+		var committed int64
+		req := UploadRequest{Round: 1, Spec: spec, Densities: ch, Within: time.Second, OnCommit: func(f []byte) { committed += int64(len(f)) }}
+		if err := Upload(context.Background(), c, gradient.NewOutbox(nil), req, grads(1)); err != nil {
 			t.Fatal(err)
 		}
-		return h.Stats().UpdateBytes - before
+		if n := h.Stats().UpdateBytes - before; n != committed {
+			t.Fatalf("the hub counted %d bytes, OnCommit saw %d", n, committed)
+		}
+		return committed
 	}
 	own := sent(nil)
 	fd := &fixedDensity{d: 0.2}
@@ -284,5 +289,32 @@ func TestFedAvgJournal(t *testing.T) {
 	}
 	if _, err := os.Stat(journalPath(dir, 1)); !os.IsNotExist(err) {
 		t.Errorf("the journal of round 1 is still there: %v", err)
+	}
+}
+
+// TestUploadDuplicate: a peer's second update of a tensor in a round is
+// refused (AlreadyExists) and not counted; in another round, or from
+// another peer, it is.
+func TestUploadDuplicate(t *testing.T) {
+	h, _ := New()
+	c, _ := serve(t, h)
+	up := func(round uint64, peer string, ts []*codec.Tensor) error {
+		return Upload(context.Background(), c, gradient.NewOutbox(nil), UploadRequest{Round: round, Peer: peer}, ts)
+	}
+	g := grads(1)
+	if err := up(1, "a", g[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := up(1, "a", g[1:3]); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("a second update from the same peer: %v", err)
+	}
+	for _, err := range []error{up(1, "b", g[1:3]), up(2, "a", g[1:3]), up(1, "", g[:1]), up(1, "", g[:1])} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum, _ := h.Sum(1)
+	if sum.Counts[g[0].Name] != 3 || sum.Counts[g[1].Name] != 2 || sum.Counts[g[2].Name] != 1 || h.Stats().DuplicateUpdates != 1 {
+		t.Fatalf("counts %v, %d duplicates", sum.Counts, h.Stats().DuplicateUpdates)
 	}
 }

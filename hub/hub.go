@@ -65,6 +65,7 @@ type Hub struct {
 	uploads     atomic.Int64 // upload streams open
 	badUpdates  [2]atomic.Int64
 	lateUpdates atomic.Int64 // refused: their round was closed
+	dupUpdates  atomic.Int64 // refused: the peer's update of the tensor was counted
 	recipes     accounts     // segment bytes before and after coding, by recipe
 	peers       accounts     // chunks and bytes sent, by client host
 }
@@ -88,6 +89,9 @@ type Stats struct {
 	// LateUpdates were refused because CloseRound had ended their round
 	// (FailedPrecondition): their clients keep them for a later round.
 	LateUpdates int64
+	// DuplicateUpdates were refused because the peer's update of the
+	// tensor was already counted in the round (AlreadyExists).
+	DuplicateUpdates int64
 	// Recipes: by recipe (its text, or "raw"), the bytes of the segments
 	// it coded, before (In) and after (Out); each chunk is counted when it
 	// is encoded, not each time the cache serves it. Peers: by client
@@ -108,8 +112,8 @@ func (h *Hub) Stats() Stats {
 		BytesSent: h.bytesSent.Load(), RawBytesSent: h.rawSent.Load(), Encodes: h.encodes.Load(), CacheHits: h.cache.hits.Load(),
 		EncodeSeconds: float64(h.encodeNanos.Load()) / 1e9, Updates: h.updates.Load(), UpdateBytes: h.updateBytes.Load(),
 		ActiveUploads: h.uploads.Load(), MalformedUpdates: h.badUpdates[0].Load(), OversizedUpdates: h.badUpdates[1].Load(),
-		LateUpdates: h.lateUpdates.Load(),
-		Recipes:     h.recipes.snapshot(), Peers: h.peers.snapshot(),
+		LateUpdates: h.lateUpdates.Load(), DuplicateUpdates: h.dupUpdates.Load(),
+		Recipes: h.recipes.snapshot(), Peers: h.peers.snapshot(),
 		Versions: n, Memory: h.budget.Stats(),
 	}
 }

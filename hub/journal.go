@@ -97,7 +97,7 @@ func (h *Hub) replay(f *os.File, id uint64) (n int, good int64, err error) {
 		if err != nil {
 			return n, good, err
 		}
-		if _, err := rd.add(recv, m.Frame, m.Weight, h.budget, nil); err != nil {
+		if _, err := rd.add(recv, m.Peer, m.Frame, weightOf(&m), h.budget, nil); err != nil {
 			return n, good, fmt.Errorf("hub: journal record at %d: %w", good, err)
 		}
 		h.updates.Add(1)

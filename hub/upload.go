@@ -29,8 +29,18 @@ type round struct {
 	sums    map[string]*codec.Tensor // float32 sums
 	counts  map[string]int
 	weight  map[string]float64
-	charges []*budget.Charge // the sums' memory, until DropRound
+	from    map[peerTensor]bool // the updates counted, by peer (when named)
+	charges []*budget.Charge    // the sums' memory, until DropRound
 }
+
+// peerTensor names one peer's update of one tensor.
+type peerTensor struct{ peer, tensor string }
+
+// ErrDuplicate is wrapped by the error of a second update of a tensor
+// from the same peer in a round (AlreadyExists on the wire): the first is
+// counted, this one is not. A client that died after sending an update
+// and before reading its acknowledgement learns so that it was counted.
+var ErrDuplicate = errors.New("hub: the peer's update of this tensor is already counted in the round")
 
 // ErrRoundClosed is wrapped by the error of an update to a round that
 // CloseRound ended (FailedPrecondition on the wire): it was not counted,
@@ -48,7 +58,7 @@ func (h *Hub) round(id uint64) (*round, error) {
 	}
 	r := h.rounds[id]
 	if r == nil {
-		r = &round{sums: map[string]*codec.Tensor{}, counts: map[string]int{}, weight: map[string]float64{}}
+		r = &round{sums: map[string]*codec.Tensor{}, counts: map[string]int{}, weight: map[string]float64{}, from: map[peerTensor]bool{}}
 		h.rounds[id] = r
 	}
 	return r, nil
@@ -60,7 +70,9 @@ func (h *Hub) round(id uint64) (*round, error) {
 // returns the tensor's name. Once added, record (when not nil) is called
 // before the round's lock is let go; when it fails, the update is taken
 // out again and its error returned.
-func (r *round) add(recv *gradient.Receiver, frame []byte, weight float32, b *budget.Budget, record func() error) (string, error) {
+// A named peer's second update of a tensor in the round is refused
+// (ErrDuplicate) before any of it is added.
+func (r *round) add(recv *gradient.Receiver, peer string, frame []byte, weight float32, b *budget.Budget, record func() error) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -69,6 +81,9 @@ func (r *round) add(recv *gradient.Receiver, frame []byte, weight float32, b *bu
 	var name string
 	n, err := recv.Add(frame, weight, func(nm string, shape []int64) ([]float32, error) {
 		name = nm
+		if peer != "" && r.from[peerTensor{peer, nm}] {
+			return nil, fmt.Errorf("%w: %q from %q", ErrDuplicate, nm, peer)
+		}
 		s := r.sums[nm]
 		if s == nil {
 			var elems int64 = 1
@@ -109,6 +124,9 @@ func (r *round) add(recv *gradient.Receiver, frame []byte, weight float32, b *bu
 	}
 	r.counts[name]++
 	r.weight[name] += float64(weight)
+	if peer != "" {
+		r.from[peerTensor{peer, name}] = true
+	}
 	return name, nil
 }
 
@@ -281,10 +299,7 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 	if err := oneFrame(m.Frame); err != nil {
 		return h.refuseUpdate(seq, err)
 	}
-	w := m.Weight
-	if w == 0 {
-		w = 1
-	}
+	w := weightOf(m)
 	r, err := h.round(m.Round)
 	if err == nil {
 		h.mu.Lock()
@@ -294,7 +309,7 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 		if j != nil {
 			record = func() error { return j.record(m) }
 		}
-		_, err = r.add(recv, m.Frame, w, h.budget, record)
+		_, err = r.add(recv, m.Peer, m.Frame, w, h.budget, record)
 	}
 	if err != nil {
 		return h.refuseUpdate(seq, err)
@@ -302,6 +317,14 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 	h.updates.Add(1)
 	h.updateBytes.Add(int64(len(m.Frame)))
 	return nil
+}
+
+// weightOf is an upload message's weight in the sum: 0 means 1.
+func weightOf(m *hubpb.UploadMessage) float32 {
+	if m.Weight == 0 {
+		return 1
+	}
+	return m.Weight
 }
 
 // oneFrame checks, from its header alone, that an upload message is one
@@ -325,6 +348,10 @@ func (h *Hub) refuseUpdate(seq uint64, err error) error {
 	if errors.Is(err, ErrRoundClosed) {
 		h.lateUpdates.Add(1)
 		return status.Errorf(codes.FailedPrecondition, "hub: upload message %d: %v", seq, err)
+	}
+	if errors.Is(err, ErrDuplicate) {
+		h.dupUpdates.Add(1)
+		return status.Errorf(codes.AlreadyExists, "hub: upload message %d: %v", seq, err)
 	}
 	if errors.Is(err, codec.ErrLimit) || errors.Is(err, budget.ErrExhausted) {
 		h.badUpdates[1].Add(1)
@@ -352,7 +379,9 @@ const (
 type UploadRequest struct {
 	Round  uint64  // the round whose sum the updates go into
 	Weight float32 // their weight in the sum (0: 1)
-	Peer   string  // who sends them (the hub's bookkeeping)
+	// Peer names who sends them: the hub counts one update per peer and
+	// tensor in a round (a second is refused, AlreadyExists).
+	Peer string
 	// Spec compresses every update. When it is nil, Profile picks each
 	// update's compressor: the first gradient compressor of the rule its
 	// tensor matches, dense float32 where that rule lists none (or there
@@ -370,6 +399,11 @@ type UploadRequest struct {
 	// not the bottleneck, compressing only costs time).
 	Densities DensityChooser
 	Within    time.Duration
+	// OnCommit, if not nil, is called with each update's frame once the
+	// hub has acknowledged it (counted it in the round's sum), before the
+	// next acknowledgement is read: a client's own record of what it
+	// committed.
+	OnCommit func(frame []byte)
 }
 
 // DensityChooser chooses the density of gradient updates from the link
@@ -446,7 +480,7 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req Upl
 	// Every update is compressed (and staged in ob) before the first is
 	// sent, so that when the stream breaks each one is either counted or
 	// back in the residual, whatever the point of the break.
-	u := &uploader{st: st, ob: ob, frames: make([][]byte, len(updates))}
+	u := &uploader{st: st, ob: ob, frames: make([][]byte, len(updates)), onCommit: req.OnCommit}
 	for i, x := range updates {
 		d, spec := req.density(x), req.spec(x)
 		if d >= 1 {
@@ -472,6 +506,7 @@ type uploader struct {
 	ob          *gradient.Outbox
 	frames      [][]byte
 	sent, acked int
+	onCommit    func([]byte)
 }
 
 // inflight is the bytes sent and not acknowledged.
@@ -493,6 +528,9 @@ func (u *uploader) recvAck() error {
 		return fmt.Errorf("%w: hub: acknowledgement %d after %d", codec.ErrCorrupt, a.Seq, u.acked)
 	}
 	u.ob.Accept(1)
+	if u.onCommit != nil {
+		u.onCommit(u.frames[u.acked])
+	}
 	u.acked++
 	return nil
 }
