@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
@@ -39,8 +40,9 @@ type FedAvgConfig struct {
 	// published.
 	Rounds int
 	// KeepSums writes each round's sum to Dir/sums/ROUND.safetensors (its
-	// counts and weights in the metadata): what the round counted, to
-	// check against what the clients committed.
+	// counts, weights and peers in the metadata: "count.T", "weight.T",
+	// "peers.T" for tensor T): what the round counted, to check against
+	// what the clients committed.
 	KeepSums bool
 	// Poll is how often the round's counts are looked at (default 5 ms).
 	Poll time.Duration
@@ -244,6 +246,7 @@ func writeSum(dir string, v uint64, sum RoundSum) error {
 	for name, n := range sum.Counts {
 		meta["count."+name] = strconv.Itoa(n)
 		meta["weight."+name] = strconv.FormatFloat(sum.Weights[name], 'g', -1, 64)
+		meta["peers."+name] = strings.Join(sum.Peers[name], ",")
 	}
 	tmp := filepath.Join(sd, fmt.Sprintf(".%d.tmp", v))
 	f, err := os.Create(tmp)

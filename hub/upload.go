@@ -132,9 +132,10 @@ func (r *round) add(recv *gradient.Receiver, peer string, frame []byte, weight f
 
 // RoundSum is what a round's uploads add up to.
 type RoundSum struct {
-	Tensors []*codec.Tensor    // the weighted sums, float32, by name
-	Counts  map[string]int     // updates counted per tensor
-	Weights map[string]float64 // their total weight per tensor
+	Tensors []*codec.Tensor     // the weighted sums, float32, by name
+	Counts  map[string]int      // updates counted per tensor
+	Weights map[string]float64  // their total weight per tensor
+	Peers   map[string][]string // the named peers whose update of the tensor was counted, sorted
 }
 
 // Sum returns a copy of round id's sums so far (ok false when nothing was
@@ -148,7 +149,13 @@ func (h *Hub) Sum(id uint64) (RoundSum, bool) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := RoundSum{Counts: map[string]int{}, Weights: map[string]float64{}}
+	out := RoundSum{Counts: map[string]int{}, Weights: map[string]float64{}, Peers: map[string][]string{}}
+	for pt := range r.from {
+		out.Peers[pt.tensor] = append(out.Peers[pt.tensor], pt.peer)
+	}
+	for _, ps := range out.Peers {
+		slices.Sort(ps)
+	}
 	for name, s := range r.sums {
 		c := *s
 		c.Data = slices.Clone(s.Data)
@@ -404,6 +411,10 @@ type UploadRequest struct {
 	// next acknowledgement is read: a client's own record of what it
 	// committed.
 	OnCommit func(frame []byte)
+	// OnSend, if not nil, is called with each update's frame before it is
+	// sent: with OnCommit, a client's record of what the hub may have
+	// counted when the client dies before the acknowledgement comes.
+	OnSend func(frame []byte)
 }
 
 // DensityChooser chooses the density of gradient updates from the link
@@ -543,6 +554,9 @@ func (u *uploader) sendAll(req UploadRequest) error {
 			if err := u.recvAck(); err != nil {
 				return err
 			}
+		}
+		if req.OnSend != nil {
+			req.OnSend(frame)
 		}
 		msg := &hubpb.UploadMessage{Round: req.Round, Weight: req.Weight, Peer: req.Peer, Frame: frame}
 		if err := u.st.Send(msg); err != nil {

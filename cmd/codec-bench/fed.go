@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub"
 	"github.com/tensorpress/tensorpress/internal/rateplot"
+	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
 const fedText = `fed runs a federation of processes and measures the time each way of
@@ -60,21 +62,31 @@ const fedRowsDefault = "dense; rpc; flare-int8; tp:topk(0.01,warmup=12) | idx:de
 
 // fedResult is one row on one seed.
 type fedResult struct {
-	Row         string      `json:"row"`
-	Seed        uint64      `json:"seed"`
-	Accuracy    float64     `json:"accuracy"`   // final
-	Times       []float64   `json:"times"`      // seconds from the start to each version's publication (version 1: 0)
-	Accuracies  []float64   `json:"accuracies"` // each version's test accuracy
-	BytesUp     int64       `json:"bytes_up"`   // all clients, all rounds
-	BytesDown   int64       `json:"bytes_down"`
-	HubCPU      float64     `json:"hub_cpu_seconds"`
-	HubPeakRSS  int64       `json:"hub_peak_rss"`
-	Late        int         `json:"late_updates"` // client rounds whose update came after the round closed
-	Wall        float64     `json:"wall_seconds"`
-	Densities   [][]float64 `json:"densities,omitempty"` // auto: per round, each client's density
-	UpRates     [][]float64 `json:"uplink_estimates,omitempty"`
-	PhaseMeans  [3]float64  `json:"phase_seconds"` // mean fetch, train, upload per client round
-	clientLines [][]fedClientLine
+	Row        string    `json:"row"`
+	Seed       uint64    `json:"seed"`
+	Accuracy   float64   `json:"accuracy"`   // final
+	Times      []float64 `json:"times"`      // seconds from the start to each version's publication (version 1: 0)
+	Accuracies []float64 `json:"accuracies"` // each version's test accuracy
+	BytesUp    int64     `json:"bytes_up"`   // all clients, all rounds
+	BytesDown  int64     `json:"bytes_down"`
+	HubCPU     float64   `json:"hub_cpu_seconds"`
+	HubPeakRSS int64     `json:"hub_peak_rss"`
+	Late       int       `json:"late_updates"` // client rounds whose update came after the round closed
+	// Faults: processes killed and started again.
+	HubRestarts    int `json:"hub_restarts,omitempty"`
+	ClientRestarts int `json:"client_restarts,omitempty"`
+	// The sum check (fedCheckSums): the updates the hub counted (tensors
+	// of all rounds), those the clients saw acknowledged (fewer only
+	// where a killed client never read the acknowledgement), and the
+	// largest difference of the sums, relative to the largest value.
+	CountedUpdates   int         `json:"counted_updates"`
+	CommittedUpdates int         `json:"committed_updates"`
+	SumError         float64     `json:"sum_relative_error"`
+	Wall             float64     `json:"wall_seconds"`
+	Densities        [][]float64 `json:"densities,omitempty"` // auto: per round, each client's density
+	UpRates          [][]float64 `json:"uplink_estimates,omitempty"`
+	PhaseMeans       [3]float64  `json:"phase_seconds"` // mean fetch, train, upload per client round
+	clientLines      [][]fedClientLine
 }
 
 func cmdFed(args []string, stdout, stderr io.Writer) error {
@@ -97,9 +109,11 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 	quorum := f.Int("quorum", 0, "updates that end a round (0: every client)")
 	deadline := f.Duration("deadline", 0, "a round's `deadline` after its version is published (0: none; the quorum ends it)")
 	within := f.Duration("within", time.Second, "auto rows: the `time` an update should take to reach the hub")
-	densities := f.String("densities", "0.003,0.01,0.03,0.1,0.3,1", "auto rows: the `densities` the autotuner chooses among")
+	densities := f.String("densities", "0.003,0.01,0.03,0.1,0.3", "auto rows: the `densities` the autotuner chooses among (1: the update whole, dense float32)")
 	downRecipe := f.String("down-recipe", "int8(4096) | q:huff0", "tp: and auto: rows: the hub's `recipe` for the deltas it sends")
 	target := f.Float64("target", 0, "target test accuracy in `percent` (0: the first row's final accuracy less 1)")
+	hubKill := f.Int("kill-hub", 0, "the fault: kill the hub once `round` R is done, and start it again on its directory")
+	clientKill := f.String("kill-client", "", "the fault: client `C:R` kills itself in the middle of its upload of round R and is started again")
 	drop := f.String("rate-drop", "", "`C:FROM-TO:F`: the links of clients 0..C-1 are F times slower in rounds FROM to TO")
 	trainLimit := f.Int("train-limit", 0, "use the first `n` training images (0: all 60000)")
 	testLimit := f.Int("test-limit", 0, "evaluate on the first `n` test images (0: all 10000)")
@@ -145,6 +159,16 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 		if cfg.Drop, err = parseDrop(*drop); err != nil {
 			return err
 		}
+	}
+	cfg.HubKill = *hubKill
+	if *clientKill != "" {
+		if n, err := fmt.Sscanf(*clientKill, "%d:%d", &cfg.Kill.Client, &cfg.Kill.Round); err != nil || n != 2 ||
+			cfg.Kill.Client < 0 || cfg.Kill.Client >= cfg.Clients || cfg.Kill.Round < 1 || cfg.Kill.Round > cfg.Rounds {
+			return usagef("--kill-client %q: want CLIENT:ROUND, a client of the run in one of its rounds", *clientKill)
+		}
+	}
+	if cfg.HubKill < 0 || cfg.HubKill >= cfg.Rounds {
+		return usagef("--kill-hub %d: want a round before the last", cfg.HubKill)
 	}
 	ds, err := parseDensities(*densities)
 	if err != nil {
@@ -274,6 +298,7 @@ func parseDrop(s string) (fedDrop, error) {
 // version 1, starts the hub and the clients, and evaluates every version
 // once they are done.
 func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, error) {
+	stderr = &lockedWriter{w: stderr} // the clients' goroutines write too
 	dir, err := os.MkdirTemp("", "codec-bench-fed-")
 	if err != nil {
 		return nil, err
@@ -291,79 +316,91 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 	if err != nil {
 		return nil, err
 	}
-	hubCmd, hubIn, hubOut, err := fedStart(self, "hub", cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer hubCmd.Process.Kill()
-	addr, err := hubOut.ReadString('\n')
-	if err != nil {
-		hubCmd.Wait()
-		return nil, fmt.Errorf("the hub process: %w", err)
-	}
-	cfg.Addr = strings.TrimSpace(addr)
-	var start time.Time // when every client is ready
 	res := &fedResult{Row: cfg.Row.Name, Seed: cfg.Seed, Times: []float64{0}, clientLines: make([][]fedClientLine, cfg.Clients)}
 	hubLines := make(chan fedHubLine, cfg.Rounds+2)
-	hubErr := make(chan error, 1)
-	go func() {
-		dec := json.NewDecoder(hubOut)
-		for {
-			var l fedHubLine
-			if err := dec.Decode(&l); err != nil {
-				close(hubLines)
-				if err == io.EOF {
-					err = nil
-				}
-				hubErr <- err
-				return
-			}
-			hubLines <- l
-		}
-	}()
+	hubs := &fedHubs{self: self, lines: hubLines}
+	defer hubs.kill()
+	if err := hubs.start(cfg); err != nil {
+		return nil, err
+	}
+	cfg.Addr = hubs.addr
+	var start time.Time // when every client is ready
 	var wg sync.WaitGroup
 	errs := make([]error, cfg.Clients)
-	ins := make([]io.WriteCloser, cfg.Clients)
 	var ready sync.WaitGroup
 	ready.Add(cfg.Clients)
+	gate := make(chan struct{}) // closed at the start
+	var procs sync.Mutex
+	var running []*exec.Cmd
 	for i := range cfg.Clients {
-		cmd, in, out, err := fedStart(self, fmt.Sprint("client ", i), cfg)
-		if err != nil {
-			return nil, err
-		}
-		defer cmd.Process.Kill()
-		ins[i] = in
 		wg.Go(func() {
-			dec := json.NewDecoder(out)
-			var l fedClientLine
-			if err := dec.Decode(&l); err != nil || !l.Ready {
-				errs[i] = fmt.Errorf("client %d did not get ready (%v)", i, err)
-				ready.Done()
-				cmd.Wait()
-				return
-			}
-			ready.Done()
-			for {
-				var l fedClientLine
-				if err := dec.Decode(&l); err != nil {
-					if err != io.EOF {
-						errs[i] = err
+			c := cfg
+			for attempt := 0; ; attempt++ {
+				cmd, in, out, err := fedStart(self, fmt.Sprint("client ", i), c)
+				if err != nil {
+					errs[i] = err
+					if attempt == 0 {
+						ready.Done()
 					}
-					break
+					return
 				}
-				res.clientLines[i] = append(res.clientLines[i], l)
-			}
-			if err := cmd.Wait(); err != nil && errs[i] == nil {
+				procs.Lock()
+				running = append(running, cmd)
+				procs.Unlock()
+				dec := json.NewDecoder(out)
+				var l fedClientLine
+				if err := dec.Decode(&l); err != nil || !l.Ready {
+					errs[i] = fmt.Errorf("client %d did not get ready (%v)", i, err)
+					if attempt == 0 {
+						ready.Done()
+					}
+					cmd.Wait()
+					return
+				}
+				if attempt == 0 {
+					ready.Done()
+					<-gate
+				}
+				in.Write([]byte("go\n"))
+				in.Close()
+				for {
+					var l fedClientLine
+					if err := dec.Decode(&l); err != nil {
+						if err != io.EOF {
+							errs[i] = err
+						}
+						break
+					}
+					res.clientLines[i] = append(res.clientLines[i], l)
+				}
+				err = cmd.Wait()
+				if err == nil {
+					return
+				}
+				if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL &&
+					c.Kill.Round > 0 && c.Kill.Client == i && !c.Resume {
+					// The fault: killed in the middle of its upload. Start
+					// it again.
+					fmt.Fprintf(stderr, "  client %d killed in the middle of its upload of round %d: started again\n", i, c.Kill.Round)
+					res.ClientRestarts++
+					c.Resume = true
+					continue
+				}
 				errs[i] = fmt.Errorf("client %d: %w", i, err)
+				return
 			}
 		})
 	}
+	defer func() {
+		procs.Lock()
+		for _, c := range running {
+			c.Process.Kill()
+		}
+		procs.Unlock()
+	}()
 	ready.Wait()
 	start = time.Now()
-	for _, in := range ins {
-		in.Write([]byte("go\n"))
-		in.Close()
-	}
+	close(gate)
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	var last fedHubLine
@@ -371,21 +408,31 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 		t := time.Unix(0, l.End).Sub(start).Seconds()
 		res.Times = append(res.Times, t)
 		fmt.Fprintf(stderr, "  round %d: %d updates, %.1f s\n", l.Round, l.Updates, t)
+		if cfg.HubKill > 0 && l.Round == uint64(cfg.HubKill) && res.HubRestarts == 0 {
+			// The fault: the hub killed between rounds, started again on
+			// its directory.
+			res.HubRestarts++
+			fmt.Fprintf(stderr, "  hub killed after round %d: started again\n", l.Round)
+			c := cfg
+			c.Listen = hubs.addr
+			if err := hubs.restart(c); err != nil {
+				hubs.err = err
+			}
+		}
 	}
 	for running := true; running; {
 		select {
-		case l, ok := <-hubLines:
-			if !ok {
-				running = false
-				break
+		case l := <-hubLines:
+			if l.Done {
+				last = l
+				continue
 			}
 			progress(l)
 		case <-done:
 			running = false
 		}
 	}
-	<-done
-	hubIn.Close()
+	hubs.stop()
 	for l := range hubLines {
 		if l.Done {
 			last = l
@@ -393,11 +440,8 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 			progress(l)
 		}
 	}
-	if err := <-hubErr; err != nil {
-		return nil, fmt.Errorf("the hub process: %w", err)
-	}
-	if err := hubCmd.Wait(); err != nil {
-		return nil, fmt.Errorf("the hub process: %w", err)
+	if hubs.err != nil {
+		return nil, fmt.Errorf("the hub process: %w", hubs.err)
 	}
 	res.Wall = time.Since(start).Seconds()
 	for _, err := range errs {
@@ -405,10 +449,7 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 			return nil, err
 		}
 	}
-	res.HubCPU, res.HubPeakRSS = last.CPU, last.PeakRSS
-	if ru, ok := hubCmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		res.HubCPU = rusageSeconds(*ru) // all of it, after the last line
-	}
+	res.HubCPU, res.HubPeakRSS = hubs.cpu, last.PeakRSS
 	var phases [3]float64
 	n := 0
 	for r := range cfg.Rounds {
@@ -438,6 +479,9 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 	for i := range phases {
 		res.PhaseMeans[i] = phases[i] / float64(max(n, 1))
 	}
+	if err := fedCheckSums(dir, cfg.Clients, res); err != nil {
+		return nil, err
+	}
 	// Every version's accuracy, read back from the hub's directory.
 	vs, err := hub.Versions(dir)
 	if err != nil {
@@ -462,9 +506,232 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 		return nil, fmt.Errorf("%d versions written, %d published", len(res.Accuracies), len(res.Times))
 	}
 	res.Accuracy = res.Accuracies[len(res.Accuracies)-1]
-	fmt.Fprintf(stderr, "  %.2f%% in %.1f s; %s up, %s down; hub %.1f s CPU, %s peak RSS\n", 100*res.Accuracy, res.Wall,
-		fmtBytes(res.BytesUp), fmtBytes(res.BytesDown), res.HubCPU, fmtBytes(res.HubPeakRSS))
+	fmt.Fprintf(stderr, "  %.2f%% in %.1f s; %s up, %s down; hub %.1f s CPU, %s peak RSS; sum check: %d updates counted, %d committed, relative error %.1e\n",
+		100*res.Accuracy, res.Wall, fmtBytes(res.BytesUp), fmtBytes(res.BytesDown), res.HubCPU, fmtBytes(res.HubPeakRSS),
+		res.CountedUpdates, res.CommittedUpdates, res.SumError)
 	return res, nil
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// fedHubs is the hub process of a run, and those that take its place
+// when it is killed; their lines go to lines.
+type fedHubs struct {
+	self  string
+	lines chan fedHubLine
+	addr  string
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	read  chan error // the current process's lines read
+	cpu   float64    // CPU seconds of the processes ended
+	err   error
+}
+
+func (h *fedHubs) start(cfg fedConfig) error {
+	cmd, in, out, err := fedStart(h.self, "hub", cfg)
+	if err != nil {
+		return err
+	}
+	addr, err := out.ReadString('\n')
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("the hub process: %w", err)
+	}
+	h.cmd, h.in, h.addr, h.read = cmd, in, strings.TrimSpace(addr), make(chan error, 1)
+	go func(read chan error) {
+		dec := json.NewDecoder(out)
+		for {
+			var l fedHubLine
+			if err := dec.Decode(&l); err != nil {
+				if err == io.EOF {
+					err = nil
+				}
+				read <- err
+				return
+			}
+			h.lines <- l
+		}
+	}(h.read)
+	return nil
+}
+
+// wait waits for the current process's end and adds its CPU time.
+func (h *fedHubs) wait() error {
+	rerr := <-h.read
+	err := h.cmd.Wait()
+	if ru, ok := h.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		h.cpu += rusageSeconds(*ru)
+	}
+	if err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// restart kills the hub process and starts another on the same address
+// and directory.
+func (h *fedHubs) restart(cfg fedConfig) error {
+	h.cmd.Process.Kill()
+	h.wait() // killed: its status is no error of the run
+	return h.start(cfg)
+}
+
+// stop ends the hub process (stdin closed: it prints its counters) and
+// closes lines.
+func (h *fedHubs) stop() {
+	h.in.Close()
+	if err := h.wait(); err != nil && h.err == nil {
+		h.err = err
+	}
+	close(h.lines)
+	h.cmd = nil
+}
+
+func (h *fedHubs) kill() {
+	if h.cmd != nil {
+		h.cmd.Process.Kill()
+	}
+}
+
+// fedSumTolerance bounds the sum check's relative error: the hub adds a
+// round's updates in float32 in the order they come, the check in
+// float64.
+const fedSumTolerance = 1e-5
+
+// fedCheckSums checks that the hub counted every update the clients
+// committed, once, and nothing else. The hub's round sums (sums/ROUND)
+// name the peers whose update of each tensor they counted; each client's
+// log holds the frames it sent and those acknowledged. Every
+// acknowledged frame must be counted (none lost); every update counted
+// must be a frame its client sent, acknowledged or, for a client killed
+// before the acknowledgement came, the last it sent of that tensor in
+// that round (the hub counts one per peer, tensor and round: never
+// twice); and the sums of those frames, decoded, must be the hub's, to
+// float32 rounding. A mismatch is the run's error.
+func fedCheckSums(dir string, clients int, res *fedResult) error {
+	type key struct {
+		round  uint64
+		tensor string
+	}
+	logs := make([]map[key]fedRecord, clients)
+	for id := range clients {
+		recs, err := readFedLog(fedLogPath(dir, id))
+		if err != nil {
+			return fmt.Errorf("sum check: %w", err)
+		}
+		m := map[key]fedRecord{}
+		for _, r := range recs {
+			k := key{r.round, r.name}
+			if old, ok := m[k]; ok && old.kind == 'c' {
+				if r.kind == 'c' {
+					return fmt.Errorf("sum check: client %d committed %q of round %d twice", id, r.name, r.round)
+				}
+				continue
+			}
+			if r.kind == 'c' {
+				res.CommittedUpdates++
+			}
+			m[k] = r
+		}
+		logs[id] = m
+	}
+	recv, err := gradient.NewReceiver()
+	if err != nil {
+		return err
+	}
+	var buf []float32
+	decode := func(r fedRecord) ([]float32, error) {
+		_, err := recv.Add(r.frame, r.weight, func(_ string, shape []int64) ([]float32, error) {
+			n := int64(1)
+			for _, d := range shape {
+				n *= d
+			}
+			buf = slices.Grow(buf[:0], int(n))[:n]
+			clear(buf)
+			return buf, nil
+		})
+		return buf, err
+	}
+	ents, err := os.ReadDir(filepath.Join(dir, "sums"))
+	if err != nil {
+		return fmt.Errorf("sum check: %w", err)
+	}
+	var maxDiff, maxVal float64
+	counted := map[key]map[int]bool{}
+	for _, e := range ents {
+		var round uint64
+		if n, _ := fmt.Sscanf(e.Name(), "%d.safetensors", &round); n != 1 {
+			continue
+		}
+		f, err := tensorfile.OpenSafetensorsFile(filepath.Join(dir, "sums", e.Name()))
+		if err != nil {
+			return fmt.Errorf("sum check: %w", err)
+		}
+		meta := f.Metadata()
+		for _, info := range f.Tensors() {
+			t, err := f.Read(info.Name)
+			if err != nil {
+				f.Close()
+				return fmt.Errorf("sum check: %w", err)
+			}
+			hub, _ := codec.View[float32](t)
+			sum := make([]float64, len(hub))
+			k := key{round, t.Name}
+			counted[k] = map[int]bool{}
+			for _, p := range strings.Split(meta["peers."+t.Name], ",") {
+				var id int
+				if n, _ := fmt.Sscanf(p, "client%d", &id); n != 1 || id < 0 || id >= clients || counted[k][id] {
+					f.Close()
+					return fmt.Errorf("sum check: round %d, %q: counted from peer %q", round, t.Name, p)
+				}
+				counted[k][id] = true
+				r, ok := logs[id][k]
+				if !ok {
+					f.Close()
+					return fmt.Errorf("sum check: round %d: the hub counted client %d's %q, which the client never sent", round, id, t.Name)
+				}
+				v, err := decode(r)
+				if err != nil || len(v) != len(sum) {
+					f.Close()
+					return fmt.Errorf("sum check: round %d, client %d's %q: %v", round, id, t.Name, err)
+				}
+				for i, x := range v {
+					sum[i] += float64(x)
+				}
+				res.CountedUpdates++
+			}
+			for i, x := range hub {
+				maxDiff = max(maxDiff, math.Abs(float64(x)-sum[i]))
+				maxVal = max(maxVal, math.Abs(sum[i]))
+			}
+		}
+		f.Close()
+	}
+	for id, m := range logs {
+		for k, r := range m {
+			if r.kind == 'c' && !counted[k][id] {
+				return fmt.Errorf("sum check: round %d: client %d's %q was acknowledged and is not in the hub's sum (lost)", k.round, id, k.tensor)
+			}
+		}
+	}
+	if maxVal > 0 {
+		res.SumError = maxDiff / maxVal
+	}
+	if res.SumError > fedSumTolerance {
+		return fmt.Errorf("sum check: the hub's sums differ from the updates counted by %.2e of the largest value", res.SumError)
+	}
+	return nil
 }
 
 func readVersionDir(dir string, v uint64) ([]*codec.Tensor, error) {

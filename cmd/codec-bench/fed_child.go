@@ -2,16 +2,21 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -100,6 +105,14 @@ type fedConfig struct {
 	RTT  time.Duration `json:"rtt"`
 	Drop fedDrop       `json:"drop"`
 
+	// Faults: client Kill.Client kills itself in the middle of its
+	// upload of round Kill.Round and is started again (Resume); the hub
+	// is killed once version HubKill+1 is published and started again.
+	Kill    fedKill `json:"kill"`
+	HubKill int     `json:"hub_kill,omitempty"`
+	Resume  bool    `json:"resume,omitempty"`
+	Listen  string  `json:"listen,omitempty"` // the hub's address, when started again
+
 	Addr string `json:"addr"` // the hub's, for the clients
 }
 
@@ -110,6 +123,12 @@ type fedDrop struct {
 	From    int     `json:"from,omitempty"`
 	To      int     `json:"to,omitempty"`
 	Factor  float64 `json:"factor,omitempty"`
+}
+
+// fedKill names a client to kill in a round (Round 0: none).
+type fedKill struct {
+	Client int `json:"client"`
+	Round  int `json:"round,omitempty"`
 }
 
 // rates returns client id's link rates in round r.
@@ -164,7 +183,11 @@ func fedHub(cfg fedConfig, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := cfg.Listen
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
@@ -182,7 +205,7 @@ func fedHub(cfg fedConfig, stdin io.Reader, stdout io.Writer) error {
 	agg := make(chan error, 1)
 	go func() {
 		agg <- hub.RunFedAvg(ctx, h, hub.FedAvgConfig{Dir: cfg.Dir, Clients: max(cfg.Quorum, 1), Deadline: cfg.Deadline,
-			ServerLR: cfg.ServerLR, Rounds: cfg.Rounds, OnRound: func(r hub.RoundResult) {
+			ServerLR: cfg.ServerLR, Rounds: cfg.Rounds, KeepSums: true, OnRound: func(r hub.RoundResult) {
 				enc.Encode(fedHubLine{Round: r.Round, Updates: r.Updates, ByDeadline: r.ByDeadline, End: r.End.UnixNano()})
 			}})
 	}()
@@ -230,9 +253,13 @@ type fedClientLine struct {
 
 // fedClient is client id's process: every round it waits for the round's
 // version, fetches it over its link as the row says, trains its shard and
-// uploads its update through the row's compressor. Once its data is
-// loaded and its connection up it prints a ready line and waits for a
-// line on stdin: the start, the same for every client.
+// uploads its update through the row's compressor, recording in its log
+// (fedLog) each frame before it is sent and once it is acknowledged. Once
+// its data is loaded and its connection up it prints a ready line and
+// waits for a line on stdin: the start, the same for every client. A
+// client started again after a kill (cfg.Resume) goes on from the hub's
+// newest round, learning from the hub which of that round's updates it
+// had already counted.
 func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) error {
 	flc, err := cfg.flConfig()
 	if err != nil {
@@ -246,16 +273,22 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 	if err != nil {
 		return err
 	}
+	log, err := openFedLog(fedLogPath(cfg.Dir, id))
+	if err != nil {
+		return err
+	}
+	defer log.close()
 	global := cl.NewModel(cfg.Seed) // its weights come from the hub
-	var link *netsim.Duplex
+	// The link: the connection gRPC dials, again after the hub's
+	// restart, at the round's rates.
+	var links fedLinks
+	links.up, links.down = cfg.rates(id, 1)
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, err
 		}
-		up, down := cfg.rates(id, 1)
-		link = netsim.NewDuplex(c, netsim.Link{Rate: up, Latency: cfg.RTT / 2}, netsim.Link{Rate: down, Latency: cfg.RTT / 2})
-		return link, nil
+		return links.add(c, cfg.RTT), nil
 	}
 	conn, err := grpc.NewClient("passthrough:///"+cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(dial))
@@ -282,7 +315,13 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 	var heldV uint64
 	enc := json.NewEncoder(stdout)
 	conn.Connect()
-	rtt, err := fedAwait(ctx, c, 1)
+	first := uint64(1)
+	if cfg.Resume {
+		if first, err = fedNewest(ctx, c); err != nil {
+			return err
+		}
+	}
+	rtt, err := fedAwait(ctx, c, first)
 	if err != nil {
 		return err
 	}
@@ -292,21 +331,17 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 	if _, err := stdin.ReadString('\n'); err != nil {
 		return fmt.Errorf("waiting for the start: %w", err)
 	}
-	for r := 1; r <= cfg.Rounds; r++ {
+	for r := int(first); r <= cfg.Rounds; r++ {
 		line := fedClientLine{Round: r}
 		ur, dr := cfg.rates(id, r)
 		line.UpRateIs = ur
-		if link != nil {
-			link.SetRates(ur, dr)
-		}
+		links.setRates(ur, dr)
 		took, err := fedAwait(ctx, c, uint64(r))
 		if err != nil {
 			return err
 		}
-		if rtt == 0 || took < rtt {
-			rtt = took
-		}
-		d0, u0 := linkBytes(link)
+		rtt = min(rtt, took)
+		d0, u0 := links.bytes()
 		t0 := time.Now()
 		ts, deltas, err := row.fetch(ctx, c, uint64(r), held, heldV)
 		if err != nil {
@@ -328,22 +363,20 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 		}
 		line.Loss = loss
 		t2 := time.Now()
-		d1, u1 := linkBytes(link)
+		d1, u1 := links.bytes()
 		req := up
 		req.Round, req.Weight, req.Peer = uint64(r), cl.Weight(), fmt.Sprint("client", id)
 		if row.Auto {
 			line.Density = req.density1(update[0])
 		}
 		ob.SetEpoch(float64(r - 1))
-		err = row.send(ctx, c, ob, req, update)
-		switch {
-		case status.Code(err) == codes.FailedPrecondition:
-			line.Late = true
-		case err != nil:
+		kill := cfg.Kill.Client == id && cfg.Kill.Round == r && !cfg.Resume
+		line.Late, err = fedUpload(ctx, c, ob, row, req, update, log, kill)
+		if err != nil {
 			return fmt.Errorf("round %d: upload: %w", r, err)
 		}
 		t3 := time.Now()
-		d2, u2 := linkBytes(link)
+		d2, u2 := links.bytes()
 		line.Fetch, line.Train, line.Upload = t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), t3.Sub(t2).Seconds()
 		line.Down, line.Up = (d1-d0)+(d2-d1), (u1-u0)+(u2-u1)
 		if tuner != nil {
@@ -362,23 +395,127 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 	return nil
 }
 
-func linkBytes(l *netsim.Duplex) (read, written int64) {
-	if l == nil {
-		return 0, 0
+// fedUpload uploads round req.Round's update as the row says, logging
+// every frame before it is sent and once it is acknowledged. When the hub
+// goes away (Unavailable: restarted), it waits for it and sends what was
+// not acknowledged again, from the residual; an update the hub says it
+// already counted (AlreadyExists: sent by this client before a kill) is
+// logged as committed from the log's record of what was sent. late is
+// true when the round closed first: the rest stays in the residual. With
+// kill set, the process kills itself after its first acknowledgement:
+// the fault of a client killed in the middle of an upload.
+func fedUpload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, row fedRow, req autoReq, update []*codec.Tensor,
+	log *fedLog, kill bool) (late bool, err error) {
+	round := req.Round
+	pending := slices.Clone(update)
+	if done := log.committed(round); len(done) > 0 {
+		// Started again: what the process before counted is done.
+		pending = slices.DeleteFunc(pending, func(t *codec.Tensor) bool { return done[t.Name] })
 	}
-	return l.Bytes()
+	for tries := 0; len(pending) > 0; tries++ {
+		acked := 0
+		var name string
+		req.OnSend = func(f []byte) { log.write('s', round, req.Weight, f) }
+		req.OnCommit = func(f []byte) {
+			log.write('c', round, req.Weight, f)
+			acked++
+			if kill {
+				log.close()
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
+		err := row.send(ctx, c, ob, req, pending)
+		if err == nil {
+			return false, nil
+		}
+		pending = pending[acked:]
+		switch status.Code(err) {
+		case codes.FailedPrecondition:
+			return true, nil
+		case codes.AlreadyExists:
+			// pending[0] was counted before: the process that sent it
+			// died before the acknowledgement came. What it sent is in
+			// the log.
+			name = pending[0].Name
+			f, ok := log.sent(round, name)
+			if !ok {
+				return false, fmt.Errorf("the hub counted %q of round %d, which this client's log never sent: %w", name, round, err)
+			}
+			log.write('c', round, req.Weight, f)
+			pending = pending[1:]
+			continue
+		case codes.Unavailable, codes.Canceled, codes.Aborted:
+			if tries > 600 {
+				return false, err
+			}
+			time.Sleep(50 * time.Millisecond)
+		default:
+			return false, err
+		}
+		// Send again what was not acknowledged: zero updates, with which
+		// the residual (where the aborted frames went) goes.
+		for i, t := range pending {
+			z := *t
+			z.Data = make([]byte, len(t.Data))
+			pending[i] = &z
+		}
+	}
+	return false, nil
 }
 
-// fedAwait waits until the hub holds version v, asking every 10 ms, and
-// returns the shortest round trip of its questions.
+// fedLinks are a client's connections to the hub (one, and another after
+// each restart of the hub), all at the same rates.
+type fedLinks struct {
+	mu       sync.Mutex
+	up, down float64
+	all      []*netsim.Duplex
+}
+
+func (l *fedLinks) add(c net.Conn, rtt time.Duration) *netsim.Duplex {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := netsim.NewDuplex(c, netsim.Link{Rate: l.up, Latency: rtt / 2}, netsim.Link{Rate: l.down, Latency: rtt / 2})
+	l.all = append(l.all, d)
+	return d
+}
+
+func (l *fedLinks) setRates(up, down float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.up, l.down = up, down
+	for _, d := range l.all {
+		d.SetRates(up, down)
+	}
+}
+
+// bytes returns the bytes read and written on all the connections.
+func (l *fedLinks) bytes() (read, written int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, d := range l.all {
+		r, w := d.Bytes()
+		read, written = read+r, written+w
+	}
+	return read, written
+}
+
+// fedAwait waits until the hub holds version v, asking every 10 ms (and
+// while the hub is away, restarting), and returns the shortest round trip
+// of its questions.
 func fedAwait(ctx context.Context, c hubpb.HubClient, v uint64) (time.Duration, error) {
 	best := time.Duration(0)
-	for {
+	for away := 0; ; {
 		t := time.Now()
 		rep, err := c.Versions(ctx, &hubpb.VersionsRequest{})
+		if status.Code(err) == codes.Unavailable && away < 600 {
+			away++
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			return 0, err
 		}
+		away = 0
 		if d := time.Since(t); best == 0 || d < best {
 			best = d
 		}
@@ -445,7 +582,10 @@ func (row *fedRow) upload() (autoReq, error) {
 func (row *fedRow) fetch(ctx context.Context, c hubpb.HubClient, v uint64, held map[string]*codec.Tensor, heldV uint64) ([]*codec.Tensor, int, error) {
 	var ts []*codec.Tensor
 	got := func(t *codec.Tensor) error { ts = append(ts, t); return nil }
-	req := hub.Request{Version: v, RequireLossless: row.Down == ""}
+	// A fetch broken by the hub's restart resumes on the hub started
+	// again.
+	req := hub.Request{Version: v, RequireLossless: row.Down == "", Retries: 100, RetryWait: 50 * time.Millisecond,
+		RetryMaxWait: time.Second}
 	if row.PerTensor {
 		// What a client of one RPC per tensor does: ask which tensors
 		// there are, then fetch each alone, whole.
@@ -480,7 +620,8 @@ func (row *fedRow) fetch(ctx context.Context, c hubpb.HubClient, v uint64, held 
 			}
 		}
 		ts = keep
-		r := hub.Request{Version: v, RequireLossless: req.RequireLossless}
+		r := req
+		r.Base, r.BaseTensor = 0, nil
 		r.Specs = []hub.Spec{{Names: be.Names}}
 		_, err = hub.Fetch(ctx, c, r, got)
 	}
@@ -498,4 +639,142 @@ func (row *fedRow) send(ctx context.Context, c hubpb.HubClient, ob *gradient.Out
 		}
 	}
 	return nil
+}
+
+// fedNewest returns the newest version the hub holds, waiting for the hub
+// while it is away.
+func fedNewest(ctx context.Context, c hubpb.HubClient) (uint64, error) {
+	for tries := 0; ; tries++ {
+		rep, err := c.Versions(ctx, &hubpb.VersionsRequest{})
+		if err == nil {
+			var v uint64
+			for _, x := range rep.Versions {
+				v = max(v, x.Version)
+			}
+			if v > 0 {
+				return v, nil
+			}
+		} else if status.Code(err) != codes.Unavailable || tries > 600 {
+			return 0, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// fedLogPath is client id's log in the run's directory.
+func fedLogPath(dir string, id int) string {
+	return filepath.Join(dir, "clients", fmt.Sprintf("%d.log", id))
+}
+
+// fedLog is a client's record of its updates: each frame when it is sent
+// ('s') and when the hub acknowledged it ('c'), as records of a kind
+// byte, the round (uint64), the weight (float32), the frame's length
+// (uint32) and the frame, little-endian. Written as they happen, so a
+// killed client's log holds all but what it was writing.
+type fedLog struct {
+	f    *os.File
+	recs []fedRecord
+}
+
+type fedRecord struct {
+	kind   byte
+	round  uint64
+	weight float32
+	frame  []byte
+	name   string // the frame's tensor
+}
+
+func openFedLog(path string) (*fedLog, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	recs, err := readFedLog(path)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &fedLog{f: f, recs: recs}, nil
+}
+
+// readFedLog reads a log's whole records (a torn one at the end aside).
+func readFedLog(path string) ([]fedRecord, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var recs []fedRecord
+	for len(b) >= 17 {
+		r := fedRecord{kind: b[0], round: binary.LittleEndian.Uint64(b[1:]), weight: math.Float32frombits(binary.LittleEndian.Uint32(b[9:]))}
+		n := int(binary.LittleEndian.Uint32(b[13:]))
+		if n > len(b)-17 {
+			break
+		}
+		r.frame = b[17 : 17+n]
+		name, err := frameTensor(r.frame)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		r.name = name
+		recs = append(recs, r)
+		b = b[17+n:]
+	}
+	return recs, nil
+}
+
+func (l *fedLog) write(kind byte, round uint64, weight float32, frame []byte) {
+	if l.f == nil {
+		return
+	}
+	var hdr [17]byte
+	hdr[0] = kind
+	binary.LittleEndian.PutUint64(hdr[1:], round)
+	binary.LittleEndian.PutUint32(hdr[9:], math.Float32bits(weight))
+	binary.LittleEndian.PutUint32(hdr[13:], uint32(len(frame)))
+	l.f.Write(append(hdr[:], frame...))
+}
+
+// committed returns the tensors whose update of round r the log holds as
+// acknowledged (by the process before).
+func (l *fedLog) committed(r uint64) map[string]bool {
+	m := map[string]bool{}
+	for _, rec := range l.recs {
+		if rec.kind == 'c' && rec.round == r {
+			m[rec.name] = true
+		}
+	}
+	return m
+}
+
+// sent returns the last frame of tensor name the log holds as sent in
+// round r (by the process before).
+func (l *fedLog) sent(r uint64, name string) ([]byte, bool) {
+	for i := len(l.recs) - 1; i >= 0; i-- {
+		if rec := l.recs[i]; rec.kind == 's' && rec.round == r && rec.name == name {
+			return rec.frame, true
+		}
+	}
+	return nil, false
+}
+
+func (l *fedLog) close() {
+	if l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+}
+
+// frameTensor returns the name of the tensor of an update's frame.
+func frameTensor(frame []byte) (string, error) {
+	br := bytes.NewReader(frame)
+	h, _, err := codec.ReadFrameHeader(br, br, codec.Limits{}, nil)
+	if err != nil {
+		return "", err
+	}
+	if len(h.Entries) != 1 {
+		return "", fmt.Errorf("%w: an update frame of %d tensors", codec.ErrCorrupt, len(h.Entries))
+	}
+	return h.Entries[0].Tensor.Name, nil
 }

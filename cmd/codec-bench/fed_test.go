@@ -17,11 +17,14 @@ import (
 // those of each way of moving the model.
 func TestFedMini(t *testing.T) {
 	needFashion(t)
+	if testing.Short() {
+		t.Skip("processes: run once, in the race pass of make test")
+	}
 	dir := t.TempDir()
 	plot := filepath.Join(dir, "fed.svg")
 	const tp = "tp:topk(0.05) | idx:delta,bitpack | val:nf4(64) | *:huff0"
 	const auto = "auto:topk(0.05) | idx:delta,bitpack | val:nf4(64) | *:huff0"
-	out := mustCLI(t, "fed", "--clients", "3", "--rounds", "2", "--train-limit", "3000", "--test-limit", "1000",
+	out := mustCLI(t, "fed", "--clients", "3", "--rounds", "2", "--train-limit", "1500", "--test-limit", "500",
 		"--down", "100Mbit", "--up", "50Mbit", "--rtt", "4ms", "--rows", "dense; rpc; flare-int8; "+tp+"; "+auto,
 		"--json", "-", "--plot", plot)
 	rows := map[string]map[string]any{}
@@ -47,7 +50,7 @@ func TestFedMini(t *testing.T) {
 	}
 	for name, r := range rows {
 		// Two short rounds: dense learns, compressors beat chance.
-		if acc := num(name, "accuracy"); acc < 0.3 || acc > 1 || (name == "dense" || name == "rpc") && acc < 0.6 {
+		if acc := num(name, "accuracy"); acc < 0.3 || acc > 1 || (name == "dense" || name == "rpc") && acc < 0.5 {
 			t.Errorf("%s: accuracy %v", name, acc)
 		}
 		if n := len(r["accuracies"].([]any)); n != 3 || len(r["times"].([]any)) != 3 {
@@ -65,7 +68,9 @@ func TestFedMini(t *testing.T) {
 			t.Errorf("%s: %v bytes up per client round", name, up)
 		}
 	}
-	if num("rpc", "accuracy") != num("dense", "accuracy") {
+	// The same training; the hub adds the updates in the order they
+	// come, so the sums may differ in their last bits.
+	if d := math.Abs(num("rpc", "accuracy") - num("dense", "accuracy")); d > 0.003 {
 		t.Errorf("rpc %v and dense %v train differently", num("rpc", "accuracy"), num("dense", "accuracy"))
 	}
 	if r := num("dense", "bytes_up") / num(tp, "bytes_up"); r < 15 {
@@ -77,7 +82,7 @@ func TestFedMini(t *testing.T) {
 	// The simulator, on the same problem, reaches the dense row's
 	// accuracy: the processes train the same model (the hub divides the
 	// sum by its total weight, which is 1 to float rounding).
-	sim := mustCLI(t, "fl", "--clients", "3", "--rounds", "2", "--seeds", "1", "--train-limit", "3000", "--test-limit", "1000",
+	sim := mustCLI(t, "fl", "--clients", "3", "--rounds", "2", "--seeds", "1", "--train-limit", "1500", "--test-limit", "500",
 		"--server-lr", "1.25", "--compressors", "none", "--json", "-")
 	var fr map[string]any
 	if err := json.Unmarshal([]byte(strings.SplitN(sim, "\n", 2)[0]), &fr); err != nil {
@@ -88,5 +93,42 @@ func TestFedMini(t *testing.T) {
 	}
 	if st, err := os.Stat(plot); err != nil || st.Size() < 1000 {
 		t.Errorf("plot: %v", err)
+	}
+}
+
+// TestFedFaults: the hub killed after round 1 and started again on its
+// directory, a client killed in the middle of its upload of round 2 and
+// started again: the run finishes, and the sum check (in fed itself)
+// finds every acknowledged update counted once, nothing else counted.
+func TestFedFaults(t *testing.T) {
+	needFashion(t)
+	if testing.Short() {
+		t.Skip("processes: run once, in the race pass of make test")
+	}
+	out := mustCLI(t, "fed", "--clients", "3", "--rounds", "3", "--train-limit", "1500", "--test-limit", "500",
+		"--down", "100Mbit", "--up", "50Mbit", "--rtt", "4ms", "--rows", "dense; tp:topk(0.05) | idx:delta,bitpack | val:nf4(64) | *:huff0",
+		"--kill-hub", "1", "--kill-client", "1:2", "--json", "-")
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r fedResult
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		n++
+		if r.HubRestarts != 1 || r.ClientRestarts != 1 {
+			t.Errorf("%s: %d hub restarts, %d client restarts", r.Row, r.HubRestarts, r.ClientRestarts)
+		}
+		// 3 clients, 6 tensors, 3 rounds: every update counted once (a
+		// late one would be carried, not lost, and counted in a later
+		// round: still one per peer, tensor and round).
+		if r.CountedUpdates != 54 || r.CommittedUpdates > r.CountedUpdates || r.CommittedUpdates < 54-6 || r.SumError > 1e-5 {
+			t.Errorf("%s: %d counted, %d committed, sum error %v", r.Row, r.CountedUpdates, r.CommittedUpdates, r.SumError)
+		}
+		if r.Accuracy < 0.3 || len(r.Accuracies) != 4 {
+			t.Errorf("%s: accuracy %v after %d versions", r.Row, r.Accuracy, len(r.Accuracies))
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d rows", n)
 	}
 }

@@ -81,3 +81,6 @@ func (d *Duplex) SetReadDeadline(t time.Time) error { return d.r.SetReadDeadline
 
 // SetWriteDeadline sets the deadline of Write's delivery.
 func (d *Duplex) SetWriteDeadline(t time.Time) error { return d.out.SetWriteDeadline(t) }
+
+// Rates returns the links' rates in bytes per second.
+func (d *Duplex) Rates() (up, down float64) { return d.out.Rate(), d.in.Rate() }

@@ -64,7 +64,10 @@ func TestDuplex(t *testing.T) {
 	if r, w := d.Bytes(); r != down || w != up {
 		t.Errorf("Bytes: %d read, %d written; want %d, %d", r, w, down, up)
 	}
-	d.SetRates(0, 0)
+	d.SetRates(1, 2)
+	if up, down := d.Rates(); up != 1 || down != 2 {
+		t.Errorf("Rates: %v, %v after SetRates(1, 2)", up, down)
+	}
 }
 
 // Closing a Duplex ends its reader goroutine and unblocks a pending Read.
