@@ -44,7 +44,30 @@
 // by the hub into the round's sum as it is decoded (a sparse or quantized
 // frame is not densified), and is committed on the client only when the
 // hub acknowledges it; an upload that breaks leaves every update either
-// counted or in the client's residual.
+// counted or in the client's residual. A named peer (UploadRequest.Peer)
+// has one update per tensor counted in a round: a second is refused
+// (AlreadyExists), which tells a client started again after a kill which
+// of its updates the process before had counted. UploadRequest.Densities
+// chooses each update's density from the client's measured uplink (an
+// autotune.Tuner, for the update to arrive within Within); OnSend and
+// OnCommit let a client keep its own record of what it sent and what was
+// counted.
+//
+// The hub aggregates a federation with RunFedAvg: the newest version of a
+// directory is the global model; a round ends at its quorum of updates
+// (every tensor) or at its deadline, when CloseRound takes its sum and
+// refuses the round's late updates (FailedPrecondition: the client keeps
+// them in its residual for a later round); the model steps by the
+// server's rate times the weighted mean update, and the result is written
+// as the next version (WriteVersionDir: whole before it takes its name)
+// and published. Every update a round counts is recorded in a journal in
+// the directory before the client is told, so an aggregator killed and
+// started again on the directory counts again what its open round had
+// acknowledged, once (a torn record at the journal's end, the one the
+// process died writing, is cut). The journal is written, not synced: it
+// survives the process, not the machine. KeepSums writes each round's sum
+// with the peers it counted, for a check against the clients' records
+// (codec-bench fed does it).
 //
 // Models are published from memory (Publish) or served from files without
 // being held (PublishSafetensors, PublishNpy), reading each file once for

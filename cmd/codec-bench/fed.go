@@ -207,6 +207,9 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 	sum := summarizeFed(results, rows, *target)
 	if *jsonOut != "-" {
 		writeFedTable(stdout, sum, cfg)
+		if cfg.Drop.Factor > 0 {
+			writeFedDrop(stdout, results, cfg)
+		}
 	}
 	if *jsonOut != "" {
 		all := make([]any, len(results))
@@ -890,6 +893,36 @@ func writeFedTable(w io.Writer, sum []*fedSummary, cfg fedConfig) {
 	tw.Flush()
 }
 
+// writeFedDrop prints, for each auto row on its first seed, round by
+// round, the uplink of a client whose link drops and of one whose link
+// does not, each with the density its autotuner chose and the rate its
+// last upload measured.
+func writeFedDrop(w io.Writer, results []*fedResult, cfg fedConfig) {
+	d := cfg.Drop
+	for _, r := range results {
+		if r.Seed != 1 || len(r.Densities) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s: the links of clients 0-%d %gx slower in rounds %d-%d\n", r.Row, d.Clients-1, d.Factor, d.From, d.To)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		other := cfg.Clients - 1
+		fmt.Fprintf(tw, "round\tclient 0 uplink\tdensity\tmeasured\tclient %d uplink\tdensity\tmeasured\t\n", other)
+		for i := range r.Densities {
+			row := fmt.Sprintf("%d\t", i+1)
+			for _, c := range []int{0, other} {
+				if c >= len(r.clientLines) || i >= len(r.clientLines[c]) {
+					row += "-\t-\t-\t"
+					continue
+				}
+				l := r.clientLines[c][i]
+				row += fmt.Sprintf("%s\t%g\t%s\t", fmtRate(l.UpRateIs), l.Density, fmtRate(l.UpRate))
+			}
+			fmt.Fprintln(tw, row)
+		}
+		tw.Flush()
+	}
+}
+
 func fmtRate(bytesPerSecond float64) string {
 	if bytesPerSecond == 0 {
 		return "unshaped"
@@ -897,11 +930,11 @@ func fmtRate(bytesPerSecond float64) string {
 	bits := 8 * bytesPerSecond
 	switch {
 	case bits >= 1e9:
-		return fmt.Sprintf("%g Gbit/s", bits/1e9)
+		return fmt.Sprintf("%.3g Gbit/s", bits/1e9)
 	case bits >= 1e6:
-		return fmt.Sprintf("%g Mbit/s", bits/1e6)
+		return fmt.Sprintf("%.3g Mbit/s", bits/1e6)
 	}
-	return fmt.Sprintf("%g kbit/s", bits/1e3)
+	return fmt.Sprintf("%.3g kbit/s", bits/1e3)
 }
 
 // plotFed draws each row's test accuracy against wall time (means over
