@@ -49,6 +49,14 @@ type FedAvgConfig struct {
 	// OnRound, if not nil, is called after each round's version is
 	// published, with the round's sum.
 	OnRound func(RoundResult)
+	// OnPublish, if not nil, is called with each version RunFedAvg
+	// publishes, the first included, once it is in the hub: to publish it
+	// further (to the NATS relays of a hierarchical federation).
+	OnPublish func(v uint64, model []*codec.Tensor) error
+	// Source, if not nil, gives each round's sum instead of the hub's own
+	// uploads: the partial sums of relays that aggregate their clients
+	// (hierarchical FedAvg), waited for until the source has them all.
+	Source func(ctx context.Context, round uint64) (RoundSum, error)
 	Log     *slog.Logger
 }
 
@@ -76,7 +84,7 @@ type RoundResult struct {
 // crash or a kill, counts again the updates its open round had
 // acknowledged: an acknowledged update is never lost, nor counted twice.
 func RunFedAvg(ctx context.Context, h *Hub, c FedAvgConfig) error {
-	if c.Clients <= 0 {
+	if c.Clients <= 0 && c.Source == nil {
 		return fmt.Errorf("hub: fedavg: %d clients", c.Clients)
 	}
 	if c.MinUpdates <= 0 {
@@ -123,13 +131,34 @@ func RunFedAvg(ctx context.Context, h *Hub, c FedAvgConfig) error {
 	if err := h.Publish(v, model); err != nil {
 		return err
 	}
+	if c.OnPublish != nil {
+		if err := c.OnPublish(v, model); err != nil {
+			return err
+		}
+	}
 	c.Log.Info("fedavg: serving", "version", v, "tensors", len(model), "updates replayed", replayed)
 	for c.Rounds <= 0 || v <= uint64(c.Rounds) {
 		res := RoundResult{Round: v, Version: v + 1, Start: time.Now()}
-		if err := c.wait(ctx, h, model, &res); err != nil {
-			return err
+		var sum RoundSum
+		if c.Source != nil {
+			if sum, err = c.Source(ctx, v); err != nil {
+				return err
+			}
+			res.Updates = math.MaxInt
+			for _, x := range model {
+				res.Updates = min(res.Updates, sum.Counts[x.Name])
+			}
+		} else {
+			names := make([]string, len(model))
+			for i, x := range model {
+				names[i] = x.Name
+			}
+			rc := roundWait{clients: c.Clients, deadline: c.Deadline, minUpdates: c.MinUpdates, poll: c.Poll}
+			if err := rc.wait(ctx, h, names, &res); err != nil {
+				return err
+			}
+			sum, _ = h.CloseRound(v)
 		}
-		sum, _ := h.CloseRound(v)
 		res.Sum = sum
 		if c.KeepSums {
 			if err := writeSum(c.Dir, v, sum); err != nil {
@@ -149,6 +178,11 @@ func RunFedAvg(ctx context.Context, h *Hub, c FedAvgConfig) error {
 		if err := h.Publish(v+1, model); err != nil {
 			return err
 		}
+		if c.OnPublish != nil {
+			if err := c.OnPublish(v+1, model); err != nil {
+				return err
+			}
+		}
 		res.End = time.Now()
 		c.Log.Info("fedavg: round", "round", v, "updates", res.Updates, "deadline", res.ByDeadline,
 			"took", res.End.Sub(res.Start).Round(time.Millisecond))
@@ -160,22 +194,33 @@ func RunFedAvg(ctx context.Context, h *Hub, c FedAvgConfig) error {
 	return nil
 }
 
-// wait returns once round res.Round has its quorum, or its deadline has
-// passed with MinUpdates of every tensor, or ctx ends (its error).
-func (c *FedAvgConfig) wait(ctx context.Context, h *Hub, model []*codec.Tensor, res *RoundResult) error {
-	t := time.NewTicker(c.Poll)
+// roundWait is when a round ends: at its quorum of updates of every
+// tensor (clients), or at its deadline once every tensor has minUpdates.
+type roundWait struct {
+	clients, minUpdates int
+	deadline, poll      time.Duration
+}
+
+// wait returns once round res.Round has its quorum of updates of every
+// tensor named, or its deadline has passed with minUpdates of each, or
+// ctx ends (its error).
+func (c *roundWait) wait(ctx context.Context, h *Hub, names []string, res *RoundResult) error {
+	if c.poll <= 0 {
+		c.poll = 5 * time.Millisecond
+	}
+	t := time.NewTicker(c.poll)
 	defer t.Stop()
 	for {
 		counts := h.Counts(res.Round)
 		least := math.MaxInt
-		for _, x := range model {
-			least = min(least, counts[x.Name])
+		for _, n := range names {
+			least = min(least, counts[n])
 		}
 		res.Updates = least
-		if least >= c.Clients {
+		if least >= c.clients {
 			return nil
 		}
-		if c.Deadline > 0 && least >= c.MinUpdates && time.Since(res.Start) >= c.Deadline {
+		if c.deadline > 0 && least >= max(c.minUpdates, 1) && time.Since(res.Start) >= c.deadline {
 			res.ByDeadline = true
 			return nil
 		}
@@ -185,6 +230,70 @@ func (c *FedAvgConfig) wait(ctx context.Context, h *Hub, model []*codec.Tensor, 
 		case <-t.C:
 		}
 	}
+}
+
+// PartialConfig is how RunPartial sums a relay's rounds.
+type PartialConfig struct {
+	// Clients is a round's quorum: updates of every tensor of its version.
+	Clients int
+	// Deadline, if positive, also ends a round that long after its
+	// version came, once every tensor has MinUpdates updates (default 1).
+	Deadline   time.Duration
+	MinUpdates int
+	// From is the first round (default 1); Rounds, if positive, the last.
+	From, Rounds uint64
+	// Forward receives each round's sum once the round is closed: to
+	// send it on to the origin. An error ends the run.
+	Forward func(ctx context.Context, round uint64, sum RoundSum) error
+	Poll    time.Duration // default 5 ms
+}
+
+// RunPartial sums rounds on h for a relay of a hierarchical federation:
+// for each round, in turn, it waits for the round's version (round N
+// trains from version N, published into h by whoever relays the origin's
+// versions), then for its quorum of uploads (or its deadline), closes it
+// (CloseRound: late updates are refused, kept by their clients) and hands
+// the sum to Forward. Sparse and quantized updates are added as they
+// come, without a dense copy, as in any round of the hub.
+func RunPartial(ctx context.Context, h *Hub, c PartialConfig) error {
+	if c.Clients <= 0 {
+		return fmt.Errorf("hub: partial sums: %d clients", c.Clients)
+	}
+	if c.Forward == nil {
+		return fmt.Errorf("hub: partial sums: no Forward")
+	}
+	if c.From == 0 {
+		c.From = 1
+	}
+	rw := roundWait{clients: c.Clients, deadline: c.Deadline, minUpdates: c.MinUpdates, poll: c.Poll}
+	if rw.poll <= 0 {
+		rw.poll = 5 * time.Millisecond
+	}
+	for v := c.From; c.Rounds == 0 || v <= c.Rounds; v++ {
+		var names []string
+		for {
+			if ver, err := h.get(v); err == nil {
+				for _, t := range ver.tensors {
+					names = append(names, t.Name)
+				}
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(rw.poll):
+			}
+		}
+		res := RoundResult{Round: v, Start: time.Now()}
+		if err := rw.wait(ctx, h, names, &res); err != nil {
+			return err
+		}
+		sum, _ := h.CloseRound(v)
+		if err := c.Forward(ctx, v, sum); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // step returns new tensors: model plus lr times the round's weighted mean

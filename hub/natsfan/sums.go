@@ -1,0 +1,209 @@
+package natsfan
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/hub"
+	"github.com/tensorpress/tensorpress/tensorfile"
+)
+
+// Hierarchical FedAvg: each relay sums the uploads of its own clients
+// (hub.RunPartial) and leaves one partial sum per round in a bucket of
+// its own beside the versions' (OpenSumStore), as object "ROUND.RELAY":
+// a safetensors file of the float32 sums, with the counts, weights and
+// peers of each tensor in its metadata ("count.T", "weight.T",
+// "peers.T"). The origin waits for every relay's (WaitSums), adds them,
+// and steps the model (hub.FedAvgConfig.Source): it receives one sum per
+// relay and round instead of one update per client.
+
+// SumBucketSuffix is appended to the versions' bucket name for the sums'.
+const SumBucketSuffix = "-sums"
+
+// maxSumObject bounds a partial sum the origin reads.
+const maxSumObject = 1 << 31
+
+// OpenSumStore creates (or opens) the bucket of the partial sums beside
+// cfg's bucket of versions.
+func OpenSumStore(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.ObjectStore, error) {
+	name := cfg.Bucket
+	if name == "" {
+		name = DefaultBucket
+	}
+	st := jetstream.FileStorage
+	if cfg.MemoryStorage {
+		st = jetstream.MemoryStorage
+	}
+	s, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      name + SumBucketSuffix,
+		Description: "tensorpress partial sums of federated rounds, one object per round and relay",
+		Replicas:    max(1, cfg.Replicas),
+		Storage:     st,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsfan: bucket %q: %w", name+SumBucketSuffix, err)
+	}
+	return s, nil
+}
+
+func sumName(round uint64, relay string) string { return strconv.FormatUint(round, 10) + "." + relay }
+
+// PublishSum leaves relay's partial sum of round in store. The relay's
+// name must be a plain name (letters, digits, '-', '_').
+func PublishSum(ctx context.Context, store jetstream.ObjectStore, round uint64, relay string, sum hub.RoundSum) (int, error) {
+	if relay == "" || strings.ContainsFunc(relay, func(r rune) bool {
+		return !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) {
+		return 0, fmt.Errorf("natsfan: relay name %q: want letters, digits, '-' and '_'", relay)
+	}
+	meta := map[string]string{}
+	for name, n := range sum.Counts {
+		meta["count."+name] = strconv.Itoa(n)
+		meta["weight."+name] = strconv.FormatFloat(sum.Weights[name], 'g', -1, 64)
+		meta["peers."+name] = strings.Join(sum.Peers[name], ",")
+	}
+	var b bytes.Buffer
+	if err := tensorfile.WriteSafetensors(&b, sum.Tensors, meta); err != nil {
+		return 0, fmt.Errorf("natsfan: the sum of round %d: %w", round, err)
+	}
+	if _, err := store.PutBytes(ctx, sumName(round, relay), b.Bytes()); err != nil {
+		return 0, fmt.Errorf("natsfan: the sum of round %d: %w", round, err)
+	}
+	return b.Len(), nil
+}
+
+// WaitSums waits until store holds the partial sums of round from n
+// relays, polling every poll (default 20 ms), and returns them added
+// together (counts, weights and peers merged) and their objects' bytes.
+// A tensor whose shape differs between relays, or a peer counted by two,
+// is an error.
+func WaitSums(ctx context.Context, store jetstream.ObjectStore, round uint64, n int, poll time.Duration) (hub.RoundSum, int64, error) {
+	if poll <= 0 {
+		poll = 20 * time.Millisecond
+	}
+	prefix := strconv.FormatUint(round, 10) + "."
+	var names []string
+	for {
+		infos, err := store.List(ctx)
+		if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+			return hub.RoundSum{}, 0, fmt.Errorf("natsfan: sums of round %d: %w", round, err)
+		}
+		names = names[:0]
+		for _, in := range infos {
+			if strings.HasPrefix(in.Name, prefix) && !in.Deleted {
+				names = append(names, in.Name)
+			}
+		}
+		if len(names) >= n {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return hub.RoundSum{}, 0, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+	slices.Sort(names)
+	out := hub.RoundSum{Counts: map[string]int{}, Weights: map[string]float64{}, Peers: map[string][]string{}}
+	sums := map[string]*codec.Tensor{}
+	var total int64
+	for _, name := range names {
+		b, err := store.GetBytes(ctx, name)
+		if err != nil {
+			return out, total, fmt.Errorf("natsfan: sum %s: %w", name, err)
+		}
+		total += int64(len(b))
+		if err := addSum(&out, sums, b); err != nil {
+			return out, total, fmt.Errorf("natsfan: sum %s: %w", name, err)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(sums)) {
+		out.Tensors = append(out.Tensors, sums[k])
+	}
+	for _, ps := range out.Peers {
+		slices.Sort(ps)
+		for i := 1; i < len(ps); i++ {
+			if ps[i] == ps[i-1] {
+				return out, total, fmt.Errorf("%w: natsfan: peer %q counted by two relays in round %d", codec.ErrCorrupt, ps[i], round)
+			}
+		}
+	}
+	return out, total, nil
+}
+
+// addSum adds one relay's sum, a safetensors file, into out.
+func addSum(out *hub.RoundSum, sums map[string]*codec.Tensor, b []byte) error {
+	if len(b) > maxSumObject {
+		return fmt.Errorf("%w: a sum of %d bytes", codec.ErrLimit, len(b))
+	}
+	f, err := tensorfile.OpenSafetensors(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return err
+	}
+	meta := f.Metadata()
+	for _, info := range f.Tensors() {
+		t, err := f.Read(info.Name)
+		if err != nil {
+			return err
+		}
+		v, err := codec.View[float32](t)
+		if err != nil {
+			return err
+		}
+		if s := sums[t.Name]; s == nil {
+			sums[t.Name] = t
+		} else {
+			if !slices.Equal(s.Shape, t.Shape) {
+				return fmt.Errorf("%w: tensor %q of shape %v, %v in another sum", codec.ErrCorrupt, t.Name, t.Shape, s.Shape)
+			}
+			acc, _ := codec.View[float32](s)
+			for i, x := range v {
+				acc[i] += x
+			}
+		}
+		c, err := strconv.Atoi(meta["count."+t.Name])
+		if err != nil {
+			return fmt.Errorf("%w: tensor %q: count %q", codec.ErrCorrupt, t.Name, meta["count."+t.Name])
+		}
+		w, err := strconv.ParseFloat(meta["weight."+t.Name], 64)
+		if err != nil {
+			return fmt.Errorf("%w: tensor %q: weight %q", codec.ErrCorrupt, t.Name, meta["weight."+t.Name])
+		}
+		out.Counts[t.Name] += c
+		out.Weights[t.Name] += w
+		if ps := meta["peers."+t.Name]; ps != "" {
+			out.Peers[t.Name] = append(out.Peers[t.Name], strings.Split(ps, ",")...)
+		}
+	}
+	return nil
+}
+
+// PruneSums deletes the partial sums of rounds before round.
+func PruneSums(ctx context.Context, store jetstream.ObjectStore, round uint64) error {
+	infos, err := store.List(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoObjectsFound) {
+			return nil
+		}
+		return err
+	}
+	for _, in := range infos {
+		r, _, ok := strings.Cut(in.Name, ".")
+		if v, err := strconv.ParseUint(r, 10, 64); ok && err == nil && v < round && !in.Deleted {
+			if err := store.Delete(ctx, in.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+				return err
+			}
+		}
+	}
+	return nil
+}
