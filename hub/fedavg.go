@@ -57,7 +57,7 @@ type FedAvgConfig struct {
 	// uploads: the partial sums of relays that aggregate their clients
 	// (hierarchical FedAvg), waited for until the source has them all.
 	Source func(ctx context.Context, round uint64) (RoundSum, error)
-	Log     *slog.Logger
+	Log    *slog.Logger
 }
 
 // RoundResult is one round of RunFedAvg.
