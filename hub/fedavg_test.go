@@ -200,12 +200,15 @@ func TestUploadDensities(t *testing.T) {
 	own := sent(nil)
 	fd := &fixedDensity{d: 0.2}
 	dense := sent(fd)
-	if dense < 10*own || len(fd.frames) != 5 {
+	// 819 elements kept of 4096: too few for the frame to say what an
+	// element costs (its header is most of it), so not observed.
+	if dense < 10*own || len(fd.frames) != 0 {
 		t.Fatalf("at density 0.2: %d bytes against %d at the compressor's 0.01; %d frames observed", dense, own, len(fd.frames))
 	}
-	// Density 1: the updates whole, float32.
-	if whole := sent(&fixedDensity{d: 1}); whole < 5*4096*4 || whole > 5*(4096*4+512) {
-		t.Fatalf("at density 1: %d bytes for 5 float32 updates of 4096", whole)
+	// Density 1: the updates whole, float32, each observed.
+	fd = &fixedDensity{d: 1}
+	if whole := sent(fd); whole < 5*4096*4 || whole > 5*(4096*4+512) || len(fd.frames) != 5 {
+		t.Fatalf("at density 1: %d bytes for 5 float32 updates of 4096, %d observed", whole, len(fd.frames))
 	}
 }
 

@@ -427,6 +427,11 @@ type DensityChooser interface {
 	ObserveDensity(density float64, elements int64, frameBytes int)
 }
 
+// minObserved is the elements an update must keep for its frame to teach
+// the DensityChooser the bytes an element costs: in smaller frames the
+// header is most of it.
+const minObserved = 1024
+
 // density returns the density of update t (0: its compressor's own).
 func (r *UploadRequest) density(t *codec.Tensor) float64 {
 	if r.Densities == nil || r.Within <= 0 {
@@ -500,8 +505,8 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req Upl
 		if u.frames[i], err = ob.Append(nil, x, spec, d); err != nil {
 			return err
 		}
-		if d > 0 {
-			req.Densities.ObserveDensity(d, int64(len(x.Data)/max(x.DType.Size(), 1)), len(u.frames[i]))
+		if n := int64(len(x.Data) / max(x.DType.Size(), 1)); d > 0 && d*float64(n) >= minObserved {
+			req.Densities.ObserveDensity(d, n, len(u.frames[i]))
 		}
 	}
 	if err := u.sendAll(req); err != nil {
