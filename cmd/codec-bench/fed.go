@@ -75,6 +75,13 @@ type fedResult struct {
 	// Faults: processes killed and started again.
 	HubRestarts    int `json:"hub_restarts,omitempty"`
 	ClientRestarts int `json:"client_restarts,omitempty"`
+	// What the hub (the origin, in a hierarchical run) received: the
+	// updates' frames, or the relays' partial sums; and the relays' peak
+	// RSS and the updates' bytes each received.
+	OriginBytesIn int64   `json:"origin_bytes_in"`
+	Relays        int     `json:"relays,omitempty"`
+	RelayPeakRSS  []int64 `json:"relay_peak_rss,omitempty"`
+	RelayBytesIn  []int64 `json:"relay_bytes_in,omitempty"`
 	// The sum check (fedCheckSums): the updates the hub counted (tensors
 	// of all rounds), those the clients saw acknowledged (fewer only
 	// where a killed client never read the acknowledgement), and the
@@ -112,6 +119,7 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 	densities := f.String("densities", "0.003,0.01,0.03,0.1,0.3", "auto rows: the `densities` the autotuner chooses among (1: the update whole, dense float32)")
 	downRecipe := f.String("down-recipe", "int8(4096) | q:huff0", "tp: and auto: rows: the hub's `recipe` for the deltas it sends")
 	target := f.Float64("target", 0, "target test accuracy in `percent` (0: the first row's final accuracy less 1)")
+	relaysN := f.Int("relays", 0, "hierarchical: `relays` on a 3-node NATS cluster (Debian's nats-server), each summing its share of the clients' uploads and leaving one partial sum per round for the hub, the origin")
 	hubKill := f.Int("kill-hub", 0, "the fault: kill the hub once `round` R is done, and start it again on its directory")
 	clientKill := f.String("kill-client", "", "the fault: client `C:R` kills itself in the middle of its upload of round R and is started again")
 	drop := f.String("rate-drop", "", "`C:FROM-TO:F`: the links of clients 0..C-1 are F times slower in rounds FROM to TO")
@@ -161,6 +169,9 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	cfg.HubKill = *hubKill
+	if cfg.Relays = *relaysN; cfg.Relays < 0 || cfg.Relays > 0 && (cfg.Clients%cfg.Relays != 0 || cfg.HubKill > 0 || *clientKill != "" || cfg.Quorum != cfg.Clients) {
+		return usagef("--relays %d: want a divisor of --clients, without --kill-hub, --kill-client or --quorum", cfg.Relays)
+	}
 	if *clientKill != "" {
 		if n, err := fmt.Sscanf(*clientKill, "%d:%d", &cfg.Kill.Client, &cfg.Kill.Round); err != nil || n != 2 ||
 			cfg.Kill.Client < 0 || cfg.Kill.Client >= cfg.Clients || cfg.Kill.Round < 1 || cfg.Kill.Round > cfg.Rounds {
@@ -323,10 +334,27 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 	hubLines := make(chan fedHubLine, cfg.Rounds+2)
 	hubs := &fedHubs{self: self, lines: hubLines}
 	defer hubs.kill()
+	if cfg.Relays > 0 {
+		nd := filepath.Join(dir, "nats")
+		if err := os.Mkdir(nd, 0o755); err != nil {
+			return nil, err
+		}
+		nc, err := startNATSCluster(nd, 3)
+		if err != nil {
+			return nil, err
+		}
+		defer nc.stop()
+		cfg.NATS = strings.Join(nc.urls, ",")
+	}
 	if err := hubs.start(cfg); err != nil {
 		return nil, err
 	}
 	cfg.Addr = hubs.addr
+	relays, err := fedStartRelays(self, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer relays.kill()
 	var start time.Time // when every client is ready
 	var wg sync.WaitGroup
 	errs := make([]error, cfg.Clients)
@@ -338,6 +366,9 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 	for i := range cfg.Clients {
 		wg.Go(func() {
 			c := cfg
+			if cfg.Relays > 0 {
+				c.Addr = relays.addrs[i/(cfg.Clients/cfg.Relays)]
+			}
 			for attempt := 0; ; attempt++ {
 				cmd, in, out, err := fedStart(self, fmt.Sprint("client ", i), c)
 				if err != nil {
@@ -423,6 +454,7 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 			}
 		}
 	}
+	var lastRound uint64
 	for running := true; running; {
 		select {
 		case l := <-hubLines:
@@ -431,11 +463,28 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 				continue
 			}
 			progress(l)
+			lastRound = l.Round
 		case <-done:
 			running = false
 		}
 	}
+	// The clients are done; the hub may still be closing the last round
+	// (in a hierarchical run, waiting for the relays' sums).
+	for wait := time.After(2 * time.Minute); lastRound < uint64(cfg.Rounds); {
+		select {
+		case l := <-hubLines:
+			if !l.Done {
+				progress(l)
+				lastRound = l.Round
+			}
+		case <-wait:
+			return nil, fmt.Errorf("the hub did not close round %d within 2 minutes of the clients' end", lastRound+1)
+		}
+	}
 	hubs.stop()
+	if err := relays.stop(res); err != nil {
+		return nil, err
+	}
 	for l := range hubLines {
 		if l.Done {
 			last = l
@@ -453,6 +502,10 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 		}
 	}
 	res.HubCPU, res.HubPeakRSS = hubs.cpu, last.PeakRSS
+	res.OriginBytesIn = last.BytesIn
+	if cfg.Relays > 0 {
+		res.OriginBytesIn = last.SumBytes
+	}
 	var phases [3]float64
 	n := 0
 	for r := range cfg.Rounds {
@@ -513,6 +566,59 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 		100*res.Accuracy, res.Wall, fmtBytes(res.BytesUp), fmtBytes(res.BytesDown), res.HubCPU, fmtBytes(res.HubPeakRSS),
 		res.CountedUpdates, res.CommittedUpdates, res.SumError)
 	return res, nil
+}
+
+// fedRelays are the relay processes of a hierarchical run.
+type fedRelays struct {
+	cmds  []*exec.Cmd
+	ins   []io.WriteCloser
+	outs  []*bufio.Reader
+	addrs []string
+}
+
+func fedStartRelays(self string, cfg fedConfig) (*fedRelays, error) {
+	r := &fedRelays{}
+	for i := range cfg.Relays {
+		cmd, in, out, err := fedStart(self, fmt.Sprint("relay ", i), cfg)
+		if err != nil {
+			r.kill()
+			return nil, err
+		}
+		r.cmds, r.ins, r.outs = append(r.cmds, cmd), append(r.ins, in), append(r.outs, out)
+		addr, err := out.ReadString('\n')
+		if err != nil {
+			r.kill()
+			return nil, fmt.Errorf("relay %d: %w", i, err)
+		}
+		r.addrs = append(r.addrs, strings.TrimSpace(addr))
+	}
+	return r, nil
+}
+
+// stop ends the relays and records their counters in res.
+func (r *fedRelays) stop(res *fedResult) error {
+	for i, in := range r.ins {
+		in.Close()
+		var l fedHubLine
+		err := json.NewDecoder(r.outs[i]).Decode(&l)
+		if werr := r.cmds[i].Wait(); err == nil {
+			err = werr
+		}
+		if err != nil {
+			return fmt.Errorf("relay %d: %w", i, err)
+		}
+		res.Relays++
+		res.RelayPeakRSS = append(res.RelayPeakRSS, l.PeakRSS)
+		res.RelayBytesIn = append(res.RelayBytesIn, l.BytesIn)
+	}
+	r.cmds = nil
+	return nil
+}
+
+func (r *fedRelays) kill() {
+	for _, c := range r.cmds {
+		c.Process.Kill()
+	}
 }
 
 // lockedWriter serializes writes to w.

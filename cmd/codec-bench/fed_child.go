@@ -62,6 +62,8 @@ func fedChild() (ok bool, err error) {
 		err = fedHub(cfg, in, os.Stdout)
 	case fmtSscan(role, "client %d", &id):
 		err = fedClient(cfg, id, in, os.Stdout)
+	case fmtSscan(role, "relay %d", &id):
+		err = fedRelay(cfg, id, in, os.Stdout)
 	default:
 		err = fmt.Errorf("%s=%q: want hub or client N", fedEnv, role)
 	}
@@ -112,6 +114,11 @@ type fedConfig struct {
 	HubKill int     `json:"hub_kill,omitempty"`
 	Resume  bool    `json:"resume,omitempty"`
 	Listen  string  `json:"listen,omitempty"` // the hub's address, when started again
+
+	// Hierarchical runs: Relays relay hubs on a NATS cluster (NATS: its
+	// URLs), each summing the uploads of Clients/Relays clients.
+	Relays int    `json:"relays,omitempty"`
+	NATS   string `json:"nats,omitempty"`
 
 	Addr string `json:"addr"` // the hub's, for the clients
 }
@@ -164,6 +171,7 @@ type fedHubLine struct {
 	PeakRSS    int64   `json:"peak_rss,omitempty"` // VmHWM: getrusage's maxrss counts the parent's pages before exec
 	BytesSent  int64   `json:"bytes_sent,omitempty"`
 	BytesIn    int64   `json:"update_bytes,omitempty"`
+	SumBytes   int64   `json:"sum_bytes,omitempty"` // hierarchical: partial sums' bytes, read (origin) or written (relay)
 	Late       int64   `json:"late_updates,omitempty"`
 }
 
@@ -171,15 +179,7 @@ type fedHubLine struct {
 // its address, aggregates the rounds (hub.RunFedAvg) printing a line per
 // round, and serves until stdin closes; then it prints its counters.
 func fedHub(cfg fedConfig, stdin io.Reader, stdout io.Writer) error {
-	opts := []hub.Option{hub.WithRetention(4)}
-	if cfg.Row.Down != "" {
-		r, err := codec.ParseRecipe(cfg.Row.Down)
-		if err != nil {
-			return err
-		}
-		opts = append(opts, hub.WithPolicy(codec.FixedPolicy{Recipe: r}))
-	}
-	h, err := hub.New(opts...)
+	h, err := fedNewHub(cfg)
 	if err != nil {
 		return err
 	}
@@ -202,13 +202,20 @@ func fedHub(cfg fedConfig, stdin io.Reader, stdout io.Writer) error {
 		io.Copy(io.Discard, stdin)
 		close(stop)
 	}()
+	var sumBytes int64 // hierarchical: the partial sums read
+	fc := hub.FedAvgConfig{Dir: cfg.Dir, Clients: max(cfg.Quorum, 1), Deadline: cfg.Deadline,
+		ServerLR: cfg.ServerLR, Rounds: cfg.Rounds, KeepSums: true, OnRound: func(r hub.RoundResult) {
+			enc.Encode(fedHubLine{Round: r.Round, Updates: r.Updates, ByDeadline: r.ByDeadline, End: r.End.UnixNano(), SumBytes: sumBytes})
+		}}
+	if cfg.Relays > 0 {
+		closeNATS, err := fedOriginOptions(ctx, cfg, &fc, &sumBytes)
+		if err != nil {
+			return err
+		}
+		defer closeNATS()
+	}
 	agg := make(chan error, 1)
-	go func() {
-		agg <- hub.RunFedAvg(ctx, h, hub.FedAvgConfig{Dir: cfg.Dir, Clients: max(cfg.Quorum, 1), Deadline: cfg.Deadline,
-			ServerLR: cfg.ServerLR, Rounds: cfg.Rounds, KeepSums: true, OnRound: func(r hub.RoundResult) {
-				enc.Encode(fedHubLine{Round: r.Round, Updates: r.Updates, ByDeadline: r.ByDeadline, End: r.End.UnixNano()})
-			}})
-	}()
+	go func() { agg <- hub.RunFedAvg(ctx, h, fc) }()
 	select {
 	case err = <-agg:
 		if err == nil {
@@ -227,7 +234,21 @@ func fedHub(cfg fedConfig, stdin io.Reader, stdout io.Writer) error {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return enc.Encode(fedHubLine{Done: true, CPU: rusageSeconds(ru), PeakRSS: peakRSS(),
-		BytesSent: st.BytesSent, BytesIn: st.UpdateBytes, Late: st.LateUpdates})
+		BytesSent: st.BytesSent, BytesIn: st.UpdateBytes, Late: st.LateUpdates, SumBytes: sumBytes})
+}
+
+// fedNewHub makes the hub of the row: lossy recipe for fetches as the
+// row says.
+func fedNewHub(cfg fedConfig) (*hub.Hub, error) {
+	opts := []hub.Option{hub.WithRetention(4)}
+	if cfg.Row.Down != "" {
+		r, err := codec.ParseRecipe(cfg.Row.Down)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, hub.WithPolicy(codec.FixedPolicy{Recipe: r}))
+	}
+	return hub.New(opts...)
 }
 
 func rusageSeconds(ru syscall.Rusage) float64 {

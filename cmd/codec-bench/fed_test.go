@@ -132,3 +132,36 @@ func TestFedFaults(t *testing.T) {
 		t.Fatalf("%d rows", n)
 	}
 }
+
+// TestFedRelays: the hierarchical federation in small: the origin, 3
+// relays on a 3-node nats-server cluster, one client each: the origin
+// receives 3 partial sums per round, and the sum check finds every
+// update counted once.
+func TestFedRelays(t *testing.T) {
+	needFashion(t)
+	if testing.Short() {
+		t.Skip("processes and a NATS cluster: run once, in the race pass of make test")
+	}
+	if _, err := os.Stat(natsServerBin); err != nil {
+		t.Skipf("%s: %v (make test installs Debian's nats-server)", natsServerBin, err)
+	}
+	out := mustCLI(t, "fed", "--clients", "3", "--relays", "3", "--rounds", "2", "--train-limit", "1500", "--test-limit", "500",
+		"--down", "100Mbit", "--up", "50Mbit", "--rtt", "4ms", "--rows", "dense", "--json", "-")
+	var r fedResult
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	if r.Relays != 3 || len(r.RelayPeakRSS) != 3 || r.CountedUpdates != 3*6*2 || r.SumError > 1e-5 || r.Accuracy < 0.5 {
+		t.Errorf("%+v", r)
+	}
+	// Each relay received its client's updates (float32, 4 bytes a
+	// parameter); the origin 3 partial sums a round, about as large.
+	for i, n := range r.RelayBytesIn {
+		if n < 2*4*109386 {
+			t.Errorf("relay %d received %d bytes", i, n)
+		}
+	}
+	if r.OriginBytesIn < 2*3*4*109386/2 {
+		t.Errorf("the origin received %d bytes of partial sums", r.OriginBytesIn)
+	}
+}

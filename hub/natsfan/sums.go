@@ -15,17 +15,26 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub"
-	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
 // Hierarchical FedAvg: each relay sums the uploads of its own clients
 // (hub.RunPartial) and leaves one partial sum per round in a bucket of
 // its own beside the versions' (OpenSumStore), as object "ROUND.RELAY":
-// a safetensors file of the float32 sums, with the counts, weights and
-// peers of each tensor in its metadata ("count.T", "weight.T",
-// "peers.T"). The origin waits for every relay's (WaitSums), adds them,
+// the float32 sums as tensorpress frames, lossless (rpc.ByClass: the sum
+// of a few sparse updates is mostly zeros, and codes small), each
+// tensor's count, weight and peers in its tags (SumCountTag,
+// SumWeightTag, SumPeersTag). The origin waits for every relay's
+// (WaitSums), adds them,
 // and steps the model (hub.FedAvgConfig.Source): it receives one sum per
 // relay and round instead of one update per client.
+
+// The tags of a partial sum's tensors: the updates counted, their total
+// weight, and the peers whose updates they are (comma-separated).
+const (
+	SumCountTag  = "tp.sum.count"
+	SumWeightTag = "tp.sum.weight"
+	SumPeersTag  = "tp.sum.peers"
+)
 
 // SumBucketSuffix is appended to the versions' bucket name for the sums'.
 const SumBucketSuffix = "-sums"
@@ -66,14 +75,17 @@ func PublishSum(ctx context.Context, store jetstream.ObjectStore, round uint64, 
 	}) {
 		return 0, fmt.Errorf("natsfan: relay name %q: want letters, digits, '-' and '_'", relay)
 	}
-	meta := map[string]string{}
-	for name, n := range sum.Counts {
-		meta["count."+name] = strconv.Itoa(n)
-		meta["weight."+name] = strconv.FormatFloat(sum.Weights[name], 'g', -1, 64)
-		meta["peers."+name] = strings.Join(sum.Peers[name], ",")
+	ts := make([]*codec.Tensor, len(sum.Tensors))
+	for i, t := range sum.Tensors {
+		c := *t
+		c.Tags.Extra = append(slices.Clip(t.Tags.Extra),
+			codec.Tag{Key: SumCountTag, Value: strconv.Itoa(sum.Counts[t.Name])},
+			codec.Tag{Key: SumWeightTag, Value: strconv.FormatFloat(sum.Weights[t.Name], 'g', -1, 64)},
+			codec.Tag{Key: SumPeersTag, Value: strings.Join(sum.Peers[t.Name], ",")})
+		ts[i] = &c
 	}
 	var b bytes.Buffer
-	if err := tensorfile.WriteSafetensors(&b, sum.Tensors, meta); err != nil {
+	if err := encode(&b, Slice(ts)); err != nil {
 		return 0, fmt.Errorf("natsfan: the sum of round %d: %w", round, err)
 	}
 	if _, err := store.PutBytes(ctx, sumName(round, relay), b.Bytes()); err != nil {
@@ -141,27 +153,24 @@ func WaitSums(ctx context.Context, store jetstream.ObjectStore, round uint64, n 
 	return out, total, nil
 }
 
-// addSum adds one relay's sum, a safetensors file, into out.
+// addSum adds one relay's sum, tensorpress frames, into out.
 func addSum(out *hub.RoundSum, sums map[string]*codec.Tensor, b []byte) error {
 	if len(b) > maxSumObject {
 		return fmt.Errorf("%w: a sum of %d bytes", codec.ErrLimit, len(b))
 	}
-	f, err := tensorfile.OpenSafetensors(bytes.NewReader(b), int64(len(b)))
+	ts, err := Decode(bytes.NewReader(b), codec.Limits{})
 	if err != nil {
 		return err
 	}
-	meta := f.Metadata()
-	for _, info := range f.Tensors() {
-		t, err := f.Read(info.Name)
-		if err != nil {
-			return err
-		}
+	for _, t := range ts {
 		v, err := codec.View[float32](t)
 		if err != nil {
 			return err
 		}
 		if s := sums[t.Name]; s == nil {
-			sums[t.Name] = t
+			c := *t
+			c.Tags = codec.Tags{}
+			sums[t.Name] = &c
 		} else {
 			if !slices.Equal(s.Shape, t.Shape) {
 				return fmt.Errorf("%w: tensor %q of shape %v, %v in another sum", codec.ErrCorrupt, t.Name, t.Shape, s.Shape)
@@ -171,17 +180,25 @@ func addSum(out *hub.RoundSum, sums map[string]*codec.Tensor, b []byte) error {
 				acc[i] += x
 			}
 		}
-		c, err := strconv.Atoi(meta["count."+t.Name])
-		if err != nil {
-			return fmt.Errorf("%w: tensor %q: count %q", codec.ErrCorrupt, t.Name, meta["count."+t.Name])
+		tag := func(k string) string {
+			for _, tg := range t.Tags.Extra {
+				if tg.Key == k {
+					return tg.Value
+				}
+			}
+			return ""
 		}
-		w, err := strconv.ParseFloat(meta["weight."+t.Name], 64)
-		if err != nil {
-			return fmt.Errorf("%w: tensor %q: weight %q", codec.ErrCorrupt, t.Name, meta["weight."+t.Name])
+		c, err := strconv.Atoi(tag(SumCountTag))
+		if err != nil || c < 0 {
+			return fmt.Errorf("%w: tensor %q: count %q", codec.ErrCorrupt, t.Name, tag(SumCountTag))
+		}
+		w, err := strconv.ParseFloat(tag(SumWeightTag), 64)
+		if err != nil || !(w >= 0) {
+			return fmt.Errorf("%w: tensor %q: weight %q", codec.ErrCorrupt, t.Name, tag(SumWeightTag))
 		}
 		out.Counts[t.Name] += c
 		out.Weights[t.Name] += w
-		if ps := meta["peers."+t.Name]; ps != "" {
+		if ps := tag(SumPeersTag); ps != "" {
 			out.Peers[t.Name] = append(out.Peers[t.Name], strings.Split(ps, ",")...)
 		}
 	}

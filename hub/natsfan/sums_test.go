@@ -1,6 +1,7 @@
 package natsfan
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -198,4 +199,34 @@ func frameName(frame []byte) (string, error) {
 		return make([]float32, shape[0]), nil
 	})
 	return name, err
+}
+
+// FuzzAddSum: a partial sum of any bytes adds into the round's sum or
+// fails with an error, never a panic.
+func FuzzAddSum(f *testing.F) {
+	var b bytes.Buffer
+	ts := model(1, 2, 300)
+	for _, t := range ts {
+		t.Tags.Extra = []codec.Tag{{Key: SumCountTag, Value: "2"}, {Key: SumWeightTag, Value: "1.5"}, {Key: SumPeersTag, Value: "a,b"}}
+	}
+	if err := encode(&b, Slice(ts)); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b.Bytes())
+	f.Add(b.Bytes()[:b.Len()/2])
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out := hub.RoundSum{Counts: map[string]int{}, Weights: map[string]float64{}, Peers: map[string][]string{}}
+		sums := map[string]*codec.Tensor{}
+		if err := addSum(&out, sums, in); err != nil {
+			return
+		}
+		if err := addSum(&out, sums, in); err != nil {
+			return
+		}
+		for name, n := range out.Counts {
+			if n < 0 || sums[name] == nil {
+				t.Fatalf("%q: count %d", name, n)
+			}
+		}
+	})
 }
