@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -23,6 +24,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/tensorpress/tensorpress/cmd/codec-bench/internal/fl"
+	"github.com/tensorpress/tensorpress/cmd/codec-bench/internal/netns"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub"
@@ -119,6 +121,7 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 	densities := f.String("densities", "0.003,0.01,0.03,0.1,0.3", "auto rows: the `densities` the autotuner chooses among (1: the update whole, dense float32)")
 	downRecipe := f.String("down-recipe", "int8(4096) | q:huff0", "tp: and auto: rows: the hub's `recipe` for the deltas it sends")
 	target := f.Float64("target", 0, "target test accuracy in `percent` (0: the first row's final accuracy less 1)")
+	link := f.String("link", "sim", "`link`s of the clients: sim (simulated in each client process) or tc (as root: a veth pair per client between network namespaces, shaped both ways by tc)")
 	relaysN := f.Int("relays", 0, "hierarchical: `relays` on a 3-node NATS cluster (Debian's nats-server), each summing its share of the clients' uploads and leaving one partial sum per round for the hub, the origin")
 	hubKill := f.Int("kill-hub", 0, "the fault: kill the hub once `round` R is done, and start it again on its directory")
 	clientKill := f.String("kill-client", "", "the fault: client `C:R` kills itself in the middle of its upload of round R and is started again")
@@ -169,6 +172,18 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	cfg.HubKill = *hubKill
+	switch *link {
+	case "sim":
+	case "tc":
+		if cfg.TC = true; *hubKill > 0 || *relaysN > 0 {
+			return usagef("--link tc: without --kill-hub or --relays")
+		}
+		if os.Geteuid() != 0 {
+			return usagef("--link tc needs root (network namespaces, tc)")
+		}
+	default:
+		return usagef("--link %q: want sim or tc", *link)
+	}
 	if cfg.Relays = *relaysN; cfg.Relays < 0 || cfg.Relays > 0 && (cfg.Clients%cfg.Relays != 0 || cfg.HubKill > 0 || *clientKill != "" || cfg.Quorum != cfg.Clients) {
 		return usagef("--relays %d: want a divisor of --clients, without --kill-hub, --kill-client or --quorum", cfg.Relays)
 	}
@@ -346,10 +361,35 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 		defer nc.stop()
 		cfg.NATS = strings.Join(nc.urls, ",")
 	}
+	if cfg.TC {
+		// A veth pair per client, shaped both ways by tc.
+		netns.Cleanup()
+		for range cfg.Clients {
+			p, err := netns.New()
+			if err != nil {
+				return nil, err
+			}
+			defer p.Close()
+			err = p.ShapeLink(8*cfg.Up, 8*cfg.Down, cfg.RTT/2)
+			if errors.Is(err, netns.ErrNoNetem) {
+				// tc shapes the rates; the clients add the delay.
+				if !cfg.SimDelay {
+					fmt.Fprintf(stderr, "  %v: tc shapes the rates, each client process delays its link by %v each way\n", err, cfg.RTT/2)
+				}
+				cfg.SimDelay = true
+				err = p.ShapeLink(8*cfg.Up, 8*cfg.Down, 0)
+			}
+			if err != nil {
+				return nil, err
+			}
+			cfg.Pairs = append(cfg.Pairs, *p)
+		}
+	}
 	if err := hubs.start(cfg); err != nil {
 		return nil, err
 	}
 	cfg.Addr = hubs.addr
+	cfg.Addrs = hubs.pairAddrs
 	relays, err := fedStartRelays(self, cfg)
 	if err != nil {
 		return nil, err
@@ -368,6 +408,9 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 			c := cfg
 			if cfg.Relays > 0 {
 				c.Addr = relays.addrs[i/(cfg.Clients/cfg.Relays)]
+			}
+			if cfg.TC {
+				c.Addr = cfg.Addrs[i]
 			}
 			for attempt := 0; ; attempt++ {
 				cmd, in, out, err := fedStart(self, fmt.Sprint("client ", i), c)
@@ -639,11 +682,13 @@ type fedHubs struct {
 	self  string
 	lines chan fedHubLine
 	addr  string
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	read  chan error // the current process's lines read
-	cpu   float64    // CPU seconds of the processes ended
-	err   error
+	// pairAddrs are its listeners in the clients' veth pairs (--link tc).
+	pairAddrs []string
+	cmd       *exec.Cmd
+	in        io.WriteCloser
+	read      chan error // the current process's lines read
+	cpu       float64    // CPU seconds of the processes ended
+	err       error
 }
 
 func (h *fedHubs) start(cfg fedConfig) error {
@@ -657,7 +702,13 @@ func (h *fedHubs) start(cfg fedConfig) error {
 		cmd.Wait()
 		return fmt.Errorf("the hub process: %w", err)
 	}
-	h.cmd, h.in, h.addr, h.read = cmd, in, strings.TrimSpace(addr), make(chan error, 1)
+	addrs := strings.Fields(addr)
+	if len(addrs) == 0 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("the hub process printed no address")
+	}
+	h.cmd, h.in, h.addr, h.pairAddrs, h.read = cmd, in, addrs[0], addrs[1:], make(chan error, 1)
 	go func(read chan error) {
 		dec := json.NewDecoder(out)
 		for {

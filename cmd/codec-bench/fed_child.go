@@ -25,8 +25,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/tensorpress/tensorpress/auth"
 	"github.com/tensorpress/tensorpress/autotune"
 	"github.com/tensorpress/tensorpress/cmd/codec-bench/internal/fl"
+	"github.com/tensorpress/tensorpress/cmd/codec-bench/internal/netns"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub"
@@ -115,6 +117,14 @@ type fedConfig struct {
 	Resume  bool    `json:"resume,omitempty"`
 	Listen  string  `json:"listen,omitempty"` // the hub's address, when started again
 
+	// Pairs, when set (--link tc, as root), are the clients' real links:
+	// client i dials from Pairs[i].A to the hub listening in Pairs[i].B
+	// (at Addrs[i]), the veth pair shaped by tc both ways.
+	TC       bool         `json:"tc,omitempty"`
+	SimDelay bool         `json:"sim_delay,omitempty"` // tc without netem: the clients add the delay
+	Pairs    []netns.Pair `json:"pairs,omitempty"`
+	Addrs    []string     `json:"addrs,omitempty"`
+
 	// Hierarchical runs: Relays relay hubs on a NATS cluster (NATS: its
 	// URLs), each summing the uploads of Clients/Relays clients.
 	Relays int    `json:"relays,omitempty"`
@@ -193,10 +203,29 @@ func fedHub(cfg fedConfig, stdin io.Reader, stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- hub.Serve(ctx, ln, h, hub.ServeConfig{Drain: -1}) }()
+	lns := []net.Listener{ln}
+	addrs := []string{ln.Addr().String()}
+	for _, p := range cfg.Pairs {
+		// The clients' real links: a listener in each pair's hub side.
+		l, err := p.Listen(0)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return err
+		}
+		lns, addrs = append(lns, l), append(addrs, l.Addr().String())
+	}
+	served := make(chan error, len(lns))
+	for _, l := range lns {
+		// Off loopback: the link-local addresses of the run's own veth
+		// pairs, which nothing else reaches.
+		go func() {
+			served <- hub.Serve(ctx, l, h, hub.ServeConfig{Drain: -1, Auth: auth.Config{Insecure: len(cfg.Pairs) > 0}})
+		}()
+	}
 	enc := json.NewEncoder(stdout)
-	fmt.Fprintln(stdout, ln.Addr().String())
+	fmt.Fprintln(stdout, strings.Join(addrs, " "))
 	stop := make(chan struct{})
 	go func() {
 		io.Copy(io.Discard, stdin)
@@ -224,8 +253,10 @@ func fedHub(cfg fedConfig, stdin io.Reader, stdout io.Writer) error {
 	case <-stop:
 	}
 	cancel()
-	if serr := <-served; err == nil {
-		err = serr
+	for range lns {
+		if serr := <-served; err == nil {
+			err = serr
+		}
 	}
 	if err != nil {
 		return err
@@ -305,11 +336,32 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 	var links fedLinks
 	links.up, links.down = cfg.rates(id, 1)
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		if len(cfg.Pairs) > 0 {
+			// The real link: dial from the client's namespace; tc shapes
+			// it, the Duplex only counts.
+			c, err := cfg.Pairs[id].Dial(addr)
+			if err != nil {
+				return nil, err
+			}
+			var rtt time.Duration
+			if cfg.SimDelay {
+				rtt = cfg.RTT
+			}
+			return links.add(c, rtt), nil
+		}
 		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, err
 		}
 		return links.add(c, cfg.RTT), nil
+	}
+	if len(cfg.Pairs) > 0 {
+		links.up, links.down = 0, 0
+		links.pair = &cfg.Pairs[id]
+		if !cfg.SimDelay {
+			links.delay = cfg.RTT / 2 // else the Duplex delays
+		}
+		links.pairUp, links.pairDown = cfg.rates(id, 1)
 	}
 	conn, err := grpc.NewClient("passthrough:///"+cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(dial))
@@ -489,7 +541,12 @@ func fedUpload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, row 
 type fedLinks struct {
 	mu       sync.Mutex
 	up, down float64
-	all      []*netsim.Duplex
+	// pair, when set, is the real link: tc's rates (bytes per second)
+	// and delay, set again when they change.
+	pair             *netns.Pair
+	pairUp, pairDown float64
+	delay            time.Duration
+	all              []*netsim.Duplex
 }
 
 func (l *fedLinks) add(c net.Conn, rtt time.Duration) *netsim.Duplex {
@@ -503,6 +560,13 @@ func (l *fedLinks) add(c net.Conn, rtt time.Duration) *netsim.Duplex {
 func (l *fedLinks) setRates(up, down float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.pair != nil {
+		if up != l.pairUp || down != l.pairDown {
+			l.pairUp, l.pairDown = up, down
+			l.pair.ShapeLink(8*up, 8*down, l.delay)
+		}
+		return
+	}
 	l.up, l.down = up, down
 	for _, d := range l.all {
 		d.SetRates(up, down)

@@ -14,8 +14,10 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Prefix starts the name of every namespace and device this package
@@ -100,13 +102,7 @@ func (p *Pair) shapeCommand(rate float64) []string {
 	if rate <= 0 {
 		return []string{"tc", "-n", p.A, "qdisc", "del", "dev", p.DevA, "root"}
 	}
-	// A bucket of at least one MTU-sized packet and about 4 ms of traffic;
-	// packets wait up to 500 ms in the queue before being dropped.
-	burst := max(int64(rate/8*0.004), 3000)
-	return []string{"tc", "-n", p.A, "qdisc", "replace", "dev", p.DevA, "root", "tbf",
-		"rate", strconv.FormatInt(int64(rate), 10) + "bit",
-		"burst", strconv.FormatInt(burst, 10),
-		"latency", "500ms"}
+	return tbfCommand(p.A, p.DevA, rate, "root")
 }
 
 // Shape sets the rate of the link from A to B in bits per second (0:
@@ -117,6 +113,55 @@ func (p *Pair) Shape(rate float64) error {
 		return nil // nothing to remove
 	}
 	return err
+}
+
+// linkCommands are the tc commands that shape egress of device dev in
+// namespace ns to rate bits per second (0: no limit) after a one-way
+// delay (0: none): netem for the delay, tbf under it for the rate.
+func linkCommands(ns, dev string, rate float64, delay time.Duration) [][]string {
+	if delay <= 0 {
+		if rate <= 0 {
+			return [][]string{{"tc", "-n", ns, "qdisc", "del", "dev", dev, "root"}}
+		}
+		return [][]string{tbfCommand(ns, dev, rate, "root")}
+	}
+	// netem's queue holds what the delay keeps in flight: 10000 packets.
+	cmds := [][]string{{"tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "netem",
+		"delay", strconv.FormatInt(delay.Microseconds(), 10) + "us", "limit", "10000"}}
+	if rate > 0 {
+		cmds = append(cmds, tbfCommand(ns, dev, rate, "parent", "1:", "handle", "10:"))
+	}
+	return cmds
+}
+
+// tbfCommand is a tbf qdisc of rate bits per second on dev, at where
+// ("root", or "parent", "1:", "handle", "10:").
+func tbfCommand(ns, dev string, rate float64, where ...string) []string {
+	// A bucket of at least one MTU-sized packet and about 4 ms of traffic;
+	// packets wait up to 500 ms in the queue before being dropped.
+	burst := max(int64(rate/8*0.004), 3000)
+	cmd := append([]string{"tc", "-n", ns, "qdisc", "replace", "dev", dev}, where...)
+	return append(cmd, "tbf", "rate", strconv.FormatInt(int64(rate), 10)+"bit",
+		"burst", strconv.FormatInt(burst, 10), "latency", "500ms")
+}
+
+// ErrNoNetem is returned by ShapeLink where the kernel has no netem
+// qdisc (sch_netem): the rates can be shaped, not the delay.
+var ErrNoNetem = errors.New("netns: the kernel has no netem qdisc (sch_netem) for the delay")
+
+// ShapeLink shapes both directions: A to B at up bits per second, B to
+// A at down (0: no limit), each delayed by delay (half the round trip).
+// Called again while data flows, it changes the rates.
+func (p *Pair) ShapeLink(up, down float64, delay time.Duration) error {
+	for _, c := range append(linkCommands(p.A, p.DevA, up, delay), linkCommands(p.B, p.DevB, down, delay)...) {
+		if err := run(c...); err != nil {
+			if slices.Contains(c, "netem") && strings.Contains(err.Error(), "unknown") {
+				return fmt.Errorf("%w: %v", ErrNoNetem, err)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // Close removes both namespaces (the veth pair goes with them).

@@ -39,6 +39,11 @@ func TestPlan(t *testing.T) {
 	if del := strings.Join(p.shapeCommand(0), " "); !strings.Contains(del, "qdisc del dev "+p.DevA) {
 		t.Errorf("unshape: %s", del)
 	}
+	lc := linkCommands(p.B, p.DevB, 10e6, 20*time.Millisecond)
+	if len(lc) != 2 || !strings.Contains(strings.Join(lc[0], " "), "root handle 1: netem delay 20000us") ||
+		!strings.Contains(strings.Join(lc[1], " "), "parent 1: handle 10: tbf rate 10000000bit") {
+		t.Errorf("link: %v", lc)
+	}
 }
 
 // With root and TP_NETNS_TEST=1 (benchmark machines, not CI): a pair is
