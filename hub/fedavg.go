@@ -116,7 +116,7 @@ func RunFedAvg(ctx context.Context, h *Hub, c FedAvgConfig) error {
 	}
 	defer h.closeJournalFile()
 	if len(vs) > 1 {
-		prev, err := readVersion(c.Dir, vs[len(vs)-2])
+		prev, err := ReadVersion(c.Dir, vs[len(vs)-2])
 		if err != nil {
 			return err
 		}
@@ -124,7 +124,7 @@ func RunFedAvg(ctx context.Context, h *Hub, c FedAvgConfig) error {
 			return err
 		}
 	}
-	model, err := readVersion(c.Dir, v)
+	model, err := ReadVersion(c.Dir, v)
 	if err != nil {
 		return err
 	}
@@ -375,8 +375,8 @@ func writeSum(dir string, v uint64, sum RoundSum) error {
 	return nil
 }
 
-// readVersion reads version v of dir whole.
-func readVersion(dir string, v uint64) ([]*codec.Tensor, error) {
+// ReadVersion reads version v of the versions directory dir, whole.
+func ReadVersion(dir string, v uint64) ([]*codec.Tensor, error) {
 	vd, err := OpenVersion(filepath.Join(dir, strconv.FormatUint(v, 10)))
 	if err != nil {
 		return nil, fmt.Errorf("hub: fedavg: %w", err)

@@ -100,7 +100,7 @@ func TestFedAvg(t *testing.T) {
 	if len(results) != 2 || results[0].Round != 1 || results[1].Version != 3 || results[0].Updates != 2 || results[1].ByDeadline {
 		t.Fatalf("rounds: %+v", results)
 	}
-	v3, err := readVersion(dir, 3)
+	v3, err := ReadVersion(dir, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestFedAvgJournal(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	v2, err := readVersion(dir, 2)
+	v2, err := ReadVersion(dir, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

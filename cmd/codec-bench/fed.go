@@ -588,7 +588,7 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 	}
 	m := m0
 	for _, v := range vs {
-		ts, err := readVersionDir(dir, v)
+		ts, err := hub.ReadVersion(dir, v)
 		if err != nil {
 			return nil, err
 		}
@@ -892,21 +892,6 @@ func fedCheckSums(dir string, clients int, res *fedResult) error {
 		return fmt.Errorf("sum check: the hub's sums differ from the updates counted by %.2e of the largest value", res.SumError)
 	}
 	return nil
-}
-
-func readVersionDir(dir string, v uint64) ([]*codec.Tensor, error) {
-	vd, err := hub.OpenVersion(filepath.Join(dir, strconv.FormatUint(v, 10)))
-	if err != nil {
-		return nil, err
-	}
-	var ts []*codec.Tensor
-	for t, err := range vd.Tensors() {
-		if err != nil {
-			return nil, err
-		}
-		ts = append(ts, t)
-	}
-	return ts, nil
 }
 
 // fedStart starts this program as role, with cfg on its stdin's first

@@ -43,17 +43,24 @@ type Config struct {
 // OpenStore creates the bucket of cfg, or opens it if it exists with the
 // same settings: compression off (the frames are already compressed).
 func OpenStore(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.ObjectStore, error) {
+	return openBucket(ctx, js, cfg, "", "tensorpress model versions, each one object of tensorpress frames")
+}
+
+// openBucket creates (or opens) cfg's bucket, its name with suffix, with
+// compression off (what it holds is tensorpress frames).
+func openBucket(ctx context.Context, js jetstream.JetStream, cfg Config, suffix, description string) (jetstream.ObjectStore, error) {
 	name := cfg.Bucket
 	if name == "" {
 		name = DefaultBucket
 	}
+	name += suffix
 	st := jetstream.FileStorage
 	if cfg.MemoryStorage {
 		st = jetstream.MemoryStorage
 	}
 	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      name,
-		Description: "tensorpress model versions, each one object of tensorpress frames",
+		Description: description,
 		Replicas:    max(1, cfg.Replicas),
 		Storage:     st,
 		Compression: false,

@@ -45,24 +45,7 @@ const maxSumObject = 1 << 31
 // OpenSumStore creates (or opens) the bucket of the partial sums beside
 // cfg's bucket of versions.
 func OpenSumStore(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.ObjectStore, error) {
-	name := cfg.Bucket
-	if name == "" {
-		name = DefaultBucket
-	}
-	st := jetstream.FileStorage
-	if cfg.MemoryStorage {
-		st = jetstream.MemoryStorage
-	}
-	s, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      name + SumBucketSuffix,
-		Description: "tensorpress partial sums of federated rounds, one object per round and relay",
-		Replicas:    max(1, cfg.Replicas),
-		Storage:     st,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("natsfan: bucket %q: %w", name+SumBucketSuffix, err)
-	}
-	return s, nil
+	return openBucket(ctx, js, cfg, SumBucketSuffix, "tensorpress partial sums of federated rounds, one object per round and relay")
 }
 
 func sumName(round uint64, relay string) string { return strconv.FormatUint(round, 10) + "." + relay }
