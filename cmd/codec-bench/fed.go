@@ -134,6 +134,9 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 	if _, err := f.parse(args, 0, 0); err != nil {
 		return err
 	}
+	if ext := strings.ToLower(filepath.Ext(*plotOut)); *plotOut != "" && ext != ".svg" && ext != ".png" {
+		return usagef("--plot %q: want a .svg or .png file", *plotOut)
+	}
 	cfg := fedConfig{Clients: *clients, Rounds: *rounds, Split: *split, LR: float32(*lr), Momentum: float32(*momentum),
 		Batch: *batch, LocalEpochs: *localEpochs, ServerLR: float32(*serverLR), TrainLimit: *trainLimit, Data: *data,
 		Quorum: *quorum, Deadline: *deadline, Within: *within, RTT: *rtt}

@@ -165,3 +165,30 @@ func TestFedRelays(t *testing.T) {
 		t.Errorf("the origin received %d bytes of partial sums", r.OriginBytesIn)
 	}
 }
+
+// Flags that make no run: a usage error (exit 2), before any process.
+func TestFedUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"fed", "--rows", "gzip"},
+		{"fed", "--rows", "tp:topk(7)"},
+		{"fed", "--rows", "dense; dense"},
+		{"fed", "--model", "huge"},
+		{"fed", "--split", "shards"},
+		{"fed", "--clients", "0"},
+		{"fed", "--quorum", "9"},
+		{"fed", "--down", "fast"},
+		{"fed", "--densities", "0,2"},
+		{"fed", "--down-recipe", "nope(3)"},
+		{"fed", "--rate-drop", "2:6:10"},
+		{"fed", "--kill-client", "8:1"},
+		{"fed", "--kill-hub", "20"},
+		{"fed", "--relays", "3"},
+		{"fed", "--relays", "4", "--kill-hub", "2"},
+		{"fed", "--link", "veth"},
+		{"fed", "--plot", "x.gif"},
+	} {
+		if code, _, errs := cli(t, args...); code != 2 {
+			t.Errorf("codec-bench %q: exit %d, want 2: %s", args, code, errs)
+		}
+	}
+}
