@@ -718,8 +718,16 @@ func (row *fedRow) send(ctx context.Context, c hubpb.HubClient, ob *gradient.Out
 	if !row.PerTensor {
 		return hub.Upload(ctx, c, ob, req.UploadRequest, update)
 	}
-	for _, t := range update {
+	for i, t := range update {
 		if err := hub.Upload(ctx, c, ob, req.UploadRequest, []*codec.Tensor{t}); err != nil {
+			// The tensors not sent go to the residual too, as they would
+			// in one upload of them all: staged, then aborted.
+			for _, u := range update[i+1:] {
+				if _, serr := ob.Append(nil, u, req.Spec, 0); serr != nil {
+					break
+				}
+			}
+			ob.Abort()
 			return err
 		}
 	}
