@@ -516,7 +516,6 @@ func fedUpload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, row 
 			}
 			log.write('c', round, req.Weight, f)
 			pending = pending[1:]
-			continue
 		case codes.Unavailable, codes.Canceled, codes.Aborted:
 			if tries > 600 {
 				return false, err
@@ -526,7 +525,9 @@ func fedUpload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, row 
 			return false, err
 		}
 		// Send again what was not acknowledged: zero updates, with which
-		// the residual (where the aborted frames went) goes.
+		// the residual (where the aborted frames went) goes. (The update
+		// of a tensor the hub had counted from the process before stays
+		// in the residual: it goes with the next round's.)
 		for i, t := range pending {
 			z := *t
 			z.Data = make([]byte, len(t.Data))
