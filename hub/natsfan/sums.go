@@ -113,7 +113,7 @@ func WaitSums(ctx context.Context, store jetstream.ObjectStore, round uint64, n 
 	sums := map[string]*codec.Tensor{}
 	var total int64
 	for _, name := range names {
-		b, err := store.GetBytes(ctx, name)
+		b, err := getListed(ctx, store, name, poll)
 		if err != nil {
 			return out, total, fmt.Errorf("natsfan: sum %s: %w", name, err)
 		}
@@ -134,6 +134,23 @@ func WaitSums(ctx context.Context, store jetstream.ObjectStore, round uint64, n 
 		}
 	}
 	return out, total, nil
+}
+
+// getListed gets an object a listing just showed: a replica that has not
+// caught up may not have it yet (JetStream's direct gets are served by
+// any replica), so "not found" is tried again for a while.
+func getListed(ctx context.Context, store jetstream.ObjectStore, name string, poll time.Duration) ([]byte, error) {
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b, err := store.GetBytes(ctx, name)
+		if !errors.Is(err, jetstream.ErrObjectNotFound) || time.Now().After(deadline) {
+			return b, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
 }
 
 // addSum adds one relay's sum, tensorpress frames, into out.
