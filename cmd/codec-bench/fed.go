@@ -349,7 +349,7 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 		return nil, err
 	}
 	res := &fedResult{Row: cfg.Row.Name, Seed: cfg.Seed, Times: []float64{0}, clientLines: make([][]fedClientLine, cfg.Clients)}
-	hubLines := make(chan fedHubLine, cfg.Rounds+2)
+	hubLines := make(chan fedHubLine, 2*cfg.Rounds+16)
 	hubs := &fedHubs{self: self, lines: hubLines}
 	defer hubs.kill()
 	if cfg.Relays > 0 {
@@ -504,12 +504,16 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 	for running := true; running; {
 		select {
 		case l := <-hubLines:
-			if l.Done {
+			switch {
+			case hubs.died(l):
+				return nil, fmt.Errorf("the hub process ended in round %d (its error is above)", lastRound+1)
+			case l.ended != 0:
+			case l.Done:
 				last = l
-				continue
+			default:
+				progress(l)
+				lastRound = l.Round
 			}
-			progress(l)
-			lastRound = l.Round
 		case <-done:
 			running = false
 		}
@@ -519,7 +523,10 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 	for wait := time.After(2 * time.Minute); lastRound < uint64(cfg.Rounds); {
 		select {
 		case l := <-hubLines:
-			if !l.Done {
+			switch {
+			case hubs.died(l):
+				return nil, fmt.Errorf("the hub process ended in round %d (its error is above)", lastRound+1)
+			case l.ended == 0 && !l.Done:
 				progress(l)
 				lastRound = l.Round
 			}
@@ -532,9 +539,11 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 		return nil, err
 	}
 	for l := range hubLines {
-		if l.Done {
+		switch {
+		case l.ended != 0:
+		case l.Done:
 			last = l
-		} else {
+		default:
 			progress(l)
 		}
 	}
@@ -692,6 +701,9 @@ type fedHubs struct {
 	read      chan error // the current process's lines read
 	cpu       float64    // CPU seconds of the processes ended
 	err       error
+	// gen numbers the processes started; stopping is set by stop.
+	gen      int
+	stopping bool
 }
 
 func (h *fedHubs) start(cfg fedConfig) error {
@@ -711,8 +723,9 @@ func (h *fedHubs) start(cfg fedConfig) error {
 		cmd.Wait()
 		return fmt.Errorf("the hub process printed no address")
 	}
+	h.gen++
 	h.cmd, h.in, h.addr, h.pairAddrs, h.read = cmd, in, addrs[0], addrs[1:], make(chan error, 1)
-	go func(read chan error) {
+	go func(read chan error, gen int) {
 		dec := json.NewDecoder(out)
 		for {
 			var l fedHubLine
@@ -720,14 +733,19 @@ func (h *fedHubs) start(cfg fedConfig) error {
 				if err == io.EOF {
 					err = nil
 				}
+				h.lines <- fedHubLine{ended: gen}
 				read <- err
 				return
 			}
 			h.lines <- l
 		}
-	}(h.read)
+	}(h.read, h.gen)
 	return nil
 }
+
+// died reports whether l says that the current hub process ended, on its
+// own: the run cannot go on.
+func (h *fedHubs) died(l fedHubLine) bool { return l.ended != 0 && l.ended == h.gen && !h.stopping }
 
 // wait waits for the current process's end and adds its CPU time.
 func (h *fedHubs) wait() error {
@@ -753,6 +771,7 @@ func (h *fedHubs) restart(cfg fedConfig) error {
 // stop ends the hub process (stdin closed: it prints its counters) and
 // closes lines.
 func (h *fedHubs) stop() {
+	h.stopping = true
 	h.in.Close()
 	if err := h.wait(); err != nil && h.err == nil {
 		h.err = err

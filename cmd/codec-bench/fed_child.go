@@ -182,7 +182,9 @@ type fedHubLine struct {
 	BytesSent  int64   `json:"bytes_sent,omitempty"`
 	BytesIn    int64   `json:"update_bytes,omitempty"`
 	SumBytes   int64   `json:"sum_bytes,omitempty"` // hierarchical: partial sums' bytes, read (origin) or written (relay)
-	Late       int64   `json:"late_updates,omitempty"`
+
+	ended int   // not printed: the coordinator's mark that hub process number ended has stopped writing
+	Late  int64 `json:"late_updates,omitempty"`
 }
 
 // fedHub is the hub process: it serves the row's hub on loopback, prints
