@@ -207,18 +207,12 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, test, err := fl.LoadFashionMNIST(cfg.Data)
+	_, test, err := fl.LoadFashionMNISTHead(cfg.Data, 1, *testLimit)
 	if err != nil {
 		return err
 	}
-	if *testLimit > 0 && *testLimit < test.N {
-		idx := make([]int, *testLimit)
-		for i := range idx {
-			idx[i] = i
-		}
-		if test, err = test.Subset(idx); err != nil {
-			return err
-		}
+	if *testLimit < 0 || *trainLimit < 0 {
+		return usagef("--train-limit and --test-limit must not be negative")
 	}
 	var results []*fedResult
 	for s := 1; s <= *seeds; s++ {

@@ -319,7 +319,7 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 	if err != nil {
 		return err
 	}
-	train, _, err := fl.LoadFashionMNIST(cfg.Data)
+	train, _, err := fl.LoadFashionMNISTHead(cfg.Data, cfg.TrainLimit, 1)
 	if err != nil {
 		return err
 	}

@@ -194,9 +194,17 @@ func gz(b []byte) []byte {
 
 func TestReadIDX(t *testing.T) {
 	good := idx([]uint32{2, 3}, []byte{1, 2, 3, 4, 5, 6})
-	dims, data, err := readIDX(bytes.NewReader(good), 0x802)
+	dims, data, err := readIDX(bytes.NewReader(good), 0x802, 0)
 	if err != nil || !slices.Equal(dims, []int{2, 3}) || !slices.Equal(data, []byte{1, 2, 3, 4, 5, 6}) {
 		t.Fatalf("good file: %v %v %v", dims, data, err)
+	}
+	// The head: the first item only, the rest unread.
+	dims, data, err = readIDX(bytes.NewReader(append(slices.Clone(good), 9)), 0x802, 1)
+	if err != nil || !slices.Equal(dims, []int{1, 3}) || !slices.Equal(data, []byte{1, 2, 3}) {
+		t.Fatalf("head 1: %v %v %v", dims, data, err)
+	}
+	if _, _, err := readIDX(bytes.NewReader(good[:10]), 0x802, 1); err == nil {
+		t.Fatal("a truncated head: no error")
 	}
 	for _, c := range []struct {
 		name string
@@ -213,7 +221,7 @@ func TestReadIDX(t *testing.T) {
 		{"truncated", good[:len(good)-1], "truncated: 5 of 6"},
 		{"trailing", append(slices.Clone(good), 0), "trailing"},
 	} {
-		_, _, err := readIDX(bytes.NewReader(c.in), 0x802)
+		_, _, err := readIDX(bytes.NewReader(c.in), 0x802, 0)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error with %q", c.name, err, c.want)
 		}
@@ -289,7 +297,7 @@ func FuzzReadIDX(f *testing.F) {
 	f.Add(idx([]uint32{2, 3}, []byte{1, 2, 3, 4, 5, 6}))
 	f.Add(idx([]uint32{1, 1 << 20}, nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		dims, data, err := readIDX(bytes.NewReader(b), 0x802)
+		dims, data, err := readIDX(bytes.NewReader(b), 0x802, 0)
 		if err == nil && len(data) != dims[0]*dims[1] {
 			t.Fatalf("%v dims with %d bytes", dims, len(data))
 		}

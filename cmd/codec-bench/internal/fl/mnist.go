@@ -97,6 +97,13 @@ func (d *Dataset) head(n int) *Dataset {
 // Pixels are byte/255 as float32, exactly as
 // img.astype(np.float32) / np.float32(255).
 func LoadFashionMNIST(dir string) (train, test *Dataset, err error) {
+	return LoadFashionMNISTHead(dir, 0, 0)
+}
+
+// LoadFashionMNISTHead is LoadFashionMNIST reading only the first
+// trainN training and testN test samples (0: all): it stops
+// decompressing there, for runs that use no more.
+func LoadFashionMNISTHead(dir string, trainN, testN int) (train, test *Dataset, err error) {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return nil, nil, fmt.Errorf("fl: Fashion-MNIST directory %s not found (apt-get install dataset-fashion-mnist)", dir)
 	}
@@ -104,9 +111,9 @@ func LoadFashionMNIST(dir string) (train, test *Dataset, err error) {
 	done := make(chan struct{})
 	go func() { // the two sets decompress in parallel
 		defer close(done)
-		test, testErr = LoadIDX(filepath.Join(dir, testImages), filepath.Join(dir, testLabels))
+		test, testErr = loadIDX(filepath.Join(dir, testImages), filepath.Join(dir, testLabels), testN)
 	}()
-	train, err = LoadIDX(filepath.Join(dir, trainImages), filepath.Join(dir, trainLabels))
+	train, err = loadIDX(filepath.Join(dir, trainImages), filepath.Join(dir, trainLabels), trainN)
 	<-done
 	if err == nil {
 		err = testErr
@@ -121,14 +128,19 @@ func LoadFashionMNIST(dir string) (train, test *Dataset, err error) {
 // and an IDX label file (unsigned bytes, N labels in 0..9). Files whose
 // name ends in ".gz" are gunzipped.
 func LoadIDX(imagesPath, labelsPath string) (*Dataset, error) {
-	dims, pix, err := readIDXFile(imagesPath, magicImages)
+	return loadIDX(imagesPath, labelsPath, 0)
+}
+
+// loadIDX is LoadIDX of the first n samples (0: all).
+func loadIDX(imagesPath, labelsPath string, n int) (*Dataset, error) {
+	dims, pix, err := readIDXFile(imagesPath, magicImages, n)
 	if err != nil {
 		return nil, err
 	}
 	if dims[1] != 28 || dims[2] != 28 {
 		return nil, fmt.Errorf("fl: %s: images are %d×%d, want 28×28", imagesPath, dims[1], dims[2])
 	}
-	ldims, labels, err := readIDXFile(labelsPath, magicLabels)
+	ldims, labels, err := readIDXFile(labelsPath, magicLabels, n)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +169,7 @@ func pixels(b []byte) []float32 {
 	return x
 }
 
-func readIDXFile(path string, magic uint32) ([]int, []byte, error) {
+func readIDXFile(path string, magic uint32, n int) ([]int, []byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -175,7 +187,7 @@ func readIDXFile(path string, magic uint32) ([]int, []byte, error) {
 		defer zr.Close()
 		r = zr
 	}
-	dims, data, err := readIDX(r, magic)
+	dims, data, err := readIDX(r, magic, n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fl: %s: %w", path, err)
 	}
@@ -184,8 +196,9 @@ func readIDXFile(path string, magic uint32) ([]int, []byte, error) {
 
 // readIDX parses an IDX stream of unsigned bytes with the given magic
 // (which fixes the number of dimensions). The stream must end right after
-// the data.
-func readIDX(r io.Reader, magic uint32) (dims []int, data []byte, err error) {
+// the data, unless head is positive and less than the first dimension:
+// then only the first head items are read (and dims[0] is head).
+func readIDX(r io.Reader, magic uint32, head int) (dims []int, data []byte, err error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, nil, fmt.Errorf("reading IDX magic: %w", noEOF(err))
@@ -210,6 +223,15 @@ func readIDX(r io.Reader, magic uint32) (dims []int, data []byte, err error) {
 			return nil, nil, fmt.Errorf("IDX data of more than %d bytes", maxIDXBytes)
 		}
 		dims[i] = int(d)
+	}
+	if head > 0 && head < dims[0] {
+		size = size / int64(dims[0]) * int64(head)
+		dims[0] = head
+		data := make([]byte, size)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return nil, nil, fmt.Errorf("reading IDX data: %w", noEOF(err))
+		}
+		return dims, data, nil
 	}
 	// Grow with the data rather than trusting the header for the whole
 	// allocation up front; read one byte more to detect trailing data.
