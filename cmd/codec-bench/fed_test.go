@@ -192,3 +192,25 @@ func TestFedUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestFedQuorum: rounds that end at 2 of 3 clients' updates: the third
+// client's update, refused as late, waits in its residual for a later
+// round; the sum check finds every acknowledged update counted once.
+func TestFedQuorum(t *testing.T) {
+	needFashion(t)
+	if testing.Short() {
+		t.Skip("processes: run once, in the race pass of make test")
+	}
+	out := mustCLI(t, "fed", "--clients", "3", "--quorum", "2", "--rounds", "3", "--train-limit", "1500", "--test-limit", "500",
+		"--down", "100Mbit", "--up", "50Mbit", "--rtt", "4ms", "--rows", "tp:topk(0.05) | idx:delta,bitpack | val:nf4(64) | *:huff0", "--json", "-")
+	var r fedResult
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	// Every round counted at least 2 clients' updates of each of the 6
+	// tensors, and no more than 3.
+	if r.CountedUpdates < 2*6*3 || r.CountedUpdates > 3*6*3 || r.CommittedUpdates != r.CountedUpdates || r.SumError > 1e-5 {
+		t.Errorf("%d counted, %d committed, %d late, sum error %v", r.CountedUpdates, r.CommittedUpdates, r.Late, r.SumError)
+	}
+	t.Logf("%d updates counted, %d client rounds late", r.CountedUpdates, r.Late)
+}
