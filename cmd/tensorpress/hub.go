@@ -72,6 +72,18 @@ Logs: each version served (with progress while a large one is read), a
 version directory that cannot be served (a warning; the others are
 served), and a line per fetch and per upload at info.
 
+Aggregation (--fedavg N): the hub runs federated averaging on --dir. Its
+newest version is the global model; clients upload their updates (weight
+deltas) with that version as their round; the round ends once N updates
+of every tensor are counted (or at --fedavg-deadline, with at least one),
+the model steps by --server-lr times the weighted mean update, and the
+result is written to --dir as the next version and served. Every counted
+update is journaled in --dir before it is acknowledged, so a hub killed
+and started again counts them again, once; a late update is refused
+(FailedPrecondition) and stays in its client's error feedback.
+--fedavg-rounds ends the rounds after that many versions beyond the
+first; the hub then serves the last until stopped.
+
 SIGTERM or SIGINT stops it: streams in flight get --drain to finish, then
 are cut (Unavailable), and the clients resume on the next hub.
 `
@@ -86,24 +98,31 @@ type hubFlags struct {
 	auth                       *authFlags
 	limits                     *limitFlags
 	fan                        *fanoutFlags
+	fedavg, fedavgRounds       *int
+	fedavgDeadline             *time.Duration
+	serverLR                   *float64
 	newLog                     func() (*slog.Logger, error)
 }
 
 func addHubFlags(fs *flag.FlagSet, stderr io.Writer) *hubFlags {
 	return &hubFlags{
-		dir:       fs.String("dir", "", "`directory` of versions (required, unless --relay)"),
-		listen:    fs.String("listen", "127.0.0.1:7077", "`address` to listen on (host:port)"),
-		prof:      fs.String("profile", "", "YAML profile `file` (default: lossless, by data class)"),
-		retention: fs.Int("retention", hub.DefaultRetention, "versions kept (the newest)"),
-		cache:     sizeFlag(fs, "cache", hub.DefaultCacheBytes, "encoded chunks kept for the next clients, in `bytes` (256MiB, 1GiB)"),
-		memory:    sizeFlag(fs, "memory", budget.DefaultBytes, "memory budget, in `bytes`, for what the hub holds for its peers at once, beside --cache (uploads, sums, fetches in flight)"),
-		drain:     fs.Duration("drain", 10*time.Second, "time streams get to finish at shutdown"),
-		metrics:   fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (default: none)"),
-		watch:     fs.Duration("watch", 2*time.Second, "how often --dir is looked at for new versions (0: never)"),
-		auth:      addAuthFlags(fs),
-		limits:    addLimitFlags(fs),
-		fan:       addFanoutFlags(fs),
-		newLog:    logFlags(fs, stderr),
+		dir:            fs.String("dir", "", "`directory` of versions (required, unless --relay)"),
+		listen:         fs.String("listen", "127.0.0.1:7077", "`address` to listen on (host:port)"),
+		prof:           fs.String("profile", "", "YAML profile `file` (default: lossless, by data class)"),
+		retention:      fs.Int("retention", hub.DefaultRetention, "versions kept (the newest)"),
+		cache:          sizeFlag(fs, "cache", hub.DefaultCacheBytes, "encoded chunks kept for the next clients, in `bytes` (256MiB, 1GiB)"),
+		memory:         sizeFlag(fs, "memory", budget.DefaultBytes, "memory budget, in `bytes`, for what the hub holds for its peers at once, beside --cache (uploads, sums, fetches in flight)"),
+		drain:          fs.Duration("drain", 10*time.Second, "time streams get to finish at shutdown"),
+		metrics:        fs.String("metrics", "", "`address` to serve /metrics (Prometheus) and /healthz on (default: none)"),
+		watch:          fs.Duration("watch", 2*time.Second, "how often --dir is looked at for new versions (0: never)"),
+		auth:           addAuthFlags(fs),
+		limits:         addLimitFlags(fs),
+		fan:            addFanoutFlags(fs),
+		fedavg:         fs.Int("fedavg", 0, "aggregate: a round ends at this many `updates` of every tensor (0: no aggregation)"),
+		fedavgRounds:   fs.Int("fedavg-rounds", 0, "aggregate this many `rounds` (0: no end)"),
+		fedavgDeadline: fs.Duration("fedavg-deadline", 0, "a round also ends this long after its version is served, with at least one update (0: none)"),
+		serverLR:       fs.Float64("server-lr", 1, "the `step` on the round's weighted mean update"),
+		newLog:         logFlags(fs, stderr),
 	}
 }
 
@@ -113,6 +132,15 @@ func (f *hubFlags) check() error {
 	}
 	if *f.retention < 1 {
 		return usagef("--retention %d: want at least 1", *f.retention)
+	}
+	if *f.fedavg < 0 || *f.fedavgRounds < 0 || *f.fedavgDeadline < 0 || !(*f.serverLR > 0 && *f.serverLR <= 10) {
+		return usagef("--fedavg, --fedavg-rounds and --fedavg-deadline must not be negative, --server-lr in (0, 10]")
+	}
+	if *f.fedavg == 0 && (*f.fedavgRounds > 0 || *f.fedavgDeadline > 0) {
+		return usagef("--fedavg-rounds and --fedavg-deadline are for --fedavg")
+	}
+	if *f.fedavg > 0 && (*f.dir == "" || f.fan.enabled()) {
+		return usagef("--fedavg aggregates on --dir, without --nats or --relay")
 	}
 	if *f.memory <= 0 {
 		return usagef("--memory %d: want more than 0", *f.memory)
@@ -143,7 +171,9 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	f.setMemoryLimit(log)
 	ctx, stop := signal.NotifyContext(hubContext(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	src, err := f.startSources(ctx, h, log)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	src, err := f.startSources(ctx, h, log, cancel)
 	defer src.close(stop)
 	if err != nil {
 		return err
@@ -158,8 +188,6 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "tls", f.auth.cfg.ServerTLS(), "mtls", f.auth.cfg.Mutual(),
 		"token", f.auth.cfg.TokenFile != "", "memory", profile.FormatSize(*f.memory))
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	if *f.metrics != "" {
 		errc := make(chan error, 1)
 		stopMetrics, err := serveMetricsAuth(*f.metrics, errc, log, f.auth.cfg, src.collectors...)
@@ -232,8 +260,35 @@ type sources struct {
 
 // startSources publishes what the hub serves at the start: the versions
 // of --dir (to NATS too, with --nats), or those NATS holds (--relay).
-func (f *hubFlags) startSources(ctx context.Context, h *hub.Hub, log *slog.Logger) (*sources, error) {
+func (f *hubFlags) startSources(ctx context.Context, h *hub.Hub, log *slog.Logger, fail context.CancelCauseFunc) (*sources, error) {
 	src := &sources{collectors: []prometheus.Collector{metrics.Hub(h)}}
+	if *f.fedavg > 0 {
+		// The hub publishes the versions it aggregates; no watcher.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			err := hub.RunFedAvg(ctx, h, hub.FedAvgConfig{Dir: *f.dir, Clients: *f.fedavg, Deadline: *f.fedavgDeadline,
+				ServerLR: float32(*f.serverLR), Rounds: *f.fedavgRounds, Log: log})
+			switch {
+			case err == nil:
+				log.Info("fedavg: the rounds are done; serving the last version")
+			case ctx.Err() == nil:
+				log.Error("fedavg", "err", err)
+				fail(err)
+			}
+		}()
+		src.closers = append(src.closers, func() { <-done })
+		// RunFedAvg publishes the first version at once; wait for it so
+		// that the hub serves it when it starts listening.
+		for start := time.Now(); len(h.Versions()) == 0 && time.Since(start) < time.Minute; {
+			select {
+			case <-done:
+				return src, context.Cause(ctx)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		return src, nil
+	}
 	var fo *fanout
 	if f.fan.enabled() {
 		var err error
