@@ -149,6 +149,12 @@ func (h *Hub) Sum(id uint64) (RoundSum, bool) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.sumLocked(true), true
+}
+
+// sumLocked returns the round's sums (copies of them with clone), its
+// counts, weights and peers; r.mu is held.
+func (r *round) sumLocked(clone bool) RoundSum {
 	out := RoundSum{Counts: map[string]int{}, Weights: map[string]float64{}, Peers: map[string][]string{}}
 	for pt := range r.from {
 		out.Peers[pt.tensor] = append(out.Peers[pt.tensor], pt.peer)
@@ -158,7 +164,9 @@ func (h *Hub) Sum(id uint64) (RoundSum, bool) {
 	}
 	for name, s := range r.sums {
 		c := *s
-		c.Data = slices.Clone(s.Data)
+		if clone {
+			c.Data = slices.Clone(s.Data)
+		}
 		out.Tensors = append(out.Tensors, &c)
 		out.Counts[name] = r.counts[name]
 		out.Weights[name] = r.weight[name]
@@ -172,7 +180,7 @@ func (h *Hub) Sum(id uint64) (RoundSum, bool) {
 		}
 		return 0
 	})
-	return out, true
+	return out
 }
 
 // Counts returns how many updates of each tensor round id has counted
@@ -213,12 +221,20 @@ func (h *Hub) CloseRound(id uint64) (RoundSum, bool) {
 		r.closed = true
 		r.mu.Unlock()
 	}
-	sum, ok := h.Sum(id)
-	h.DropRound(id)
+	h.mu.Lock()
+	r := h.rounds[id]
+	delete(h.rounds, id)
+	h.mu.Unlock()
 	for _, r := range rs {
 		r.release()
 	}
-	return sum, ok
+	if r == nil {
+		return RoundSum{}, false
+	}
+	// Closed and forgotten: its tensors are the caller's, uncopied.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sumLocked(false), true
 }
 
 // release gives the round's memory back to the budget.

@@ -612,7 +612,7 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 	}
 	res.Accuracy = res.Accuracies[len(res.Accuracies)-1]
 	fmt.Fprintf(stderr, "  %.2f%% in %.1f s; %s up, %s down; hub %.1f s CPU, %s peak RSS; sum check: %d updates counted, %d committed, relative error %.1e\n",
-		100*res.Accuracy, res.Wall, fmtBytes(res.BytesUp), fmtBytes(res.BytesDown), res.HubCPU, fmtBytes(res.HubPeakRSS),
+		100*res.Accuracy, res.Wall, humanBytes(float64(res.BytesUp)), humanBytes(float64(res.BytesDown)), res.HubCPU, humanBytes(float64(res.HubPeakRSS)),
 		res.CountedUpdates, res.CommittedUpdates, res.SumError)
 	return res, nil
 }
@@ -936,18 +936,6 @@ func fedStart(self, role string, cfg fedConfig) (*exec.Cmd, io.WriteCloser, *buf
 	return cmd, in, bufio.NewReader(out), nil
 }
 
-func fmtBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
 // fedSummary is a row over its seeds.
 type fedSummary struct {
 	Row                  string
@@ -1045,8 +1033,8 @@ func writeFedTable(w io.Writer, sum []*fedSummary, cfg fedConfig) {
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%s\t%.1f\t%.0f\t\n", s.Row, tt, speed,
-			100*s.Accuracy, 100*s.AccuracySD, fmtBytes(int64(s.BytesUp/rounds)), fmtBytes(int64(s.BytesDown/rounds)),
-			s.Phases[0], s.Phases[1], s.Phases[2], s.HubCPU, fmtBytes(s.HubPeakRSS), s.Wall, s.Late)
+			100*s.Accuracy, 100*s.AccuracySD, humanBytes(float64(int64(s.BytesUp/rounds))), humanBytes(float64(int64(s.BytesDown/rounds))),
+			s.Phases[0], s.Phases[1], s.Phases[2], s.HubCPU, humanBytes(float64(s.HubPeakRSS)), s.Wall, s.Late)
 	}
 	tw.Flush()
 }
