@@ -53,12 +53,8 @@ func (t *Tuner) Density(name string, dtype codec.DType, elements int64, tags cod
 	if est.Bound || bw <= 0 {
 		bw = math.Inf(1)
 	}
-	kept := t.keptBytes
-	if kept <= 0 {
-		kept = defaultKeptBytes
-	}
 	took := func(x float64) time.Duration {
-		return time.Duration(math.Ceil(x*float64(elements)) * kept / bw * float64(time.Second))
+		return time.Duration(math.Ceil(x*float64(elements)) * t.keptLocked(x, dtype) / bw * float64(time.Second))
 	}
 	// The largest density that arrives in time, else the smallest.
 	best, fits := slices.Min(r.Densities), false
@@ -96,19 +92,48 @@ func (t *Tuner) Density(name string, dtype codec.DType, elements int64, tags cod
 
 // ObserveDensity records the frame of an update sent at density x:
 // its elements and its size on the wire teach Density the bytes each
-// element kept costs.
+// element kept at x costs. The cost is learned per density: an element
+// of a dense update costs its value alone, one of a sparse update its
+// value and its position, and positions cost less the denser the update.
 func (t *Tuner) ObserveDensity(x float64, elements int64, frameBytes int) {
-	k := math.Ceil(x * float64(elements))
+	k := math.Ceil(min(x, 1) * float64(elements))
 	if k <= 0 || frameBytes <= 0 {
 		return
 	}
 	v := float64(frameBytes) / k
 	t.mu.Lock()
-	if t.keptBytes > 0 {
-		v = (1-ewma)*t.keptBytes + ewma*v
+	defer t.mu.Unlock()
+	if t.kept == nil || len(t.kept) >= maxKeptDensities {
+		t.kept = map[float64]float64{}
 	}
-	t.keptBytes = v
-	t.mu.Unlock()
+	if old, ok := t.kept[x]; ok {
+		v = (1-ewma)*old + ewma*v
+	}
+	t.kept[x] = v
+}
+
+// maxKeptDensities bounds the densities whose cost is remembered (a
+// profile lists a few).
+const maxKeptDensities = 64
+
+// keptLocked is the wire bytes an element kept at density x costs: as
+// measured at x, else at the nearest sparse density measured (for x < 1),
+// else the value alone for a dense update and defaultKeptBytes for a
+// sparse one.
+func (t *Tuner) keptLocked(x float64, dtype codec.DType) float64 {
+	if v, ok := t.kept[x]; ok {
+		return v
+	}
+	if x >= 1 {
+		return float64(max(dtype.Size(), 1))
+	}
+	best, gap := defaultKeptBytes, math.Inf(1)
+	for d, v := range t.kept {
+		if g := math.Abs(math.Log(d / x)); d < 1 && (g < gap || g == gap && d < x) {
+			best, gap = v, g
+		}
+	}
+	return best
 }
 
 // DensitySwitches returns how many times Density changed a tensor's

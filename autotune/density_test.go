@@ -73,3 +73,49 @@ rules:
 		t.Error("a density without a profile")
 	}
 }
+
+// The bytes an element kept costs are learned per density: a dense
+// update's frames (the value alone) do not make a sparse update look
+// dearer, nor a sparse one's (value and position at 30%, but fewer bytes
+// each after entropy coding) make a dense update look cheaper.
+func TestDensityKeptPerDensity(t *testing.T) {
+	p, err := profile.Load([]byte(`version: 1
+rules:
+  - gradient: ["topk(0.01)"]
+    densities: [0.3, 1]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tu, err := New(WithProfile(p), WithLink(NewLink(1e6)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1_000_000
+	density := func(name string, within time.Duration) float64 {
+		t.Helper()
+		d, ok := tu.Density(name, codec.F32, n, codec.Tags{}, within)
+		if !ok {
+			t.Fatalf("no density for %s", name)
+		}
+		return d
+	}
+	// Unmeasured, a dense update costs its 4 MB: 4 s at 1 MB/s.
+	if got := density("a", 5*time.Second); got != 1 {
+		t.Errorf("within 5 s: %v, want 1", got)
+	}
+	if got := density("b", 3*time.Second); got != 0.3 {
+		t.Errorf("within 3 s: %v, want 0.3", got)
+	}
+	for range 20 {
+		tu.ObserveDensity(0.3, n, 3*n/10*3/2) // 1.5 bytes an element kept
+		tu.ObserveDensity(1, n, 4*n+40)
+	}
+	// Dense still takes 4 s, 30% 450 ms.
+	if got := density("c", 2*time.Second); got != 0.3 {
+		t.Errorf("after frames of both, within 2 s: %v, want 0.3 (dense takes 4 s)", got)
+	}
+	if got := density("d", 4100*time.Millisecond); got != 1 {
+		t.Errorf("after frames of both, within 4.1 s: %v, want 1", got)
+	}
+}

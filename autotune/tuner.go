@@ -141,7 +141,7 @@ type Tuner struct {
 	budget    float64 // error budget of the candidates without a profile
 
 	densities       map[string]*densityState // by tensor name
-	keptBytes       float64                  // wire bytes per gradient element kept (0: not measured)
+	kept            map[float64]float64      // wire bytes per gradient element kept, by density measured
 	densitySwitches int
 
 	probeMin   time.Duration // first probe interval
