@@ -43,7 +43,8 @@ test-purego:
 test-noasm:
 	$(GO) test -count=1 -tags noasm ./lossless ./lossy
 
-test: deps vet test-race test-purego test-noasm test-python
+# python comes before the Go tests: codec-bench's py: rows start Python clients.
+test: deps vet python test-race test-purego test-noasm test-python
 
 # python builds the C ABI (cmd/libtensorpress) as a shared library beside
 # the Python package, with its generated header (both ignored by git).

@@ -52,6 +52,10 @@ Rows (--rows, separated by ';'):
   tp:SPEC     uploads through gradient compressor SPEC, fetches as lossy deltas (--down-recipe)
   auto:SPEC   SPEC at the density the autotuner chooses from the uplink each client measures, for an
               update to arrive within --within (densities --densities); fetches as tp: rows
+  py:dense    Python clients (numpy, the package's tensorpress.Hub; make python first) as the dense row
+  py:SPEC     Python clients as the tp:SPEC row (a tensorpress.Sender's error feedback); their links
+              are relays in this process, simulated as the Go clients' are; no sum check (the
+              Python client sees no frames) and no faults, relays or tc
 Per row and seed: the test accuracy of every version against the wall time
 it was published, the time to the target (--target, default the first
 row's final accuracy less 1 point), bytes up and down, and the hub
@@ -131,6 +135,7 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 	data := f.String("data", fl.DefaultDir, "`directory` of the Fashion-MNIST IDX files")
 	jsonOut := f.String("json", "", "write JSON rows (one per row and seed) to `file` ('-': stdout instead of the table)")
 	plotOut := f.String("plot", "", "write accuracy against wall time to `file` (.svg or .png)")
+	pyDir := f.String("python", "python", "py: rows: the `directory` of the Python package (python/ in the source tree, built by make python)")
 	if _, err := f.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -207,6 +212,15 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cfg.Python = *pyDir
+	if slices.ContainsFunc(rows, func(r fedRow) bool { return r.Python }) {
+		if cfg.TC || cfg.Relays > 0 || cfg.HubKill > 0 || cfg.Kill.Round > 0 || cfg.Drop.Factor > 0 {
+			return usagef("py: rows run on the simulated link, without --link tc, --relays, --kill-hub, --kill-client or --rate-drop")
+		}
+		if err := checkFedPython(cfg.Python); err != nil {
+			return err
+		}
+	}
 	_, test, err := fl.LoadFashionMNISTHead(cfg.Data, 1, *testLimit)
 	if err != nil {
 		return err
@@ -273,10 +287,14 @@ func parseFedRows(s, downRecipe string, densities []float64) ([]fedRow, error) {
 			r = fedRow{Name: p, Down: "fp16", Up: "fp16(ef=off)"}
 		case strings.HasPrefix(p, "tp:"):
 			r = fedRow{Name: p, Base: true, Down: downRecipe, Up: strings.TrimSpace(p[3:])}
+		case p == "py:dense":
+			r = fedRow{Name: p, Base: true, Up: "none", Python: true}
+		case strings.HasPrefix(p, "py:"):
+			r = fedRow{Name: p, Base: true, Down: downRecipe, Up: strings.TrimSpace(p[3:]), Python: true}
 		case strings.HasPrefix(p, "auto:"):
 			r = fedRow{Name: p, Base: true, Down: downRecipe, Up: strings.TrimSpace(p[5:]), Auto: true, Densities: densities}
 		default:
-			return nil, usagef("--rows: %q: want rpc, dense, flare-int8, flare-fp16, tp:SPEC or auto:SPEC", p)
+			return nil, usagef("--rows: %q: want rpc, dense, flare-int8, flare-fp16, tp:SPEC, auto:SPEC, py:dense or py:SPEC", p)
 		}
 		if _, err := gradient.Parse(r.Up); err != nil {
 			return nil, usagef("--rows: %q: %v", p, err)
@@ -392,6 +410,21 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 		return nil, err
 	}
 	defer relays.kill()
+	var pyLinks []*fedPyLink
+	var pyWeights []float32
+	if cfg.Row.Python {
+		if pyWeights, err = fedPyShards(cfg); err != nil {
+			return nil, err
+		}
+		for range cfg.Clients {
+			l, err := startFedPyLink(cfg.Addr, cfg.Up, cfg.Down, cfg.RTT)
+			if err != nil {
+				return nil, err
+			}
+			defer l.close()
+			pyLinks = append(pyLinks, l)
+		}
+	}
 	var start time.Time // when every client is ready
 	var wg sync.WaitGroup
 	errs := make([]error, cfg.Clients)
@@ -410,7 +443,15 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 				c.Addr = cfg.Addrs[i]
 			}
 			for attempt := 0; ; attempt++ {
-				cmd, in, out, err := fedStart(self, fmt.Sprint("client ", i), c)
+				var cmd *exec.Cmd
+				var in io.WriteCloser
+				var out *bufio.Reader
+				var err error
+				if c.Row.Python {
+					cmd, in, out, err = fedStartPy(c, i, pyLinks[i].addr(), pyWeights[i])
+				} else {
+					cmd, in, out, err = fedStart(self, fmt.Sprint("client ", i), c)
+				}
 				if err != nil {
 					errs[i] = err
 					if attempt == 0 {
@@ -584,8 +625,15 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 	for i := range phases {
 		res.PhaseMeans[i] = phases[i] / float64(max(n, 1))
 	}
-	if err := fedCheckSums(dir, cfg.Clients, res); err != nil {
-		return nil, err
+	for _, l := range pyLinks {
+		down, up := l.bytes()
+		res.BytesDown += down
+		res.BytesUp += up
+	}
+	if !cfg.Row.Python { // a Python client keeps no log of its frames
+		if err := fedCheckSums(dir, cfg.Clients, res); err != nil {
+			return nil, err
+		}
 	}
 	// Every version's accuracy, read back from the hub's directory.
 	vs, err := hub.Versions(dir)

@@ -131,6 +131,8 @@ type fedConfig struct {
 	NATS   string `json:"nats,omitempty"`
 
 	Addr string `json:"addr"` // the hub's, for the clients
+
+	Python string `json:"python,omitempty"` // py: rows: the Python package's directory
 }
 
 // fedDrop divides the links of clients [0, Clients) by Factor in rounds
@@ -626,6 +628,7 @@ type fedRow struct {
 	Down      string    `json:"down,omitempty"`       // the hub's recipe for fetches ("": lossless)
 	Up        string    `json:"up"`                   // the gradient compressor of the updates
 	Auto      bool      `json:"auto,omitempty"`       // Up's density chosen from the measured uplink
+	Python    bool      `json:"python,omitempty"`     // Python clients (python/bench/fed_client.py over the package)
 	Densities []float64 `json:"densities,omitempty"`
 }
 

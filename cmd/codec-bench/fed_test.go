@@ -186,6 +186,9 @@ func TestFedUsage(t *testing.T) {
 		{"fed", "--relays", "4", "--kill-hub", "2"},
 		{"fed", "--link", "veth"},
 		{"fed", "--plot", "x.gif"},
+		{"fed", "--rows", "py:topk(7)"},
+		{"fed", "--rows", "py:dense", "--kill-hub", "2"},
+		{"fed", "--rows", "py:dense", "--python", "no-such-dir"},
 	} {
 		if code, _, errs := cli(t, args...); code != 2 {
 			t.Errorf("codec-bench %q: exit %d, want 2: %s", args, code, errs)
@@ -213,4 +216,59 @@ func TestFedQuorum(t *testing.T) {
 		t.Errorf("%d counted, %d committed, %d late, sum error %v", r.CountedUpdates, r.CommittedUpdates, r.Late, r.SumError)
 	}
 	t.Logf("%d updates counted, %d client rounds late", r.CountedUpdates, r.Late)
+}
+
+// TestFedPython: Python client processes (numpy and the package's
+// tensorpress.Hub over the C ABI) in the same federation, behind links
+// this process simulates: they learn, and their bytes are the Go
+// clients' for the same row.
+func TestFedPython(t *testing.T) {
+	needFashion(t)
+	if testing.Short() {
+		t.Skip("processes: run once, in the race pass of make test")
+	}
+	if err := checkFedPython("../../python"); err != nil {
+		t.Skipf("%v (make test builds it first)", err)
+	}
+	const tp = "topk(0.05) | idx:delta,bitpack | val:nf4(64) | *:huff0"
+	out := mustCLI(t, "fed", "--clients", "3", "--rounds", "2", "--train-limit", "1500", "--test-limit", "500",
+		"--down", "100Mbit", "--up", "50Mbit", "--rtt", "4ms", "--python", "../../python",
+		"--rows", "dense; py:dense; tp:"+tp+"; py:"+tp, "--json", "-")
+	rows := map[string]map[string]any{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var r map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		rows[r["row"].(string)] = r
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d rows: %v", len(rows), rows)
+	}
+	num := func(row, k string) float64 {
+		t.Helper()
+		v, ok := rows[row][k].(float64)
+		if !ok {
+			t.Fatalf("%s: %s = %v", row, k, rows[row][k])
+		}
+		return v
+	}
+	if acc := num("py:dense", "accuracy"); acc < 0.5 {
+		t.Errorf("py:dense: accuracy %v", acc)
+	}
+	if acc := num("py:"+tp, "accuracy"); acc < 0.3 {
+		t.Errorf("py:%s: accuracy %v", tp, acc)
+	}
+	// The same model, the same wire: dense bytes within 2% of the Go
+	// clients' both ways; TopK 5% well under dense.
+	for _, k := range []string{"bytes_up", "bytes_down"} {
+		if r := num("py:dense", k) / num("dense", k); r < 0.98 || r > 1.02 {
+			t.Errorf("py:dense %s: %.3f of dense's", k, r)
+		}
+	}
+	if r := num("py:dense", "bytes_up") / num("py:"+tp, "bytes_up"); r < 15 {
+		t.Errorf("py:%s: %.1fx fewer bytes up than py:dense", tp, r)
+	}
 }

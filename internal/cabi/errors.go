@@ -24,7 +24,7 @@ const (
 	ELOSSY       int32 = 7  // codec.ErrLossy
 	ERECIPE      int32 = 8  // codec.ErrRecipe, a bad gradient spec or profile
 	EARG         int32 = 9  // a bad argument (dtype, shape, buffer size)
-	ESTATE       int32 = 10 // gradient.ErrMemory, or a call not allowed now
+	ESTATE       int32 = 10 // gradient.ErrMemory, a call not allowed now, or an update the hub refused (round closed, already counted)
 	ENONFINITE   int32 = 11 // lossy.ErrNonFinite
 	ENOTFOUND    int32 = 12 // hub: no such version or tensor
 	EBASE        int32 = 13 // hub: the base of a delta is not the caller's

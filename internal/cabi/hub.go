@@ -191,7 +191,8 @@ func (hc *hubConn) error(err error) error {
 	}
 	code := map[codes.Code]int32{codes.NotFound: ENOTFOUND, codes.Unavailable: EUNAVAILABLE,
 		codes.Unauthenticated: EAUTH, codes.PermissionDenied: EAUTH, codes.DeadlineExceeded: ETIMEOUT,
-		codes.Canceled: ECANCELED, codes.ResourceExhausted: ELIMIT, codes.InvalidArgument: EARG}[st.Code()]
+		codes.Canceled: ECANCELED, codes.ResourceExhausted: ELIMIT, codes.InvalidArgument: EARG,
+		codes.FailedPrecondition: ESTATE, codes.AlreadyExists: ESTATE}[st.Code()]
 	if code == 0 {
 		code = EUNAVAILABLE
 	}
@@ -206,6 +207,12 @@ func (hc *hubConn) error(err error) error {
 	}
 	what := map[int32]string{ENOTFOUND: "not found", EUNAVAILABLE: "unreachable", EAUTH: "refused this client",
 		ETIMEOUT: "no answer in time", ECANCELED: "canceled", ELIMIT: "over a limit", EARG: "refused the request"}[code]
+	switch st.Code() {
+	case codes.FailedPrecondition:
+		what = "refused the update: its round is closed (the sender keeps it in its residual for a later round)"
+	case codes.AlreadyExists:
+		what = "refused the update: it already counted this peer's update of the tensor in the round"
+	}
 	return &codeError{code: code, msg: fmt.Sprintf("tensorpress: hub at %s: %s: %s", addr, what, m), err: err}
 }
 

@@ -209,6 +209,19 @@ func TestHubUpload(t *testing.T) {
 	if _, _, code, _ := HubUpload(h, s, []byte(`{"round":7,"spec":"nope("}`), d, 1, nil, 0); code != ERECIPE {
 		t.Errorf("bad spec: %d", code)
 	}
+	// A second update of the tensor from the peer, and one for a round
+	// the hub closed: the hub refuses both (AlreadyExists,
+	// FailedPrecondition), and the sender keeps each in its residual.
+	if _, _, code, msg := HubUpload(h, s, []byte(`{"round":7,"peer":"p1"}`), d, 1, nil, 0); code != ESTATE || !strings.Contains(msg, "already") {
+		t.Errorf("a second update: %d %s, want ESTATE (already counted)", code, msg)
+	}
+	hb.CloseRound(8)
+	if _, _, code, msg := HubUpload(h, s, []byte(`{"round":8,"peer":"p1"}`), d, 1, nil, 0); code != ESTATE || !strings.Contains(msg, "closed") {
+		t.Errorf("an update for a closed round: %d %s, want ESTATE (round closed)", code, msg)
+	}
+	if p, _, _ := SenderPending(s); p != 0 {
+		t.Errorf("%d pending after refused uploads", p)
+	}
 }
 
 // TestHubCancel: a call to a peer that never answers, with no deadline,

@@ -79,7 +79,8 @@ class ArgumentError(TensorpressError, ValueError):
 
 
 class StateError(TensorpressError):
-    """A call not allowed in the object's state, or a bad saved state (``TP_ESTATE``)."""
+    """A call not allowed in the object's state, a bad saved state, or an update the hub refused because
+    its round is closed or it already counted the peer's update of the tensor (``TP_ESTATE``)."""
 
     code = 10
 

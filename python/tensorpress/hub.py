@@ -467,7 +467,10 @@ class Hub(_lib.Handle):
         Each is compressed with ``spec`` (else the sender's, else sent dense as float32) through
         ``sender``'s error feedback: an update is committed in the sender when the hub acknowledges
         it, and the others go back into its residuals when the stream breaks. The sender must have no
-        update pending. Without a sender, nothing carries over between uploads.
+        update pending. Without a sender, nothing carries over between uploads. An aggregator's hub
+        (``tensorpress hub --fedavg``) refuses an update for a round it has closed, and a second update
+        of a tensor from the same ``peer`` in a round: :class:`StateError`, the sender keeping the
+        refused updates in its residuals.
         """
         if not isinstance(round, int) or round < 0:
             raise ValueError(f"tensorpress: round must be a non-negative int, not {round!r}")
