@@ -30,9 +30,10 @@ const maxDensityStates = 1 << 16
 // accurate update that arrives in time, else the smallest. A density once
 // chosen for the tensor is kept while its frame takes no more than d plus
 // the hysteresis, and a larger one is taken only when its frame takes
-// less than d less the hysteresis, so the choice does not flap. Without a
-// measured bandwidth (the link never held the writer back) it takes the
-// largest density. ok is false when the Tuner has no profile or the rule
+// less than d less the hysteresis, so the choice does not flap. Where the
+// link never held the writer back (a lower bound) or is loopback it takes
+// the largest density; with nothing measured yet, the largest below 1
+// where the rule has one (a dense update waits for a measurement). ok is false when the Tuner has no profile or the rule
 // lists no densities; the caller keeps its compressor's own.
 func (t *Tuner) Density(name string, dtype codec.DType, elements int64, tags codec.Tags, d time.Duration) (density float64, ok bool) {
 	if t.prof2 == nil || elements <= 0 || d <= 0 {
@@ -56,10 +57,15 @@ func (t *Tuner) Density(name string, dtype codec.DType, elements int64, tags cod
 	took := func(x float64) time.Duration {
 		return time.Duration(math.Ceil(x*float64(elements)) * t.keptLocked(x, dtype) / bw * float64(time.Second))
 	}
-	// The largest density that arrives in time, else the smallest.
+	// The largest density that arrives in time, else the smallest. With
+	// the link unknown, a dense update (density 1) is left out where
+	// there is a sparse one: it is the choice that costs most when the
+	// link turns out slow, and it is taken once a measurement says it
+	// fits.
+	unknown := !(est.Bandwidth > 0)
 	best, fits := slices.Min(r.Densities), false
 	for _, x := range r.Densities {
-		if took(x) <= d && (!fits || x > best) {
+		if took(x) <= d && (!fits || x > best) && !(unknown && x >= 1 && best < 1) {
 			best, fits = x, true
 		}
 	}

@@ -119,3 +119,33 @@ rules:
 		t.Errorf("after frames of both, within 4.1 s: %v, want 1", got)
 	}
 }
+
+// With nothing measured, a dense update waits for a measurement: the
+// largest sparse density goes first; once the link is known to carry a
+// dense update in time, it is taken.
+func TestDensityDenseNeedsMeasurement(t *testing.T) {
+	p, err := profile.Load([]byte(`version: 1
+rules:
+  - gradient: ["topk(0.01)"]
+    densities: [1, 0.01, 0.3]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tu, err := New(WithProfile(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 100_000
+	if d, _ := tu.Density("a", codec.F32, n, codec.Tags{}, time.Second); d != 0.3 {
+		t.Errorf("link unknown: %v, want 0.3", d)
+	}
+	tu.Link().SetRate(125e6, "upload") // 1 Gbit/s: 400 kB in 3.2 ms
+	if d, _ := tu.Density("b", codec.F32, n, codec.Tags{}, time.Second); d != 1 {
+		t.Errorf("at 1 Gbit/s: %v, want 1", d)
+	}
+	tu.Link().SetRate(250e3, "upload") // 2 Mbit/s: 400 kB in 1.6 s
+	if d, _ := tu.Density("c", codec.F32, n, codec.Tags{}, time.Second); d != 0.3 {
+		t.Errorf("at 2 Mbit/s: %v, want 0.3", d)
+	}
+}

@@ -122,7 +122,7 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 	quorum := f.Int("quorum", 0, "updates that end a round (0: every client)")
 	deadline := f.Duration("deadline", 0, "a round's `deadline` after its version is published (0: none; the quorum ends it)")
 	within := f.Duration("within", time.Second, "auto rows: the `time` an update should take to reach the hub")
-	densities := f.String("densities", "0.003,0.01,0.03,0.1,0.3", "auto rows: the `densities` the autotuner chooses among (1: the update whole, dense float32)")
+	densities := f.String("densities", "0.003,0.01,0.03,0.1,0.3,1", "auto rows: the `densities` the autotuner chooses among (1: the update whole, dense float32, where the link is not the bottleneck)")
 	downRecipe := f.String("down-recipe", "int8(4096) | q:huff0", "tp: and auto: rows: the hub's `recipe` for the deltas it sends")
 	target := f.Float64("target", 0, "target test accuracy in `percent` (0: the first row's final accuracy less 1)")
 	link := f.String("link", "sim", "`link`s of the clients: sim (simulated in each client process) or tc (as root: a veth pair per client between network namespaces, shaped both ways by tc)")
