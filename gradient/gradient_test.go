@@ -435,7 +435,7 @@ func TestParse(t *testing.T) {
 	for _, s := range []string{
 		"none", "topk(0.01)", "topk(0.01,warmup=8)", "randk(0.01,seed=3)", "thresh(0.5)", "dgc(0.001)",
 		"dgc(0.001,momentum=0.5,nesterov=on,clip=1,warmup=2,sample=0.05)", "powersgd(4)", "powersgd(2,min=3,seed=1)", "powersgd(4,iters=2)",
-		"sign", "qsgd(127)", "int8(4096)",
+		"powersgd(4,warmup=8)", "powersgd(4,iters=2,warmup=8,from=32)", "sign", "qsgd(127)", "int8(4096)",
 	} {
 		c, err := New(s)
 		if err != nil {
@@ -452,10 +452,72 @@ func TestParse(t *testing.T) {
 	}
 	for _, s := range []string{"", "topk", "topk(2)", "topk(0.01", "topk(x=1)", "dgc(0.1,momentum=2)", "nosuch(1)",
 		"zstd(1)", "powersgd(0)", "thresh(-1)", "topk(0.1,ef=maybe)", "shuffle", "topk(0.01,warmup=-1)",
-		"topk(0.01,warmup=x)", "topk(0.01,warmup=1,warmup=2)"} {
+		"topk(0.01,warmup=x)", "topk(0.01,warmup=1,warmup=2)", "powersgd(4,warmup=2,from=2)", "powersgd(4,from=16)",
+		"powersgd(4,warmup=-1)", "powersgd(4,warmup=2,from=2000)"} {
 		if _, err := Parse(s); !errors.Is(err, codec.ErrRecipe) {
 			t.Errorf("Parse(%q): %v, want ErrRecipe", s, err)
 		}
+	}
+}
+
+// TestPowerSGDWarmup: the rank halves in equal stages from From to Rank
+// over the warm-up; at each smaller rank the larger rank's first columns
+// of q start the power iteration, so the factors keep the directions
+// found (the frame after a fall is better than a first step's).
+func TestPowerSGDWarmup(t *testing.T) {
+	c := &PowerSGD{Rank: 4, MinRate: 1, Warmup: 8}
+	for _, tc := range []struct {
+		e    float64
+		want int
+	}{{0, 16}, {3.9, 16}, {4, 8}, {7.9, 8}, {8, 4}, {100, 4}, {-1, 16}} {
+		if got := c.RankAt(tc.e); got != tc.want {
+			t.Errorf("epoch %v: rank %d, want %d", tc.e, got, tc.want)
+		}
+	}
+	if got := (&PowerSGD{Rank: 4, Warmup: 3, From: 12}).RankAt(1.5); got != 6 {
+		t.Errorf("from 12, half-way: rank %d, want 6", got)
+	}
+	// A matrix of rank 4 plus noise: after the warm-up at rank 16, rank
+	// 4 warm-started from q's first columns is closer than a cold rank 4.
+	const rows, cols = 64, 96
+	a, b := normal(rows*4, 3, 1), normal(cols*4, 4, 1)
+	g := normal(rows*cols, 5, 0.01)
+	for i := range rows {
+		for j := range cols {
+			for k := range 4 {
+				g[i*cols+j] += a[i*4+k] * b[j*4+k] * float32(4-k)
+			}
+		}
+	}
+	warm, _ := NewSender(c, WithoutFeedback())
+	warm.SetEpoch(0)
+	if _, err := warm.Append(nil, codec.FromFloat32("w", g, rows, cols)); err != nil {
+		t.Fatal(err)
+	}
+	warm.Commit()
+	warm.SetEpoch(8)
+	f, err := warm.Append(nil, codec.FromFloat32("w", g, rows, cols))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold, _ := NewSender(&PowerSGD{Rank: 4, MinRate: 1}, WithoutFeedback())
+	f0, err := cold.Append(nil, codec.FromFloat32("w", g, rows, cols))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errOf := func(frame []byte) float64 {
+		d := decodeAdd(t, frame, rows*cols)
+		var e float64
+		for i := range d {
+			e += float64(d[i]-g[i]) * float64(d[i]-g[i])
+		}
+		return e
+	}
+	if len(f) != len(f0) {
+		t.Fatalf("rank 4 after the warm-up: %d bytes, a cold rank 4: %d", len(f), len(f0))
+	}
+	if ew, ec := errOf(f), errOf(f0); !(ew < ec) {
+		t.Errorf("rank 4 warm-started from rank 16: squared error %v, cold: %v", ew, ec)
 	}
 }
 

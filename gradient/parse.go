@@ -25,7 +25,7 @@ import (
 //	randk(r[,seed=S])            random k, positions from a per-step seed
 //	thresh(t)                    |x| >= t
 //	dgc(r[,momentum=m,nesterov=on,clip=c,warmup=e,sample=s])   Deep Gradient Compression
-//	powersgd(rank[,min=n,iters=i]) PowerSGD, rank-r factors with warm start
+//	powersgd(rank[,min=n,iters=i,warmup=e,from=R]) PowerSGD, rank-r factors with warm start; warm-up from rank R
 //	sign / efsign                EF-signSGD (sign with a per-block mean magnitude)
 //	qsgd(s[,B]) int8(B) fp16 ... any lossy stage, applied to every element
 //

@@ -254,15 +254,42 @@ func (o *powersgdOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, par
 // q = Mᵀ·p, and the receiver adds p·qᵀ. Vectors (biases) and matrices
 // that the factors would not shrink MinRate times are sent dense, as the
 // reference hook does (its min_compression_rate, default 2).
+//
+// With Warmup, the rank falls over the first Warmup epochs as TopK's
+// density does in its warm-up: it starts at From (default 4×Rank) and
+// halves in equal stages down to Rank; the first columns of the larger
+// rank's q are the warm start of the smaller.
 type PowerSGD struct {
 	Rank    int
 	MinRate float64 // default 2
 	Seed    uint64  // for the first q
 	Iters   int     // power iterations per step (0 and 1: one, as the reference hook)
+	Warmup  float64 // epochs of warm-up (Sender.SetEpoch); 0: none
+	From    int     // the rank the warm-up starts at (0: 4×Rank)
+}
+
+// RankAt is the rank of the factors at epoch e.
+func (c *PowerSGD) RankAt(e float64) int {
+	from := c.From
+	if from == 0 {
+		from = 4 * c.Rank
+	}
+	if c.Warmup <= 0 || e >= c.Warmup || from <= c.Rank {
+		return c.Rank
+	}
+	stages := 0
+	for r := from; r > c.Rank; r = (r + 1) / 2 {
+		stages++
+	}
+	r := from
+	for range int(float64(stages) * max(e, 0) / c.Warmup) {
+		r = (r + 1) / 2
+	}
+	return max(r, c.Rank)
 }
 
 func parsePowerSGD(args []codec.Arg) (*PowerSGD, error) {
-	if err := codec.CheckArgs("powersgd", args, 1, "rank", "min", "seed", "iters"); err != nil {
+	if err := codec.CheckArgs("powersgd", args, 1, "rank", "min", "seed", "iters", "warmup", "from"); err != nil {
 		return nil, err
 	}
 	if err := noRepeats("powersgd", args, "rank"); err != nil {
@@ -287,7 +314,21 @@ func parsePowerSGD(args []codec.Arg) (*PowerSGD, error) {
 			if c.Iters, err = codec.IntArg("powersgd", []codec.Arg{a}, -1, "iters", 1, 1, 16); err != nil {
 				return nil, err
 			}
+		case "warmup":
+			if c.Warmup, err = floatArg("powersgd", a, 0, 1e6); err != nil {
+				return nil, err
+			}
+		case "from":
+			if c.From, err = codec.IntArg("powersgd", []codec.Arg{a}, -1, "from", 0, 1, maxRank); err != nil {
+				return nil, err
+			}
 		}
+	}
+	if c.From != 0 && c.From < c.Rank {
+		return nil, fmt.Errorf("%w: powersgd: from=%d is below the rank %d (the warm-up starts at the larger rank)", codec.ErrRecipe, c.From, c.Rank)
+	}
+	if c.From != 0 && c.Warmup == 0 {
+		return nil, fmt.Errorf("%w: powersgd: from=%d without warmup=", codec.ErrRecipe, c.From)
 	}
 	return c, nil
 }
@@ -303,19 +344,25 @@ func (c *PowerSGD) String() string {
 	if c.Iters > 1 {
 		s += ",iters=" + strconv.Itoa(c.Iters)
 	}
+	if c.Warmup != 0 {
+		s += ",warmup=" + strconv.FormatFloat(c.Warmup, 'g', -1, 64)
+	}
+	if c.From != 0 {
+		s += ",from=" + strconv.Itoa(c.From)
+	}
 	return s + ")"
 }
 
 // Compress implements Compressor.
 func (c *PowerSGD) Compress(in *Input) (codec.Op, error) {
-	if c.Rank < 1 || c.Rank > maxRank || !(c.MinRate >= 0) || c.Iters < 0 || c.Iters > 16 {
-		return nil, fmt.Errorf("%w: powersgd: rank %d (want 1 to %d), min rate %v, iters %d (want 0 to 16)", codec.ErrRecipe, c.Rank, maxRank, c.MinRate, c.Iters)
+	if c.Rank < 1 || c.Rank > maxRank || !(c.MinRate >= 0) || c.Iters < 0 || c.Iters > 16 || c.From < 0 || c.From > maxRank {
+		return nil, fmt.Errorf("%w: powersgd: rank %d (want 1 to %d), min rate %v, iters %d (want 0 to 16), from %d", codec.ErrRecipe, c.Rank, maxRank, c.MinRate, c.Iters, c.From)
 	}
 	if len(in.Shape) < 2 || len(in.C) == 0 {
 		return nil, nil // vectors, and empty matrices, go dense
 	}
 	t := &codec.Tensor{DType: codec.F32, Shape: in.Shape}
-	rows, cols, r, err := matrix(t, c.Rank)
+	rows, cols, r, err := matrix(t, min(c.RankAt(in.Epoch), maxRank))
 	if err != nil {
 		return nil, err
 	}
@@ -325,8 +372,17 @@ func (c *PowerSGD) Compress(in *Input) (codec.Op, error) {
 	// A committed q of another length (a restored image, another rank or
 	// an earlier compressor's buffer) is no warm start: draw a new one,
 	// as on the first step, rather than start from zeros.
-	first := len(in.State.Committed("q")) != cols*r
+	old := in.State.Committed("q")
+	first := len(old) != cols*r
 	q := in.State.Private("q", cols*r)
+	if was := len(old) / cols; first && was > r && len(old) == cols*was {
+		// The warm-up's larger rank: its first r columns (the
+		// directions found first) start the smaller.
+		for i := range cols {
+			copy(q[i*r:(i+1)*r], old[i*was:i*was+r])
+		}
+		first = false
+	}
 	if first {
 		rng := rand.New(rand.NewPCG(c.Seed, stepSeed(c.Seed, in.Name, 0)))
 		for i := range q {
