@@ -55,7 +55,7 @@ Rows (--rows, separated by ';'):
   py:dense    Python clients (numpy, the package's tensorpress.Hub; make python first) as the dense row
   py:SPEC     Python clients as the tp:SPEC row (a tensorpress.Sender's error feedback); their links
               are relays in this process, simulated as the Go clients' are; no sum check (the
-              Python client sees no frames) and no faults, relays or tc
+              Python client sees no frames) and no faults, relays or tc (--rate-drop applies)
 Per row and seed: the test accuracy of every version against the wall time
 it was published, the time to the target (--target, default the first
 row's final accuracy less 1 point), bytes up and down, and the hub
@@ -214,8 +214,8 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.Python = *pyDir
 	if slices.ContainsFunc(rows, func(r fedRow) bool { return r.Python }) {
-		if cfg.TC || cfg.Relays > 0 || cfg.HubKill > 0 || cfg.Kill.Round > 0 || cfg.Drop.Factor > 0 {
-			return usagef("py: rows run on the simulated link, without --link tc, --relays, --kill-hub, --kill-client or --rate-drop")
+		if cfg.TC || cfg.Relays > 0 || cfg.HubKill > 0 || cfg.Kill.Round > 0 {
+			return usagef("py: rows run on the simulated link, without --link tc, --relays, --kill-hub or --kill-client")
 		}
 		if err := checkFedPython(cfg.Python); err != nil {
 			return err
@@ -416,8 +416,9 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 		if pyWeights, err = fedPyShards(cfg); err != nil {
 			return nil, err
 		}
-		for range cfg.Clients {
-			l, err := startFedPyLink(cfg.Addr, cfg.Up, cfg.Down, cfg.RTT)
+		for i := range cfg.Clients {
+			up, down := cfg.rates(i, 1)
+			l, err := startFedPyLink(cfg.Addr, up, down, cfg.RTT)
 			if err != nil {
 				return nil, err
 			}
@@ -523,6 +524,11 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 		t := time.Unix(0, l.End).Sub(start).Seconds()
 		res.Times = append(res.Times, t)
 		fmt.Fprintf(stderr, "  round %d: %d updates, %.1f s\n", l.Round, l.Updates, t)
+		for i, pl := range pyLinks {
+			// The next round's rates (--rate-drop): a Go client sets its
+			// own; a Python client's link is here.
+			pl.links.setRates(cfg.rates(i, int(l.Round)+1))
+		}
 		if cfg.HubKill > 0 && l.Round == uint64(cfg.HubKill) && res.HubRestarts == 0 {
 			// The fault: the hub killed between rounds, started again on
 			// its directory.

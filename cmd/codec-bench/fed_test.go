@@ -272,3 +272,30 @@ func TestFedPython(t *testing.T) {
 		t.Errorf("py:%s: %.1fx fewer bytes up than py:dense", tp, r)
 	}
 }
+
+// TestFedPythonQuorum: rounds that end at 2 of 3 Python clients' updates,
+// client 0's link 200 times slower in rounds 2 and 3: its uploads come
+// after the round closed and are refused (StateError from the package),
+// its update stays in its Sender's residual, and the run goes on.
+func TestFedPythonQuorum(t *testing.T) {
+	needFashion(t)
+	if testing.Short() {
+		t.Skip("processes: run once, in the race pass of make test")
+	}
+	if err := checkFedPython("../../python"); err != nil {
+		t.Skipf("%v (make test builds it first)", err)
+	}
+	out := mustCLI(t, "fed", "--clients", "3", "--rounds", "3", "--quorum", "2", "--train-limit", "1500", "--test-limit", "500",
+		"--down", "100Mbit", "--up", "50Mbit", "--rtt", "4ms", "--python", "../../python", "--rate-drop", "1:2-3:200",
+		"--rows", "py:topk(0.05) | idx:delta,bitpack | val:nf4(64) | *:huff0", "--json", "-")
+	var r struct {
+		Late       int       `json:"late_updates"`
+		Accuracies []float64 `json:"accuracies"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Late < 2 || len(r.Accuracies) != 4 {
+		t.Errorf("%d late updates, %d versions; want 2 late (client 0 in rounds 2 and 3) and 4 versions", r.Late, len(r.Accuracies))
+	}
+}
