@@ -172,9 +172,11 @@ func TestFedAvg(t *testing.T) {
 type fixedDensity struct {
 	d      float64
 	frames []int
+	within []time.Duration
 }
 
-func (f *fixedDensity) Density(string, codec.DType, int64, codec.Tags, time.Duration) (float64, bool) {
+func (f *fixedDensity) Density(_ string, _ codec.DType, _ int64, _ codec.Tags, within time.Duration) (float64, bool) {
+	f.within = append(f.within, within)
 	return f.d, true
 }
 func (f *fixedDensity) ObserveDensity(_ float64, _ int64, n int) { f.frames = append(f.frames, n) }
@@ -209,6 +211,10 @@ func TestUploadDensities(t *testing.T) {
 	fd = &fixedDensity{d: 1}
 	if whole := sent(fd); whole < 5*4096*4 || whole > 5*(4096*4+512) || len(fd.frames) != 5 {
 		t.Fatalf("at density 1: %d bytes for 5 float32 updates of 4096, %d observed", whole, len(fd.frames))
+	}
+	// The 5 updates share the second: each of the same size has a fifth.
+	if len(fd.within) != 5 || slices.ContainsFunc(fd.within, func(d time.Duration) bool { return d != 200*time.Millisecond }) {
+		t.Errorf("the updates' times: %v, want 5 of 200ms", fd.within)
 	}
 }
 

@@ -413,8 +413,10 @@ type UploadRequest struct {
 	Spec    *gradient.Spec
 	Profile *profile.Profile
 	// Densities, if not nil, chooses each update's density (the share of
-	// elements a sparsifier keeps) for the update to reach the hub within
-	// Within: an autotune.Tuner made with the profile, whose link
+	// elements a sparsifier keeps) for the updates to reach the hub within
+	// Within, all of them: each tensor's update has the share of Within
+	// that its elements are of the upload's. Densities is an
+	// autotune.Tuner made with the profile, whose link
 	// estimate is the client's uplink (autotune.Link.SetRate with the rate
 	// the client measured). A density it does not choose, or a compressor
 	// without one, keeps the compressor's own; a density of 1 sends the
@@ -448,12 +450,14 @@ type DensityChooser interface {
 // header is most of it.
 const minObserved = 1024
 
-// density returns the density of update t (0: its compressor's own).
-func (r *UploadRequest) density(t *codec.Tensor) float64 {
+// density returns the density of update t (0: its compressor's own),
+// whose elements are share of the upload's.
+func (r *UploadRequest) density(t *codec.Tensor, share float64) float64 {
 	if r.Densities == nil || r.Within <= 0 {
 		return 0
 	}
-	d, ok := r.Densities.Density(t.Name, t.DType, int64(len(t.Data)/max(t.DType.Size(), 1)), t.Tags, r.Within)
+	within := max(time.Duration(share*float64(r.Within)), time.Microsecond)
+	d, ok := r.Densities.Density(t.Name, t.DType, int64(len(t.Data)/max(t.DType.Size(), 1)), t.Tags, within)
 	if !ok {
 		return 0
 	}
@@ -513,8 +517,12 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req Upl
 	// sent, so that when the stream breaks each one is either counted or
 	// back in the residual, whatever the point of the break.
 	u := &uploader{st: st, ob: ob, frames: make([][]byte, len(updates)), onCommit: req.OnCommit}
+	var total int64
+	for _, x := range updates {
+		total += int64(len(x.Data) / max(x.DType.Size(), 1))
+	}
 	for i, x := range updates {
-		d, spec := req.density(x), req.spec(x)
+		d, spec := req.density(x, float64(len(x.Data)/max(x.DType.Size(), 1))/float64(max(total, 1))), req.spec(x)
 		if d >= 1 {
 			spec = dense
 		}

@@ -444,7 +444,7 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 		req := up
 		req.Round, req.Weight, req.Peer = uint64(r), cl.Weight(), fmt.Sprint("client", id)
 		if row.Auto {
-			line.Density = req.density1(update[0])
+			line.Density = req.density1(update)
 		}
 		ob.SetEpoch(float64(r - 1))
 		kill := cfg.Kill.Client == id && cfg.Kill.Round == r && !cfg.Resume
@@ -637,12 +637,19 @@ type autoReq struct {
 	hub.UploadRequest
 }
 
-// density1 is the density the request's chooser picks for t now.
-func (r autoReq) density1(t *codec.Tensor) float64 {
-	if r.Densities == nil {
+// density1 is the density the request's chooser picks now for the first
+// of the updates ts, with its share of the time as hub.Upload gives it.
+func (r autoReq) density1(ts []*codec.Tensor) float64 {
+	if r.Densities == nil || len(ts) == 0 {
 		return 0
 	}
-	d, _ := r.Densities.Density(t.Name, t.DType, int64(len(t.Data)/4), t.Tags, r.Within)
+	var total int
+	for _, t := range ts {
+		total += len(t.Data) / 4
+	}
+	t := ts[0]
+	within := max(time.Duration(float64(len(t.Data)/4)/float64(max(total, 1))*float64(r.Within)), time.Microsecond)
+	d, _ := r.Densities.Density(t.Name, t.DType, int64(len(t.Data)/4), t.Tags, within)
 	return d
 }
 
