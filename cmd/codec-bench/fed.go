@@ -969,16 +969,8 @@ func fedCheckSums(dir string, clients int, res *fedResult) error {
 func fedStart(self, role string, cfg fedConfig) (*exec.Cmd, io.WriteCloser, *bufio.Reader, error) {
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), fedEnv+"="+role)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	in, out, err := startPiped(cmd)
 	if err != nil {
-		return nil, nil, nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, nil, nil, err
 	}
 	b, _ := json.Marshal(cfg)
@@ -987,7 +979,25 @@ func fedStart(self, role string, cfg fedConfig) (*exec.Cmd, io.WriteCloser, *buf
 		cmd.Wait()
 		return nil, nil, nil, err
 	}
-	return cmd, in, bufio.NewReader(out), nil
+	return cmd, in, out, nil
+}
+
+// startPiped starts cmd with pipes to its stdin and from its stdout; its
+// stderr is this process's.
+func startPiped(cmd *exec.Cmd) (io.WriteCloser, *bufio.Reader, error) {
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return in, bufio.NewReader(out), nil
 }
 
 // fedSummary is a row over its seeds.

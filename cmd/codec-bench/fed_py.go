@@ -108,19 +108,11 @@ func fedStartPy(cfg fedConfig, id int, addr string, weight float32) (*exec.Cmd, 
 	}
 	cmd := exec.Command(python3, filepath.Join(dir, fedPyScript))
 	cmd.Env = append(os.Environ(), "CODEC_BENCH_FED_PY="+string(b), "PYTHONPATH="+dir, "OPENBLAS_NUM_THREADS=1")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	in, out, err := startPiped(cmd)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, nil, err
-	}
-	return cmd, in, bufio.NewReader(out), nil
+	return cmd, in, out, nil
 }
 
 // fedPyLink is a Python client's link: a listener on loopback whose

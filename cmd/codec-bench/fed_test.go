@@ -27,27 +27,7 @@ func TestFedMini(t *testing.T) {
 	out := mustCLI(t, "fed", "--clients", "3", "--rounds", "2", "--train-limit", "1500", "--test-limit", "500",
 		"--down", "100Mbit", "--up", "50Mbit", "--rtt", "4ms", "--rows", "dense; rpc; flare-int8; "+tp+"; "+auto,
 		"--json", "-", "--plot", plot)
-	rows := map[string]map[string]any{}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var r map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
-		}
-		rows[r["row"].(string)] = r
-	}
-	if len(rows) != 5 {
-		t.Fatalf("%d rows: %v", len(rows), rows)
-	}
-	num := func(row, k string) float64 {
-		t.Helper()
-		v, ok := rows[row][k].(float64)
-		if !ok {
-			t.Fatalf("%s: %s = %v", row, k, rows[row][k])
-		}
-		return v
-	}
+	rows, num := fedRows(t, out, 5)
 	for name, r := range rows {
 		// Two short rounds: dense learns, compressors beat chance.
 		if acc := num(name, "accuracy"); acc < 0.3 || acc > 1 || (name == "dense" || name == "rpc") && acc < 0.5 {
@@ -234,27 +214,7 @@ func TestFedPython(t *testing.T) {
 	out := mustCLI(t, "fed", "--clients", "3", "--rounds", "2", "--train-limit", "1500", "--test-limit", "500",
 		"--down", "100Mbit", "--up", "50Mbit", "--rtt", "4ms", "--python", "../../python",
 		"--rows", "dense; py:dense; tp:"+tp+"; py:"+tp, "--json", "-")
-	rows := map[string]map[string]any{}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var r map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
-		}
-		rows[r["row"].(string)] = r
-	}
-	if len(rows) != 4 {
-		t.Fatalf("%d rows: %v", len(rows), rows)
-	}
-	num := func(row, k string) float64 {
-		t.Helper()
-		v, ok := rows[row][k].(float64)
-		if !ok {
-			t.Fatalf("%s: %s = %v", row, k, rows[row][k])
-		}
-		return v
-	}
+	_, num := fedRows(t, out, 4)
 	if acc := num("py:dense", "accuracy"); acc < 0.5 {
 		t.Errorf("py:dense: accuracy %v", acc)
 	}
@@ -297,5 +257,32 @@ func TestFedPythonQuorum(t *testing.T) {
 	}
 	if r.Late < 2 || len(r.Accuracies) != 4 {
 		t.Errorf("%d late updates, %d versions; want 2 late (client 0 in rounds 2 and 3) and 4 versions", r.Late, len(r.Accuracies))
+	}
+}
+
+// fedRows reads fed's JSON lines (want rows) by row name, and num reads
+// a number of a row.
+func fedRows(t *testing.T, out string, want int) (rows map[string]map[string]any, num func(row, k string) float64) {
+	t.Helper()
+	rows = map[string]map[string]any{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var r map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		rows[r["row"].(string)] = r
+	}
+	if len(rows) != want {
+		t.Fatalf("%d rows, want %d: %v", len(rows), want, rows)
+	}
+	return rows, func(row, k string) float64 {
+		t.Helper()
+		v, ok := rows[row][k].(float64)
+		if !ok {
+			t.Fatalf("%s: %s = %v", row, k, rows[row][k])
+		}
+		return v
 	}
 }
