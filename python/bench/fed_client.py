@@ -36,6 +36,7 @@ ENV = "CODEC_BENCH_FED_PY"
 
 
 def _print(line: Dict[str, Any]) -> None:
+    """Write one JSON line for the coordinator and flush it."""
     sys.stdout.write(json.dumps(line) + "\n")
     sys.stdout.flush()
 
