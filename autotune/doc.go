@@ -29,7 +29,9 @@
 // of the live data, is within the rule's error budget (auto adds fp16,
 // bf16, int8 and nf4 recipes of the widths in the rule's bits). Density
 // chooses the density of each gradient update among the rule's densities:
-// the largest whose frame arrives within the time the caller allows.
+// the largest whose frame arrives within the time the caller allows, at
+// the cost per element kept it measured for that density (a dense update,
+// density 1, waits for a measurement of the link).
 //
 // Every switch can be explained (WithExplain, and a slog debug line) with
 // the estimates behind it, once its frame was sent: the explanation names

@@ -49,7 +49,8 @@
 // (AlreadyExists), which tells a client started again after a kill which
 // of its updates the process before had counted. UploadRequest.Densities
 // chooses each update's density from the client's measured uplink (an
-// autotune.Tuner, for the update to arrive within Within); OnSend and
+// autotune.Tuner, for the updates to arrive within Within, each tensor
+// its share of it by its elements); OnSend and
 // OnCommit let a client keep its own record of what it sent and what was
 // counted.
 //
