@@ -51,7 +51,7 @@ Rows (--rows, separated by ';'):
   flare-fp16  FLARE's fp16 filter both ways
   tp:SPEC     uploads through gradient compressor SPEC, fetches as lossy deltas (--down-recipe)
   auto:SPEC   SPEC at the density the autotuner chooses from the uplink each client measures, for an
-              update to arrive within --within (densities --densities); fetches as tp: rows
+              upload to arrive within --within (densities --densities); fetches as tp: rows
   py:dense    Python clients (numpy, the package's tensorpress.Hub; make python first) as the dense row
   py:SPEC     Python clients as the tp:SPEC row (a tensorpress.Sender's error feedback); their links
               are relays in this process, simulated as the Go clients' are; no sum check (the
