@@ -47,7 +47,9 @@
 // counted or in the client's residual. A named peer (UploadRequest.Peer)
 // has one update per tensor counted in a round: a second is refused
 // (AlreadyExists), which tells a client started again after a kill which
-// of its updates the process before had counted. UploadRequest.Densities
+// of its updates the process before had counted; the same update sent
+// again (a retry from the residual of an upload whose acknowledgement was
+// lost) is acknowledged again and counted once. UploadRequest.Densities
 // chooses each update's density from the client's measured uplink (an
 // autotune.Tuner, for the updates to arrive within Within, each tensor
 // its share of it by its elements); OnSend and

@@ -301,29 +301,88 @@ func TestFedAvgJournal(t *testing.T) {
 	}
 }
 
-// TestUploadDuplicate: a peer's second update of a tensor in a round is
-// refused (AlreadyExists) and not counted; in another round, or from
-// another peer, it is.
+// TestUploadDuplicate: a peer's second, different update of a tensor in
+// a round is refused (AlreadyExists) and not counted; the same update
+// again (a retry) is acknowledged and not counted again; in another
+// round, or from another peer, an update is counted.
 func TestUploadDuplicate(t *testing.T) {
 	h, _ := New()
 	c, _ := serve(t, h)
 	up := func(round uint64, peer string, ts []*codec.Tensor) error {
 		return Upload(context.Background(), c, gradient.NewOutbox(nil), UploadRequest{Round: round, Peer: peer}, ts)
 	}
-	g := grads(1)
+	g, other := grads(1), grads(2)
 	if err := up(1, "a", g[:2]); err != nil {
 		t.Fatal(err)
 	}
-	if err := up(1, "a", g[1:3]); status.Code(err) != codes.AlreadyExists {
+	if err := up(1, "a", []*codec.Tensor{other[1], g[2]}); status.Code(err) != codes.AlreadyExists {
 		t.Fatalf("a second update from the same peer: %v", err)
 	}
-	for _, err := range []error{up(1, "b", g[1:3]), up(2, "a", g[1:3]), up(1, "", g[:1]), up(1, "", g[:1])} {
+	for _, err := range []error{up(1, "a", g[1:2]), up(1, "b", g[1:3]), up(2, "a", g[1:3]), up(1, "", g[:1]), up(1, "", g[:1])} {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	sum, _ := h.Sum(1)
-	if sum.Counts[g[0].Name] != 3 || sum.Counts[g[1].Name] != 2 || sum.Counts[g[2].Name] != 1 || h.Stats().DuplicateUpdates != 1 {
-		t.Fatalf("counts %v, %d duplicates", sum.Counts, h.Stats().DuplicateUpdates)
+	st := h.Stats()
+	if sum.Counts[g[0].Name] != 3 || sum.Counts[g[1].Name] != 2 || sum.Counts[g[2].Name] != 1 || st.DuplicateUpdates != 1 || st.RepeatedUpdates != 1 {
+		t.Fatalf("counts %v, %d duplicates, %d repeated", sum.Counts, st.DuplicateUpdates, st.RepeatedUpdates)
+	}
+}
+
+// TestUploadRetry: an upload whose acknowledgement was lost (the hub
+// counted the update, the client's Outbox put it back in the residual)
+// sent again from the residual, zeros as the new update, is acknowledged
+// and counted once: the client commits it, and its residual is what the
+// frame left out.
+func TestUploadRetry(t *testing.T) {
+	h, _ := New()
+	c, _ := serve(t, h)
+	ctx := context.Background()
+	spec, _ := gradient.Parse("topk(0.1)")
+	ob := gradient.NewOutbox(nil)
+	g := grads(3)[0]
+	frame, err := ob.Append(nil, g, spec, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first attempt: counted, but the acknowledgement never reads.
+	st, err := c.Upload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&hubpb.UploadMessage{Round: 1, Peer: "a", Frame: frame}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	st.CloseSend()
+	ob.Abort()
+	zeros := codec.FromFloat32(g.Name, make([]float32, 4096), g.Shape...)
+	if err := Upload(ctx, c, ob, UploadRequest{Round: 1, Peer: "a", Spec: spec}, []*codec.Tensor{zeros}); err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	sum, _ := h.Sum(1)
+	if sum.Counts[g.Name] != 1 || h.Stats().RepeatedUpdates != 1 {
+		t.Fatalf("counted %d times, %d repeated", sum.Counts[g.Name], h.Stats().RepeatedUpdates)
+	}
+	// What the residual holds now is what the frame left out: the sum
+	// counted and the residual add up to the update.
+	none, _ := gradient.Parse("none")
+	rest, err := ob.Append(nil, zeros, none, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv, _ := gradient.NewReceiver()
+	res := make([]float32, 4096)
+	if _, err := recv.Add(rest, 1, func(string, []int64) ([]float32, error) { return res, nil }); err != nil {
+		t.Fatal(err)
+	}
+	counted, want := f32(t, sum.Tensors[0]), f32(t, g)
+	for i := range want {
+		if d := counted[i] + res[i] - want[i]; d > 1e-6 || d < -1e-6 {
+			t.Fatalf("element %d: counted %v + residual %v, update %v", i, counted[i], res[i], want[i])
+		}
 	}
 }

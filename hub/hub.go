@@ -53,21 +53,22 @@ type Hub struct {
 	encoding  chan struct{}  // a token per encode running: at most GOMAXPROCS
 	log       *slog.Logger
 
-	encodes     atomic.Int64 // chunks encoded
-	encodeNanos atomic.Int64
-	sent        atomic.Int64 // chunks sent
-	bytesSent   atomic.Int64
-	rawSent     atomic.Int64
-	fetches     atomic.Int64 // fetch RPCs served
-	active      atomic.Int64 // fetch streams open
-	updates     atomic.Int64 // upload frames added
-	updateBytes atomic.Int64
-	uploads     atomic.Int64 // upload streams open
-	badUpdates  [2]atomic.Int64
-	lateUpdates atomic.Int64 // refused: their round was closed
-	dupUpdates  atomic.Int64 // refused: the peer's update of the tensor was counted
-	recipes     accounts     // segment bytes before and after coding, by recipe
-	peers       accounts     // chunks and bytes sent, by client host
+	encodes         atomic.Int64 // chunks encoded
+	encodeNanos     atomic.Int64
+	sent            atomic.Int64 // chunks sent
+	bytesSent       atomic.Int64
+	rawSent         atomic.Int64
+	fetches         atomic.Int64 // fetch RPCs served
+	active          atomic.Int64 // fetch streams open
+	updates         atomic.Int64 // upload frames added
+	updateBytes     atomic.Int64
+	uploads         atomic.Int64 // upload streams open
+	badUpdates      [2]atomic.Int64
+	lateUpdates     atomic.Int64 // refused: their round was closed
+	dupUpdates      atomic.Int64 // refused: the peer's update of the tensor was counted
+	repeatedUpdates atomic.Int64 // acknowledged again: the same update was counted
+	recipes         accounts     // segment bytes before and after coding, by recipe
+	peers           accounts     // chunks and bytes sent, by client host
 }
 
 // Stats counts what a Hub has done.
@@ -91,7 +92,10 @@ type Stats struct {
 	LateUpdates int64
 	// DuplicateUpdates were refused because the peer's update of the
 	// tensor was already counted in the round (AlreadyExists).
-	DuplicateUpdates int64
+	// RepeatedUpdates were that update again, the same frame and weight
+	// (a retry whose first acknowledgement was lost): acknowledged again,
+	// counted once.
+	DuplicateUpdates, RepeatedUpdates int64
 	// Recipes: by recipe (its text, or "raw"), the bytes of the segments
 	// it coded, before (In) and after (Out); each chunk is counted when it
 	// is encoded, not each time the cache serves it. Peers: by client
@@ -112,7 +116,7 @@ func (h *Hub) Stats() Stats {
 		BytesSent: h.bytesSent.Load(), RawBytesSent: h.rawSent.Load(), Encodes: h.encodes.Load(), CacheHits: h.cache.hits.Load(),
 		EncodeSeconds: float64(h.encodeNanos.Load()) / 1e9, Updates: h.updates.Load(), UpdateBytes: h.updateBytes.Load(),
 		ActiveUploads: h.uploads.Load(), MalformedUpdates: h.badUpdates[0].Load(), OversizedUpdates: h.badUpdates[1].Load(),
-		LateUpdates: h.lateUpdates.Load(), DuplicateUpdates: h.dupUpdates.Load(),
+		LateUpdates: h.lateUpdates.Load(), DuplicateUpdates: h.dupUpdates.Load(), RepeatedUpdates: h.repeatedUpdates.Load(),
 		Recipes: h.recipes.snapshot(), Peers: h.peers.snapshot(),
 		Versions: n, Memory: h.budget.Stats(),
 	}

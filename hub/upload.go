@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -29,17 +30,33 @@ type round struct {
 	sums    map[string]*codec.Tensor // float32 sums
 	counts  map[string]int
 	weight  map[string]float64
-	from    map[peerTensor]bool // the updates counted, by peer (when named)
-	charges []*budget.Charge    // the sums' memory, until DropRound
+	from    map[peerTensor]counted // the updates counted, by peer (when named)
+	charges []*budget.Charge       // the sums' memory, until DropRound
 }
 
 // peerTensor names one peer's update of one tensor.
 type peerTensor struct{ peer, tensor string }
 
-// ErrDuplicate is wrapped by the error of a second update of a tensor
-// from the same peer in a round (AlreadyExists on the wire): the first is
-// counted, this one is not. A client that died after sending an update
-// and before reading its acknowledgement learns so that it was counted.
+// counted is what the round counted of a peer's update: its frame's
+// SHA-256 and its weight, to tell the same update sent again (a retry
+// whose acknowledgement was lost) from another.
+type counted struct {
+	sum    [sha256.Size]byte
+	weight float32
+}
+
+// errRepeated is add's answer to a peer's update that the round already
+// counted, the same frame with the same weight: it is acknowledged again
+// and not counted again.
+var errRepeated = errors.New("hub: the same update is already counted in the round")
+
+// ErrDuplicate is wrapped by the error of a second, different update of
+// a tensor from the same peer in a round (AlreadyExists on the wire): the
+// first is counted, this one is not. A client that died after sending an
+// update and before reading its acknowledgement learns so that it was
+// counted. The same update sent again (the same frame and weight: a
+// retry, from the residual, of an upload whose acknowledgement was lost)
+// is acknowledged again and not counted twice.
 var ErrDuplicate = errors.New("hub: the peer's update of this tensor is already counted in the round")
 
 // ErrRoundClosed is wrapped by the error of an update to a round that
@@ -58,7 +75,7 @@ func (h *Hub) round(id uint64) (*round, error) {
 	}
 	r := h.rounds[id]
 	if r == nil {
-		r = &round{sums: map[string]*codec.Tensor{}, counts: map[string]int{}, weight: map[string]float64{}, from: map[peerTensor]bool{}}
+		r = &round{sums: map[string]*codec.Tensor{}, counts: map[string]int{}, weight: map[string]float64{}, from: map[peerTensor]counted{}}
 		h.rounds[id] = r
 	}
 	return r, nil
@@ -71,8 +88,13 @@ func (h *Hub) round(id uint64) (*round, error) {
 // before the round's lock is let go; when it fails, the update is taken
 // out again and its error returned.
 // A named peer's second update of a tensor in the round is refused
-// (ErrDuplicate) before any of it is added.
+// (ErrDuplicate) before any of it is added, or, when it is the update
+// counted (the same frame and weight), answered with errRepeated.
 func (r *round) add(recv *gradient.Receiver, peer string, frame []byte, weight float32, b *budget.Budget, record func() error) (string, error) {
+	var this counted
+	if peer != "" {
+		this = counted{sum: sha256.Sum256(frame), weight: weight}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -81,7 +103,10 @@ func (r *round) add(recv *gradient.Receiver, peer string, frame []byte, weight f
 	var name string
 	n, err := recv.Add(frame, weight, func(nm string, shape []int64) ([]float32, error) {
 		name = nm
-		if peer != "" && r.from[peerTensor{peer, nm}] {
+		if c, ok := r.from[peerTensor{peer, nm}]; peer != "" && ok {
+			if c == this {
+				return nil, errRepeated
+			}
 			return nil, fmt.Errorf("%w: %q from %q", ErrDuplicate, nm, peer)
 		}
 		s := r.sums[nm]
@@ -125,7 +150,7 @@ func (r *round) add(recv *gradient.Receiver, peer string, frame []byte, weight f
 	r.counts[name]++
 	r.weight[name] += float64(weight)
 	if peer != "" {
-		r.from[peerTensor{peer, name}] = true
+		r.from[peerTensor{peer, name}] = this
 	}
 	return name, nil
 }
@@ -334,6 +359,10 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 		}
 		_, err = r.add(recv, m.Peer, m.Frame, w, h.budget, record)
 	}
+	if errors.Is(err, errRepeated) {
+		h.repeatedUpdates.Add(1)
+		return nil // acknowledged again, counted once
+	}
 	if err != nil {
 		return h.refuseUpdate(seq, err)
 	}
@@ -496,7 +525,11 @@ func (r *UploadRequest) spec(t *codec.Tensor) *gradient.Spec {
 // are compressed (staged in ob) before the first is sent; each is
 // committed in ob when the hub acknowledges it, and when the stream
 // breaks the others are aborted: their residual keeps them whole, and the
-// next upload of those tensors carries them.
+// next upload of those tensors carries them. To retry a broken upload in
+// the same round, with a named Peer, call Upload again with ob and zeros
+// as the updates: the residual gives the same frames, and the hub
+// acknowledges again those it had counted (their acknowledgement was
+// lost) without counting them twice, and counts the others.
 func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req UploadRequest, updates []*codec.Tensor) error {
 	if req.Profile != nil && req.Spec == nil {
 		if err := req.Profile.CheckGradients(checkSpec); err != nil {

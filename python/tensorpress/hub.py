@@ -470,7 +470,10 @@ class Hub(_lib.Handle):
         update pending. Without a sender, nothing carries over between uploads. An aggregator's hub
         (``tensorpress hub --fedavg``) refuses an update for a round it has closed, and a second update
         of a tensor from the same ``peer`` in a round: :class:`StateError`, the sender keeping the
-        refused updates in its residuals.
+        refused updates in its residuals. To retry an upload that broke (``HubError``, a timeout)
+        in the same round, call ``upload`` again with the same ``sender`` and ``peer`` and zeros as
+        the updates: the residuals give the same frames, and the hub acknowledges again what it had
+        counted without counting it twice.
         """
         if not isinstance(round, int) or round < 0:
             raise ValueError(f"tensorpress: round must be a non-negative int, not {round!r}")
