@@ -627,19 +627,12 @@ func TestTunerErrorBudget(t *testing.T) {
 // first frame with data; a frame the Writer sent with another recipe than
 // the one chosen teaches nothing about the chosen one.
 func TestTunerEdgeCases(t *testing.T) {
-	p, err := profile.Load([]byte(`version: 1
+	tu := profileTuner(t, `version: 1
 autotune: {enabled: false}
 rules:
   - error_budget: 0.05
     recipes: ["int8(4096) | *:zstd(1)", "zstd(1)"]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tu, err := New(WithProfile(p))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	data := weights(1024, 1)
 	for _, c := range []struct {
 		fi   codec.FrameInfo

@@ -79,18 +79,11 @@ rules:
 // dearer, nor a sparse one's (value and position at 30%, but fewer bytes
 // each after entropy coding) make a dense update look cheaper.
 func TestDensityKeptPerDensity(t *testing.T) {
-	p, err := profile.Load([]byte(`version: 1
+	tu := profileTuner(t, `version: 1
 rules:
   - gradient: ["topk(0.01)"]
     densities: [0.3, 1]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tu, err := New(WithProfile(p), WithLink(NewLink(1e6)))
-	if err != nil {
-		t.Fatal(err)
-	}
+`, WithLink(NewLink(1e6)))
 	const n = 1_000_000
 	density := func(name string, within time.Duration) float64 {
 		t.Helper()
@@ -124,18 +117,11 @@ rules:
 // largest sparse density goes first; once the link is known to carry a
 // dense update in time, it is taken.
 func TestDensityDenseNeedsMeasurement(t *testing.T) {
-	p, err := profile.Load([]byte(`version: 1
+	tu := profileTuner(t, `version: 1
 rules:
   - gradient: ["topk(0.01)"]
     densities: [1, 0.01, 0.3]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tu, err := New(WithProfile(p))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	const n = 100_000
 	if d, _ := tu.Density("a", codec.F32, n, codec.Tags{}, time.Second); d != 0.3 {
 		t.Errorf("link unknown: %v, want 0.3", d)
@@ -148,4 +134,18 @@ rules:
 	if d, _ := tu.Density("c", codec.F32, n, codec.Tags{}, time.Second); d != 0.3 {
 		t.Errorf("at 2 Mbit/s: %v, want 0.3", d)
 	}
+}
+
+// profileTuner is a Tuner with the profile of the YAML text, and opts.
+func profileTuner(t *testing.T, yaml string, opts ...Option) *Tuner {
+	t.Helper()
+	p, err := profile.Load([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tu, err := New(append([]Option{WithProfile(p)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tu
 }
