@@ -33,8 +33,9 @@ const maxDensityStates = 1 << 16
 // less than d less the hysteresis, so the choice does not flap. Where the
 // link never held the writer back (a lower bound) or is loopback it takes
 // the largest density; with nothing measured yet, the largest below 1
-// where the rule has one (a dense update waits for a measurement). ok is false when the Tuner has no profile or the rule
-// lists no densities; the caller keeps its compressor's own.
+// where the rule has one (a dense update waits for a measurement). ok is
+// false when the Tuner has no profile or the rule lists no densities; the
+// caller keeps its compressor's own.
 func (t *Tuner) Density(name string, dtype codec.DType, elements int64, tags codec.Tags, d time.Duration) (density float64, ok bool) {
 	if t.prof2 == nil || elements <= 0 || d <= 0 {
 		return 0, false
@@ -62,10 +63,10 @@ func (t *Tuner) Density(name string, dtype codec.DType, elements int64, tags cod
 	// there is a sparse one: it is the choice that costs most when the
 	// link turns out slow, and it is taken once a measurement says it
 	// fits.
-	unknown := !(est.Bandwidth > 0)
 	best, fits := slices.Min(r.Densities), false
+	skipDense := !(est.Bandwidth > 0) && best < 1
 	for _, x := range r.Densities {
-		if took(x) <= d && (!fits || x > best) && !(unknown && x >= 1 && best < 1) {
+		if took(x) <= d && (!fits || x > best) && !(skipDense && x >= 1) {
 			best, fits = x, true
 		}
 	}

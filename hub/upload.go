@@ -479,14 +479,14 @@ type DensityChooser interface {
 // header is most of it.
 const minObserved = 1024
 
-// density returns the density of update t (0: its compressor's own),
-// whose elements are share of the upload's.
-func (r *UploadRequest) density(t *codec.Tensor, share float64) float64 {
+// density returns the density of update t of n elements, share of the
+// upload's (0: its compressor's own).
+func (r *UploadRequest) density(t *codec.Tensor, n int64, share float64) float64 {
 	if r.Densities == nil || r.Within <= 0 {
 		return 0
 	}
 	within := max(time.Duration(share*float64(r.Within)), time.Microsecond)
-	d, ok := r.Densities.Density(t.Name, t.DType, int64(len(t.Data)/max(t.DType.Size(), 1)), t.Tags, within)
+	d, ok := r.Densities.Density(t.Name, t.DType, n, t.Tags, within)
 	if !ok {
 		return 0
 	}
@@ -550,19 +550,22 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req Upl
 	// sent, so that when the stream breaks each one is either counted or
 	// back in the residual, whatever the point of the break.
 	u := &uploader{st: st, ob: ob, frames: make([][]byte, len(updates)), onCommit: req.OnCommit}
+	elems := make([]int64, len(updates))
 	var total int64
-	for _, x := range updates {
-		total += int64(len(x.Data) / max(x.DType.Size(), 1))
+	for i, x := range updates {
+		elems[i] = int64(len(x.Data) / max(x.DType.Size(), 1))
+		total += elems[i]
 	}
 	for i, x := range updates {
-		d, spec := req.density(x, float64(len(x.Data)/max(x.DType.Size(), 1))/float64(max(total, 1))), req.spec(x)
+		n := elems[i]
+		d, spec := req.density(x, n, float64(n)/float64(max(total, 1))), req.spec(x)
 		if d >= 1 {
 			spec = dense
 		}
 		if u.frames[i], err = ob.Append(nil, x, spec, d); err != nil {
 			return err
 		}
-		if n := int64(len(x.Data) / max(x.DType.Size(), 1)); d > 0 && d*float64(n) >= minObserved {
+		if d > 0 && d*float64(n) >= minObserved {
 			req.Densities.ObserveDensity(d, n, len(u.frames[i]))
 		}
 	}

@@ -386,7 +386,7 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 		if tuner, err = autotune.New(autotune.WithProfile(up.Profile)); err != nil {
 			return err
 		}
-		up.Densities, up.Within = tuner, cfg.Within
+		up.Densities, up.Within = &chosen{DensityChooser: tuner, last: map[string]float64{}}, cfg.Within
 	}
 	held := map[string]*codec.Tensor{}
 	var heldV uint64
@@ -443,9 +443,6 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 		d1, u1 := links.bytes()
 		req := up
 		req.Round, req.Weight, req.Peer = uint64(r), cl.Weight(), fmt.Sprint("client", id)
-		if row.Auto {
-			line.Density = req.density1(update)
-		}
 		ob.SetEpoch(float64(r - 1))
 		kill := cfg.Kill.Client == id && cfg.Kill.Round == r && !cfg.Resume
 		line.Late, err = fedUpload(ctx, c, ob, row, req, update, log, kill)
@@ -453,6 +450,9 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 			return fmt.Errorf("round %d: upload: %w", r, err)
 		}
 		t3 := time.Now()
+		if ch, ok := req.Densities.(*chosen); ok {
+			line.Density = ch.last[update[0].Name]
+		}
 		d2, u2 := links.bytes()
 		line.Fetch, line.Train, line.Upload = t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), t3.Sub(t2).Seconds()
 		line.Down, line.Up = (d1-d0)+(d2-d1), (u1-u0)+(u2-u1)
@@ -481,7 +481,7 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 // true when the round closed first: the rest stays in the residual. With
 // kill set, the process kills itself after its first acknowledgement:
 // the fault of a client killed in the middle of an upload.
-func fedUpload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, row fedRow, req autoReq, update []*codec.Tensor,
+func fedUpload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, row fedRow, req hub.UploadRequest, update []*codec.Tensor,
 	log *fedLog, kill bool) (late bool, err error) {
 	round := req.Round
 	pending := slices.Clone(update)
@@ -632,35 +632,29 @@ type fedRow struct {
 	Densities []float64 `json:"densities,omitempty"`
 }
 
-// autoReq is an UploadRequest with the row's compressor.
-type autoReq struct {
-	hub.UploadRequest
+// chosen is a DensityChooser that remembers the density it chose last
+// for each tensor (a client's record of its densities).
+type chosen struct {
+	hub.DensityChooser
+	last map[string]float64
 }
 
-// density1 is the density the request's chooser picks now for the first
-// of the updates ts, with its share of the time as hub.Upload gives it.
-func (r autoReq) density1(ts []*codec.Tensor) float64 {
-	if r.Densities == nil || len(ts) == 0 {
-		return 0
+func (c *chosen) Density(name string, dtype codec.DType, elements int64, tags codec.Tags, within time.Duration) (float64, bool) {
+	d, ok := c.DensityChooser.Density(name, dtype, elements, tags, within)
+	if ok {
+		c.last[name] = d
 	}
-	var total int
-	for _, t := range ts {
-		total += len(t.Data) / 4
-	}
-	t := ts[0]
-	within := max(time.Duration(float64(len(t.Data)/4)/float64(max(total, 1))*float64(r.Within)), time.Microsecond)
-	d, _ := r.Densities.Density(t.Name, t.DType, int64(len(t.Data)/4), t.Tags, within)
-	return d
+	return d, ok
 }
 
 // upload returns the row's upload request (without round and weight).
-func (row *fedRow) upload() (autoReq, error) {
+func (row *fedRow) upload() (hub.UploadRequest, error) {
 	spec, err := gradient.Parse(row.Up)
 	if err != nil {
-		return autoReq{}, err
+		return hub.UploadRequest{}, err
 	}
 	if !row.Auto {
-		return autoReq{hub.UploadRequest{Spec: spec}}, nil
+		return hub.UploadRequest{Spec: spec}, nil
 	}
 	ds := make([]string, len(row.Densities))
 	for i, d := range row.Densities {
@@ -670,9 +664,9 @@ func (row *fedRow) upload() (autoReq, error) {
 		row.Up, strings.Join(ds, ", "))
 	p, err := profile.Load([]byte(y))
 	if err != nil {
-		return autoReq{}, err
+		return hub.UploadRequest{}, err
 	}
-	return autoReq{hub.UploadRequest{Profile: p}}, nil
+	return hub.UploadRequest{Profile: p}, nil
 }
 
 // fetch fetches version v as the row says; held is version heldV, the
@@ -727,12 +721,12 @@ func (row *fedRow) fetch(ctx context.Context, c hubpb.HubClient, v uint64, held 
 }
 
 // send uploads the round's updates as the row says.
-func (row *fedRow) send(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req autoReq, update []*codec.Tensor) error {
+func (row *fedRow) send(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req hub.UploadRequest, update []*codec.Tensor) error {
 	if !row.PerTensor {
-		return hub.Upload(ctx, c, ob, req.UploadRequest, update)
+		return hub.Upload(ctx, c, ob, req, update)
 	}
 	for i, t := range update {
-		if err := hub.Upload(ctx, c, ob, req.UploadRequest, []*codec.Tensor{t}); err != nil {
+		if err := hub.Upload(ctx, c, ob, req, []*codec.Tensor{t}); err != nil {
 			// The tensors not sent go to the residual too, as they would
 			// in one upload of them all: staged, then aborted.
 			for _, u := range update[i+1:] {
