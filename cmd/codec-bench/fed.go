@@ -221,12 +221,12 @@ func cmdFed(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	if *testLimit < 0 || *trainLimit < 0 {
+		return usagef("--train-limit and --test-limit must not be negative")
+	}
 	_, test, err := fl.LoadFashionMNISTHead(cfg.Data, 1, *testLimit)
 	if err != nil {
 		return err
-	}
-	if *testLimit < 0 || *trainLimit < 0 {
-		return usagef("--train-limit and --test-limit must not be negative")
 	}
 	var results []*fedResult
 	for s := 1; s <= *seeds; s++ {

@@ -185,7 +185,7 @@ type fedHubLine struct {
 	BytesIn    int64   `json:"update_bytes,omitempty"`
 	SumBytes   int64   `json:"sum_bytes,omitempty"` // hierarchical: partial sums' bytes, read (origin) or written (relay)
 
-	ended int   // not printed: the coordinator's mark that hub process number ended has stopped writing
+	ended int   // not printed: set by the coordinator when hub process number ended stopped writing
 	Late  int64 `json:"late_updates,omitempty"`
 }
 
