@@ -58,7 +58,26 @@ type node struct {
 	cmd  *exec.Cmd
 	url  string
 	done chan struct{}
-	log  *bytes.Buffer
+	log  *syncBuffer
+}
+
+// syncBuffer is the log of a node: the process writes it while the test
+// reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // kill stops the node at once (SIGKILL), as a crash would.
@@ -68,7 +87,9 @@ func (n *node) kill() {
 }
 
 // startCluster runs n Debian nats-server processes clustered on
-// loopback, JetStream on, and waits until JetStream answers.
+// loopback, JetStream on, and waits until each listens. A port picked
+// free can be taken by another process before the node binds it (the
+// node then exits): the whole cluster starts again on fresh ports.
 func startCluster(t *testing.T, n int) []*node {
 	t.Helper()
 	if testing.Short() && n > 1 {
@@ -77,6 +98,48 @@ func startCluster(t *testing.T, n int) []*node {
 	if _, err := os.Stat(natsServer); err != nil {
 		t.Skipf("%s: %v (Debian's nats-server; make test installs it)", natsServer, err)
 	}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var nodes []*node
+		if nodes, err = tryCluster(t, n); err == nil {
+			t.Cleanup(func() {
+				if t.Failed() {
+					for i, nd := range nodes {
+						t.Logf("node n%d log (tail):\n%s", i, tail(nd.log.String(), 4000))
+					}
+				}
+			})
+			return nodes
+		}
+		t.Logf("cluster did not start (attempt %d): %v", attempt+1, err)
+		for _, nd := range nodes {
+			nd.stop()
+		}
+	}
+	t.Fatalf("no cluster of %d nats-server nodes: %v", n, err)
+	return nil
+}
+
+// stop kills the node unless it has exited.
+func (n *node) stop() {
+	select {
+	case <-n.done:
+	default:
+		n.kill()
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// tryCluster starts n nodes on fresh ports and waits until each listens
+// for clients (and for routes when clustered); it returns the nodes
+// started so far with an error when one exits first.
+func tryCluster(t *testing.T, n int) ([]*node, error) {
 	dir := t.TempDir()
 	ports, cports := make([]int, n), make([]int, n)
 	for i := range n {
@@ -102,28 +165,47 @@ jetstream { store_dir: %q }
 			t.Fatal(err)
 		}
 		nd := &node{cmd: exec.Command(natsServer, "-c", cf), url: fmt.Sprintf("nats://127.0.0.1:%d", ports[i]),
-			done: make(chan struct{}), log: new(bytes.Buffer)}
-		nd.cmd.Stdout, nd.cmd.Stderr = nd.log, nd.log
+			done: make(chan struct{}), log: new(syncBuffer)}
+		var w io.Writer = nd.log
+		if os.Getenv("NATSDEBUG") != "" {
+			w = io.MultiWriter(nd.log, os.Stderr)
+		}
+		nd.cmd.Stdout, nd.cmd.Stderr = w, w
 		// A test binary that dies (a timeout, a crash) takes its servers
 		// with it.
 		nd.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if os.Getenv("NATSDEBUG") != "" {
-			nd.cmd.Stdout, nd.cmd.Stderr = os.Stderr, os.Stderr
-		}
 		if err := nd.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		go func() { nd.cmd.Wait(); close(nd.done) }()
-		t.Cleanup(func() {
-			select {
-			case <-nd.done:
-			default:
-				nd.kill()
-			}
-		})
+		t.Cleanup(nd.stop)
 		nodes = append(nodes, nd)
 	}
-	return nodes
+	ready := []string{"Server is ready"}
+	if n > 1 {
+		ready = append(ready, "Listening for route connections on")
+	}
+	for i, nd := range nodes {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			log := nd.log.String()
+			up := true
+			for _, r := range ready {
+				up = up && strings.Contains(log, r)
+			}
+			if up {
+				break
+			}
+			select {
+			case <-nd.done:
+				return nodes, fmt.Errorf("node n%d exited: %s", i, tail(log, 300))
+			default:
+			}
+			if time.Now().After(deadline) {
+				return nodes, fmt.Errorf("node n%d not listening after 30 s: %s", i, tail(log, 300))
+			}
+		}
+	}
+	return nodes, nil
 }
 
 func urls(nodes []*node) string {
