@@ -25,8 +25,8 @@ var DeltaTag = codec.Tag{Key: "tensorpress.delta", Value: "sub"}
 // deltaOf returns elements [off, off+count) of t: as they are, or, when
 // base holds a tensor of the same name, dtype and shape, as a delta
 // against it (Base set to the base version): the arithmetic difference
-// when sub and the dtype is a float (tagged DeltaTag), else the lossless
-// diff of the bits.
+// when sub and the dtype is a float (tagged DeltaTag), from the base's
+// shadow where it has one (shadow.go), else the lossless diff of the bits.
 func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int, sub bool, s *scratch) (*codec.Tensor, int, error) {
 	c := *t
 	data, err := cur.read(t, off, count, s)
@@ -41,8 +41,11 @@ func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int, sub b
 	if !ok || bt.DType != t.DType || !slices.Equal(bt.Shape, t.Shape) {
 		return &c, noDelta, nil
 	}
-	bd, err := base.read(bt, off, count, s)
-	if err != nil {
+	var bd []byte
+	if sh := base.shadow[t.Name]; sub && sh != nil {
+		esz := t.DType.Size()
+		bd = sh[off*esz : (off+count)*esz]
+	} else if bd, err = base.read(bt, off, count, s); err != nil {
 		return nil, 0, err
 	}
 	d := s.get(len(c.Data))

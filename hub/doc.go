@@ -19,8 +19,17 @@
 // whose error is that of the recipe on the difference, far smaller than
 // on the weights. Result.Lossy names those tensors; every other tensor is
 // checked against its digest bit for bit. A lossy delta is made against
-// the hub's exact base: a client whose base copy was itself lossy adds
-// the two errors.
+// the base's shadow, not the base itself: the copy a client holds that
+// fetched the versions one after the other as lossy deltas (error
+// feedback on the downlink: one version's rounding goes into the next
+// version's delta instead of staying in the client's copy). A client
+// that holds the first version exactly and follows the versions holds
+// each one's shadow bit for bit, within one rounding of a step from the
+// version however many versions pass; any other copy keeps its distance
+// from the shadow and adds nothing to it. Shadows are made as versions
+// are published, for tensors held in memory, and cost a copy of each
+// lossy tensor per version kept; a hub started again starts the chain
+// again at its first version.
 //
 // A fetch whose stream breaks (the connection cut, the hub restarted with
 // the same version, or drained: GOAWAY, then the stream cut) resumes after

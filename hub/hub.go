@@ -133,6 +133,12 @@ type version struct {
 
 	mu    sync.Mutex
 	lossy map[string]*codec.Recipe // the policy's lossy recipe per tensor, or nil: asked once
+
+	// shadow holds, per tensor sent through a lossy recipe, the copy a
+	// client holds that fetched the versions one by one as lossy deltas
+	// (shadow.go); lossy deltas against v are taken from it. Set before
+	// v is published, read-only after. A tensor without one: its elements.
+	shadow map[string][]byte
 }
 
 // read returns elements [off, off+count) of t, one of v's tensors: a slice
@@ -423,6 +429,9 @@ func (p *progress) add(n int64) {
 func (h *Hub) publish(ver *version) error {
 	v := ver.id
 	sort.Slice(ver.tensors, func(i, j int) bool { return ver.tensors[i].Name < ver.tensors[j].Name })
+	if err := h.makeShadow(ver, h.before(v)); err != nil {
+		return err
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.versions[v]; ok {

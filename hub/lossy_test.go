@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"encoding/binary"
+	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 	_ "github.com/tensorpress/tensorpress/lossy"
 	"github.com/tensorpress/tensorpress/profile"
+	"github.com/tensorpress/tensorpress/testvectors"
 )
 
 // TestLossyDeltas serves a model through a lossy policy (fp16): tensors
@@ -210,6 +212,136 @@ func TestLossyBlockwise(t *testing.T) {
 					t.Fatalf("%s: element %d: %v, want %v (block absmax %v)", tc.recipe, i, v[i], want[i], absmax)
 				}
 			}
+		}
+	}
+}
+
+// TestLossyShadow publishes 24 versions a small step apart and fetches
+// each as int8 deltas against the version before. A client that holds
+// the first version exactly holds the hub's shadow of each later one bit
+// for bit, within one rounding of a step of the version, version after
+// version (deltas taken from the version itself would leave each
+// version's rounding in the copy: a random walk). A client that starts
+// from the model whole in int8 keeps that rounding and adds nothing to
+// it; one that fetches every other version stays within a few roundings.
+func TestLossyShadow(t *testing.T) {
+	const versions = 24
+	h, _ := New(WithChunkSize(16<<10), WithRetention(3), WithPolicy(codec.FixedPolicy{Recipe: codec.MustParseRecipe("int8(4096) | q:huff0")}))
+	c, _ := serve(t, h)
+	vs := [][]*codec.Tensor{nil, model(9, 40)}
+	for k := 2; k <= versions; k++ {
+		next := make([]*codec.Tensor, len(vs[k-1]))
+		for i, x := range vs[k-1] {
+			w, step := f32s(x), f32s(testvectors.Normal(x.Name, int(x.NumElements()), 1e-3, uint64(1000*k+i)))
+			for j := range w {
+				w[j] += step[j]
+			}
+			next[i] = codec.FromFloat32(x.Name, w, x.Shape...)
+		}
+		vs = append(vs, next)
+	}
+	type client struct {
+		held  map[string]*codec.Tensor
+		heldV uint64
+		errs  []float64 // mean absolute error of the copy at each version fetched
+	}
+	fetch := func(cl *client, k int) {
+		t.Helper()
+		req := Request{Version: uint64(k)}
+		if cl.heldV > 0 {
+			req.Base, req.BaseTensor = cl.heldV, func(name string) *codec.Tensor { return cl.held[name] }
+		}
+		got := map[string]*codec.Tensor{}
+		if _, err := Fetch(context.Background(), c, req, func(x *codec.Tensor) error { got[x.Name] = x; return nil }); err != nil {
+			t.Fatalf("version %d against %d: %v", k, cl.heldV, err)
+		}
+		var sum float64
+		n := 0
+		for _, x := range vs[k] {
+			g, w := f32s(got[x.Name]), f32s(x)
+			for j := range w {
+				sum += math.Abs(float64(g[j] - w[j]))
+				n++
+			}
+		}
+		cl.held, cl.heldV, cl.errs = got, uint64(k), append(cl.errs, sum/float64(n))
+	}
+	exactFirst := func() *client {
+		return &client{held: maps.Collect(func(yield func(string, *codec.Tensor) bool) {
+			for _, x := range vs[1] {
+				if !yield(x.Name, x) {
+					return
+				}
+			}
+		}), heldV: 1}
+	}
+	follow, skip, exact := &client{}, &client{}, exactFirst()
+	for k := 1; k <= versions; k++ {
+		if err := h.Publish(uint64(k), vs[k]); err != nil {
+			t.Fatal(err)
+		}
+		fetch(follow, k)
+		if k%2 == 0 {
+			fetch(skip, k)
+		}
+		if k > 1 {
+			fetch(exact, k)
+		}
+		ver, err := h.get(uint64(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 1 {
+			if len(ver.shadow) != 0 {
+				t.Fatalf("the first version has a shadow of %d tensors", len(ver.shadow))
+			}
+			continue
+		}
+		if len(ver.shadow) != len(vs[k]) {
+			t.Fatalf("version %d: a shadow of %d tensors, want %d", k, len(ver.shadow), len(vs[k]))
+		}
+		for name, sh := range ver.shadow {
+			if !slices.Equal(sh, exact.held[name].Data) {
+				t.Fatalf("version %d: the client's copy of %q is not the hub's shadow", k, name)
+			}
+		}
+	}
+	// Deltas taken from the versions themselves, as a hub does that holds
+	// only the version before (no shadow of it): the roundings add up.
+	naive := exactFirst()
+	for k := 2; k <= versions; k++ {
+		h2, _ := New(WithChunkSize(16<<10), WithPolicy(codec.FixedPolicy{Recipe: codec.MustParseRecipe("int8(4096) | q:huff0")}))
+		if err := h2.Publish(uint64(k-1), vs[k-1]); err != nil {
+			t.Fatal(err)
+		}
+		if err := h2.Publish(uint64(k), vs[k]); err != nil {
+			t.Fatal(err)
+		}
+		c, _ = serve(t, h2)
+		fetch(naive, k)
+	}
+	if e, ex := naive.errs[len(naive.errs)-1], exact.errs[len(exact.errs)-1]; e < 2*ex {
+		t.Errorf("deltas from the versions themselves: error %.3g after %d versions, from the shadows %.3g", e, versions-1, ex)
+	}
+	// The first fetch is the model whole in int8: its rounding is the
+	// weights', far above a step's, and stays in the copy of a client
+	// that starts from it (the chain's error does not add to it).
+	whole, delta := follow.errs[0], exact.errs[0]
+	t.Logf("mean absolute error: from the model whole in int8 %.3g, after %d versions %.3g; from the first version held exactly %.3g after one delta, %.3g after %d (without shadows %.3g); every other version %.3g",
+		whole, versions-1, follow.errs[len(follow.errs)-1], delta, exact.errs[len(exact.errs)-1], versions-1, naive.errs[len(naive.errs)-1], skip.errs[len(skip.errs)-1])
+	for i, e := range exact.errs {
+		if e > 1.5*delta {
+			t.Errorf("held exactly, version %d: error %.3g, %.1fx one delta's", i+2, e, e/delta)
+		}
+	}
+	for i, e := range skip.errs {
+		if e > whole+3*delta {
+			t.Errorf("every other version, version %d: error %.3g", 2*i+2, e)
+		}
+	}
+	for i, e := range follow.errs {
+		if e > whole+1.5*delta {
+			t.Errorf("from the int8 model, version %d: error %.3g, the model's own %.3g", i+1, e, whole)
 		}
 	}
 }

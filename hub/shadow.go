@@ -1,0 +1,120 @@
+package hub
+
+import (
+	"fmt"
+
+	"github.com/tensorpress/tensorpress/codec"
+)
+
+// Lossy deltas and their error (error feedback on the downlink).
+//
+// A client that fetches version k as lossy deltas against the version j
+// it holds adds the decoded delta to its copy of j, which came through a
+// lossy recipe too. Were the delta taken from V_j, the version itself,
+// each version's rounding would stay in the client's copy and the next
+// ones would add theirs: a random walk away from the model, round after
+// round. So the hub keeps, per version and lossy tensor, the copy a
+// client holds that fetched the versions one after the other,
+//
+//	S_k = S_j + D(Q(V_k − S_j))   (j the version kept before k; S = V for the first)
+//
+// where Q is the tensor's lossy recipe and D its decoding, and takes lossy
+// deltas against S_j, not V_j: what one version's delta leaves out, the
+// next one sends (the server's error feedback of DoubleSqueeze and of the
+// bidirectional compressors in federated learning). A client that follows
+// the versions holds S_k exactly, within one rounding of V_k whatever the
+// number of versions; one that skipped versions, or holds V_j itself,
+// holds S_k plus a difference that stays what it was (its copy's distance
+// from the hub's), instead of growing.
+//
+// The shadow is made as the version is published, chunk by chunk as
+// fetches code it (the same items, recipe and arithmetic as the client's),
+// so that it is the client's copy bit for bit. It is held in memory
+// beside the version: tensors read from files (PublishSafetensors,
+// PublishNpy) have none, and their lossy deltas are taken from the
+// version as before. A hub started again has no shadow of the version
+// it starts from (the chain starts again there).
+
+// before returns the newest version kept older than v, or nil.
+func (h *Hub) before(v uint64) *version {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	var prev *version
+	for _, id := range h.order {
+		if id < v {
+			prev = h.versions[id]
+		}
+	}
+	return prev
+}
+
+// makeShadow sets ver's shadow against prev (nil: none; ver's tensors
+// are their own): for each tensor held in memory that the policy sends
+// through a lossy recipe, and that prev has with the same dtype and
+// shape, the client's copy after a lossy delta from prev's copy.
+func (h *Hub) makeShadow(ver, prev *version) error {
+	if prev == nil {
+		return nil
+	}
+	var dec codec.Decoder
+	for _, t := range ver.tensors {
+		if t.Data == nil || !t.DType.IsFloat() {
+			continue
+		}
+		bt := prev.byName[t.Name]
+		if bt == nil {
+			continue
+		}
+		err := func() error {
+			var s scratch
+			defer s.release()
+			lr, err := h.lossyRecipe(ver, t, &s)
+			if err != nil || lr == nil {
+				return err
+			}
+			sh := make([]byte, len(t.Data))
+			for _, it := range h.plan([]*codec.Tensor{t}) {
+				off, count := it.offset, it.count
+				if count == 0 {
+					count = int(t.NumElements())
+				}
+				d, kind, err := deltaOf(ver, t, prev, off, count, true, &s)
+				if err != nil {
+					return err
+				}
+				if kind != subDelta {
+					return nil // another dtype or shape: no shadow
+				}
+				frame, err := h.enc.AppendTensor(nil, d, lr)
+				if err != nil {
+					return err
+				}
+				f, _, err := dec.DecodeFrame(frame)
+				if err != nil {
+					return err
+				}
+				if len(f.Tensors) != 1 || len(f.Tensors[0].Data) != len(d.Data) {
+					return fmt.Errorf("hub: tensor %q: a lossy delta decodes to %d tensors", t.Name, len(f.Tensors))
+				}
+				got, esz := f.Tensors[0].Data, t.DType.Size()
+				base := prev.shadow[t.Name]
+				if base != nil {
+					base = base[off*esz : (off+count)*esz]
+				} else if base, err = prev.read(bt, off, count, &s); err != nil {
+					return err
+				}
+				add(got, base, t.DType)
+				copy(sh[off*esz:], got)
+			}
+			if ver.shadow == nil {
+				ver.shadow = map[string][]byte{}
+			}
+			ver.shadow[t.Name] = sh
+			return nil
+		}()
+		if err != nil {
+			return fmt.Errorf("hub: version %d: the copy of %q its lossy deltas leave: %w", ver.id, t.Name, err)
+		}
+	}
+	return nil
+}
