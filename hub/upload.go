@@ -464,6 +464,25 @@ type UploadRequest struct {
 	OnSend func(frame []byte)
 }
 
+// Recorded is a DensityChooser that records in Chosen the density it
+// chose last for each tensor (a client's record of its densities).
+type Recorded struct {
+	DensityChooser
+	Chosen map[string]float64
+}
+
+// Density chooses as r's chooser does and records the choice.
+func (r *Recorded) Density(name string, dtype codec.DType, elements int64, tags codec.Tags, within time.Duration) (float64, bool) {
+	d, ok := r.DensityChooser.Density(name, dtype, elements, tags, within)
+	if ok {
+		if r.Chosen == nil {
+			r.Chosen = map[string]float64{}
+		}
+		r.Chosen[name] = d
+	}
+	return d, ok
+}
+
 // DensityChooser chooses the density of gradient updates from the link
 // (autotune.Tuner): Density returns the density of the next update of a
 // tensor, the largest whose frame reaches the hub within the given time

@@ -49,13 +49,16 @@ Rows (--rows, separated by ';'):
   dense       dense float32 through the hub: fetches as lossless deltas against the version held
   flare-int8  NVIDIA FLARE's blockwise int8 filter both ways (the whole model down, the update up; no error feedback)
   flare-fp16  FLARE's fp16 filter both ways
-  tp:SPEC     uploads through gradient compressor SPEC, fetches as lossy deltas (--down-recipe)
+  tp:SPEC     uploads through gradient compressor SPEC; fetches the first version exactly, then lossy
+              deltas (--down-recipe) the hub takes from the copy a client that followed holds
   auto:SPEC   SPEC at the density the autotuner chooses from the uplink each client measures, for an
               upload to arrive within --within (densities --densities); fetches as tp: rows
   py:dense    Python clients (numpy, the package's tensorpress.Hub; make python first) as the dense row
   py:SPEC     Python clients as the tp:SPEC row (a tensorpress.Sender's error feedback); their links
               are relays in this process, simulated as the Go clients' are; no sum check (the
               Python client sees no frames) and no faults, relays or tc (--rate-drop applies)
+  py:auto:SPEC  Python clients as the auto:SPEC row (Hub.upload's within=: the library measures
+              the uplink and chooses the density)
 Per row and seed: the test accuracy of every version against the wall time
 it was published, the time to the target (--target, default the first
 row's final accuracy less 1 point), bytes up and down, and the hub
@@ -289,12 +292,14 @@ func parseFedRows(s, downRecipe string, densities []float64) ([]fedRow, error) {
 			r = fedRow{Name: p, Base: true, Down: downRecipe, Up: strings.TrimSpace(p[3:])}
 		case p == "py:dense":
 			r = fedRow{Name: p, Base: true, Up: "none", Python: true}
+		case strings.HasPrefix(p, "py:auto:"):
+			r = fedRow{Name: p, Base: true, Down: downRecipe, Up: strings.TrimSpace(p[8:]), Python: true, Auto: true, Densities: densities}
 		case strings.HasPrefix(p, "py:"):
 			r = fedRow{Name: p, Base: true, Down: downRecipe, Up: strings.TrimSpace(p[3:]), Python: true}
 		case strings.HasPrefix(p, "auto:"):
 			r = fedRow{Name: p, Base: true, Down: downRecipe, Up: strings.TrimSpace(p[5:]), Auto: true, Densities: densities}
 		default:
-			return nil, usagef("--rows: %q: want rpc, dense, flare-int8, flare-fp16, tp:SPEC, auto:SPEC, py:dense or py:SPEC", p)
+			return nil, usagef("--rows: %q: want rpc, dense, flare-int8, flare-fp16, tp:SPEC, auto:SPEC, py:dense, py:SPEC or py:auto:SPEC", p)
 		}
 		if _, err := gradient.Parse(r.Up); err != nil {
 			return nil, usagef("--rows: %q: %v", p, err)
@@ -665,9 +670,12 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 		return nil, fmt.Errorf("%d versions written, %d published", len(res.Accuracies), len(res.Times))
 	}
 	res.Accuracy = res.Accuracies[len(res.Accuracies)-1]
-	fmt.Fprintf(stderr, "  %.2f%% in %.1f s; %s up, %s down; hub %.1f s CPU, %s peak RSS; sum check: %d updates counted, %d committed, relative error %.1e\n",
-		100*res.Accuracy, res.Wall, humanBytes(float64(res.BytesUp)), humanBytes(float64(res.BytesDown)), res.HubCPU, humanBytes(float64(res.HubPeakRSS)),
-		res.CountedUpdates, res.CommittedUpdates, res.SumError)
+	check := fmt.Sprintf("sum check: %d updates counted, %d committed, relative error %.1e", res.CountedUpdates, res.CommittedUpdates, res.SumError)
+	if cfg.Row.Python {
+		check = "no sum check (Python clients log no frames)"
+	}
+	fmt.Fprintf(stderr, "  %.2f%% in %.1f s; %s up, %s down; hub %.1f s CPU, %s peak RSS; %s\n",
+		100*res.Accuracy, res.Wall, humanBytes(float64(res.BytesUp)), humanBytes(float64(res.BytesDown)), res.HubCPU, humanBytes(float64(res.HubPeakRSS)), check)
 	return res, nil
 }
 

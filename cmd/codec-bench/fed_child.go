@@ -386,7 +386,7 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 		if tuner, err = autotune.New(autotune.WithProfile(up.Profile)); err != nil {
 			return err
 		}
-		up.Densities, up.Within = &chosen{DensityChooser: tuner, last: map[string]float64{}}, cfg.Within
+		up.Densities, up.Within = &hub.Recorded{DensityChooser: tuner}, cfg.Within
 	}
 	held := map[string]*codec.Tensor{}
 	var heldV uint64
@@ -450,8 +450,8 @@ func fedClient(cfg fedConfig, id int, stdin *bufio.Reader, stdout io.Writer) err
 			return fmt.Errorf("round %d: upload: %w", r, err)
 		}
 		t3 := time.Now()
-		if ch, ok := req.Densities.(*chosen); ok {
-			line.Density = ch.last[update[0].Name]
+		if ch, ok := req.Densities.(*hub.Recorded); ok {
+			line.Density = ch.Chosen[update[0].Name]
 		}
 		d2, u2 := links.bytes()
 		line.Fetch, line.Train, line.Upload = t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), t3.Sub(t2).Seconds()
@@ -632,21 +632,6 @@ type fedRow struct {
 	Densities []float64 `json:"densities,omitempty"`
 }
 
-// chosen is a DensityChooser that remembers the density it chose last
-// for each tensor (a client's record of its densities).
-type chosen struct {
-	hub.DensityChooser
-	last map[string]float64
-}
-
-func (c *chosen) Density(name string, dtype codec.DType, elements int64, tags codec.Tags, within time.Duration) (float64, bool) {
-	d, ok := c.DensityChooser.Density(name, dtype, elements, tags, within)
-	if ok {
-		c.last[name] = d
-	}
-	return d, ok
-}
-
 // upload returns the row's upload request (without round and weight).
 func (row *fedRow) upload() (hub.UploadRequest, error) {
 	spec, err := gradient.Parse(row.Up)
@@ -678,6 +663,13 @@ func (row *fedRow) fetch(ctx context.Context, c hubpb.HubClient, v uint64, held 
 	// again.
 	req := hub.Request{Version: v, RequireLossless: row.Down == "", Retries: 100, RetryWait: 50 * time.Millisecond,
 		RetryMaxWait: time.Second}
+	if row.Base && heldV == 0 {
+		// The first version exactly, lossy deltas after it: the hub takes
+		// them from the copy a client holds that followed the versions
+		// (its shadow), so a copy that starts exact stays within a delta's
+		// rounding of the model.
+		req.RequireLossless = true
+	}
 	if row.PerTensor {
 		// What a client of one RPC per tensor does: ask which tensors
 		// there are, then fetch each alone, whole.

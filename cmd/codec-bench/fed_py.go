@@ -90,6 +90,10 @@ type fedPyConfig struct {
 	Data        string  `json:"data"`
 	Shard       string  `json:"shard"`
 	Weight      float32 `json:"weight"`
+	// py:auto: rows: the time an upload should take (seconds) and the
+	// densities chosen among.
+	Within    float64   `json:"within,omitempty"`
+	Densities []float64 `json:"densities,omitempty"`
 }
 
 // fedStartPy starts Python client id, connecting to the hub at addr (its
@@ -98,6 +102,9 @@ func fedStartPy(cfg fedConfig, id int, addr string, weight float32) (*exec.Cmd, 
 	pc := fedPyConfig{ID: id, Addr: addr, Rounds: cfg.Rounds, Spec: cfg.Row.Up, Lossy: cfg.Row.Down != "", Base: cfg.Row.Base,
 		Batch: cfg.Batch, LR: cfg.LR, Momentum: cfg.Momentum, LocalEpochs: max(cfg.LocalEpochs, 1), Seed: cfg.Seed,
 		Data: cfg.Data, Shard: fedPyShardPath(cfg.Dir, id), Weight: weight}
+	if cfg.Row.Auto {
+		pc.Within, pc.Densities = cfg.Within.Seconds(), cfg.Row.Densities
+	}
 	b, err := json.Marshal(pc)
 	if err != nil {
 		return nil, nil, nil, err

@@ -200,8 +200,9 @@ func TestFedQuorum(t *testing.T) {
 
 // TestFedPython: Python client processes (numpy and the package's
 // tensorpress.Hub over the C ABI) in the same federation, behind links
-// this process simulates: they learn, and their bytes are the Go
-// clients' for the same row.
+// this process simulates: they learn, their bytes are the Go clients'
+// for the same row, and the autotuner chooses their density as it does
+// the Go clients'.
 func TestFedPython(t *testing.T) {
 	needFashion(t)
 	if testing.Short() {
@@ -213,8 +214,8 @@ func TestFedPython(t *testing.T) {
 	const tp = "topk(0.05) | idx:delta,bitpack | val:nf4(64) | *:huff0"
 	out := mustCLI(t, "fed", "--clients", "3", "--rounds", "2", "--train-limit", "1500", "--test-limit", "500",
 		"--down", "100Mbit", "--up", "50Mbit", "--rtt", "4ms", "--python", "../../python",
-		"--rows", "dense; py:dense; tp:"+tp+"; py:"+tp, "--json", "-")
-	_, num := fedRows(t, out, 4)
+		"--rows", "dense; py:dense; tp:"+tp+"; py:"+tp+"; auto:"+tp+"; py:auto:"+tp, "--json", "-")
+	rows, num := fedRows(t, out, 6)
 	if acc := num("py:dense", "accuracy"); acc < 0.5 {
 		t.Errorf("py:dense: accuracy %v", acc)
 	}
@@ -230,6 +231,27 @@ func TestFedPython(t *testing.T) {
 	}
 	if r := num("py:dense", "bytes_up") / num("py:"+tp, "bytes_up"); r < 15 {
 		t.Errorf("py:%s: %.1fx fewer bytes up than py:dense", tp, r)
+	}
+	// The autotuned density, in Go and from Python (Hub.upload's
+	// within=): the link unmeasured, the largest sparse density; then the
+	// update whole, 50 Mbit/s carrying it in far less than the second.
+	for _, row := range []string{"auto:" + tp, "py:auto:" + tp} {
+		ds, _ := rows[row]["densities"].([]any)
+		if len(ds) != 2 {
+			t.Fatalf("%s: densities %v, want 2 rounds", row, rows[row]["densities"])
+		}
+		for r, want := range []float64{0.3, 1} {
+			cs, _ := ds[r].([]any)
+			if len(cs) != 3 {
+				t.Fatalf("%s: round %d: densities %v, want 3 clients'", row, r+1, ds[r])
+			}
+			for _, c := range cs {
+				if c != want {
+					t.Errorf("%s: round %d: densities %v, want %v", row, r+1, cs, want)
+					break
+				}
+			}
+		}
 	}
 }
 

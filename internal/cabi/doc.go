@@ -40,7 +40,10 @@
 // chunk into the caller's memory, and every tensor checked against the
 // hub's digest by package hub. HubUpload sends updates through a Sender's
 // Outbox with hub.Upload, which commits each one when the hub
-// acknowledges it. Results are JSON, with the gRPC wire bytes of the call
+// acknowledges it; with a time (within_ms) each update's density is
+// chosen by an autotune.Tuner per connection, whose link is the uplink the
+// connection's uploads measure (bytes over time, less the round trip of
+// its Versions calls). Results are JSON, with the gRPC wire bytes of the call
 // (a stats handler counts them per call). Every call takes a timeout, and
 // HubCancel cancels a hub's calls in flight from another thread.
 //

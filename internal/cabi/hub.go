@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,10 +21,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tensorpress/tensorpress/auth"
+	"github.com/tensorpress/tensorpress/autotune"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/profile"
 )
 
 // hubConn is a client connection to a hub, with the cancel functions of
@@ -37,6 +40,23 @@ type hubConn struct {
 	mu       sync.Mutex
 	next     uint64
 	inflight map[uint64]context.CancelFunc
+	rtt      time.Duration // the shortest Versions call seen (0: none yet)
+
+	// The density chooser of uploads with a time (UploadRequest.WithinMS):
+	// its link is this connection's uplink, as the uploads measure it.
+	tuneMu  sync.Mutex
+	tuner   *autotune.Tuner
+	tuneKey string // the spec and densities it was made for
+}
+
+// sawRTT records the time a Versions call took: the shortest is the
+// connection's round trip.
+func (hc *hubConn) sawRTT(d time.Duration) {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	if hc.rtt == 0 || d < hc.rtt {
+		hc.rtt = d
+	}
 }
 
 // HubAuth is tp_auth, its strings read by the caller of HubDial: a CA
@@ -222,10 +242,12 @@ func HubVersions(h uint64, timeoutMS int64, out unsafe.Pointer, cap int64) (n in
 	return withHub(h, out, cap, func(hc *hubConn) (any, error) {
 		ctx, _, cancel := hc.callCtx(timeoutMS)
 		defer cancel()
+		t0 := time.Now()
 		r, err := hc.c.Versions(ctx, &hubpb.VersionsRequest{})
 		if err != nil {
 			return nil, err
 		}
+		hc.sawRTT(time.Since(t0))
 		type info struct {
 			Version uint64 `json:"version"`
 			Tensors uint32 `json:"tensors"`
@@ -368,12 +390,29 @@ type UploadRequest struct {
 	Peer      string  `json:"peer"`
 	Spec      string  `json:"spec"` // "": the sender's (none: dense float32)
 	TimeoutMS int64   `json:"timeout_ms"`
+	// WithinMS, if positive, chooses each update's density among
+	// Densities (none: DefaultDensities) for the upload to reach the hub
+	// within that many milliseconds, on the uplink this connection's
+	// earlier uploads measured (hub.UploadRequest.Densities, an
+	// autotune.Tuner): the spec must have a density (TopK, DGC, ...).
+	WithinMS  int64     `json:"within_ms"`
+	Densities []float64 `json:"densities"`
 }
+
+// DefaultDensities are the densities an upload with a time chooses among
+// (1: the update whole, dense float32, where the link is not the
+// bottleneck).
+var DefaultDensities = []float64{0.003, 0.01, 0.03, 0.1, 0.3, 1}
 
 // UploadResult is the JSON result of HubUpload.
 type UploadResult struct {
 	Updates   int   `json:"updates"`
 	BytesSent int64 `json:"bytes_sent"`
+	// With a time (WithinMS): the density chosen for each update, and
+	// the uplink this upload measured (bytes per second; 0: too short to
+	// tell), which the next upload's choice goes by.
+	Densities map[string]float64 `json:"densities,omitempty"`
+	Uplink    float64            `json:"uplink_bytes_per_second,omitempty"`
 }
 
 // HubUpload sends the updates ups (float32, whole) for a round to hub h
@@ -425,11 +464,96 @@ func HubUpload(h, s uint64, rq []byte, ups *Tensor, nup int32, out unsafe.Pointe
 			}
 			req.Spec = spec
 		}
+		var ch *hub.Recorded
+		var tu *autotune.Tuner
+		if ur.WithinMS > 0 {
+			var err error
+			if tu, err = hc.densityTuner(req.Spec, ur.Densities); err != nil {
+				return nil, err
+			}
+			ch = &hub.Recorded{DensityChooser: tu}
+			req.Densities, req.Within = ch, time.Duration(ur.WithinMS)*time.Millisecond
+		} else if ur.WithinMS < 0 || len(ur.Densities) > 0 {
+			return nil, argErrorf("within_ms %d: densities are chosen for a positive time", ur.WithinMS)
+		}
 		ctx, cnt, cancel := hc.callCtx(ur.TimeoutMS)
 		defer cancel()
+		if ch != nil && hc.roundTrip() == 0 {
+			// The uplink is the upload's bytes over its time less the
+			// round trip its last acknowledgement took: know the round
+			// trip first.
+			for range 2 {
+				t0 := time.Now()
+				if _, err := hc.c.Versions(ctx, &hubpb.VersionsRequest{}); err != nil {
+					return nil, err
+				}
+				hc.sawRTT(time.Since(t0))
+			}
+			cnt.out.Store(0)
+		}
+		t0 := time.Now()
 		if err := hub.Upload(ctx, hc.c, ob, req, ts); err != nil {
 			return nil, err
 		}
-		return &UploadResult{Updates: len(ts), BytesSent: cnt.out.Load()}, nil
+		r := &UploadResult{Updates: len(ts), BytesSent: cnt.out.Load()}
+		if ch != nil {
+			r.Densities = ch.Chosen
+			if net := time.Since(t0) - hc.roundTrip(); net > time.Millisecond && r.BytesSent > 0 {
+				r.Uplink = float64(r.BytesSent) / net.Seconds()
+				tu.Link().SetRate(r.Uplink, "upload")
+			}
+		}
+		return r, nil
 	})
+}
+
+func (hc *hubConn) roundTrip() time.Duration {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	return hc.rtt
+}
+
+// densityTuner returns hc's density chooser for spec and densities: the
+// one made before when they are the same, else a new one that starts
+// from the uplink measured so far.
+func (hc *hubConn) densityTuner(spec *gradient.Spec, densities []float64) (*autotune.Tuner, error) {
+	if spec == nil {
+		return nil, argErrorf("within_ms: densities need a gradient compressor (a spec, or a sender with one)")
+	}
+	if _, ok := gradient.AtDensity(spec.Compressor, 0.5); !ok {
+		return nil, argErrorf("within_ms: spec %q has no density to choose (topk, randk, dgc have)", spec)
+	}
+	if len(densities) == 0 {
+		densities = DefaultDensities
+	}
+	ds := make([]string, len(densities))
+	for i, d := range densities {
+		if !(d > 0 && d <= 1) {
+			return nil, argErrorf("density %v not in (0, 1]", d)
+		}
+		ds[i] = strconv.FormatFloat(d, 'g', -1, 64)
+	}
+	key := spec.String() + "|" + strings.Join(ds, ",")
+	hc.tuneMu.Lock()
+	defer hc.tuneMu.Unlock()
+	if hc.tuner != nil && hc.tuneKey == key {
+		return hc.tuner, nil
+	}
+	y := fmt.Sprintf("version: 1\nname: upload\nrules:\n  - match: {dtype: f32}\n    gradient: [%q]\n    densities: [%s]\n",
+		spec.String(), strings.Join(ds, ", "))
+	p, err := profile.Load([]byte(y))
+	if err != nil {
+		return nil, codeErrorf(ERECIPE, "tensorpress: spec %q with densities: %v", spec, err)
+	}
+	tu, err := autotune.New(autotune.WithProfile(p))
+	if err != nil {
+		return nil, err
+	}
+	if hc.tuner != nil {
+		if est := hc.tuner.Link().Estimate(); est.Bandwidth > 0 {
+			tu.Link().SetRate(est.Bandwidth, "upload")
+		}
+	}
+	hc.tuner, hc.tuneKey = tu, key
+	return tu, nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net"
 	"runtime"
@@ -221,6 +222,51 @@ func TestHubUpload(t *testing.T) {
 	}
 	if p, _, _ := SenderPending(s); p != 0 {
 		t.Errorf("%d pending after refused uploads", p)
+	}
+}
+
+// TestHubUploadWithin: an upload with a time chooses its density through
+// the connection's tuner: the largest sparse one with the link not yet
+// measured, the update whole once loopback is measured; requests that
+// cannot choose are EARG.
+func TestHubUploadWithin(t *testing.T) {
+	_, addr, _ := serveHub(t)
+	h := dial(t, addr)
+	s, _, _ := SenderNew(cstr("topk(0.01)"))
+	defer Close(s)
+	x := make([]float32, 1<<16)
+	for i := range x {
+		x[i] = float32(i%97) - 48
+	}
+	ct := &codec.Tensor{Name: "g", DType: codec.F32, Shape: []int64{int64(len(x))}, Data: unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))}
+	d, _ := desc(ct)
+	out := make([]byte, 512)
+	for i, want := range []float64{0.3, 1} {
+		rq := fmt.Sprintf(`{"round":9,"peer":"p%d","within_ms":5000}`, i)
+		n, _, code, msg := HubUpload(h, s, []byte(rq), d, 1, unsafe.Pointer(&out[0]), int64(len(out)))
+		if code != OK {
+			t.Fatalf("%d %s", code, msg)
+		}
+		var r UploadResult
+		if err := json.Unmarshal(out[:n], &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Densities["g"] != want || r.Uplink <= 0 {
+			t.Fatalf("upload %d: %s, want density %v", i, out[:n], want)
+		}
+	}
+	for _, tc := range []struct {
+		sender  uint64
+		rq, msg string
+	}{
+		{0, `{"round":9,"within_ms":100}`, "gradient compressor"},
+		{s, `{"round":9,"densities":[0.1]}`, "positive time"},
+		{s, `{"round":9,"within_ms":100,"densities":[0]}`, "not in (0, 1]"},
+		{s, `{"round":9,"within_ms":100,"spec":"fp16"}`, "no density"},
+	} {
+		if _, _, code, msg := HubUpload(h, tc.sender, []byte(tc.rq), d, 1, nil, 0); code == OK || !strings.Contains(msg, tc.msg) {
+			t.Errorf("%s: %d %s, want an error saying %q", tc.rq, code, msg, tc.msg)
+		}
 	}
 }
 

@@ -69,11 +69,15 @@ def run(cfg: Dict[str, Any]) -> int:
     order = shard.copy()
     held: Optional[tp.Fetched] = None
     lossless = not cfg.get("lossy", False)
+    within: Optional[float] = cfg.get("within") or None  # py:auto: rows: the autotuner's time for an upload
     for rnd in range(1, int(cfg["rounds"]) + 1):
         await_version(hub, rnd)
         t0 = time.monotonic()
         base = held if cfg.get("base", True) else None
-        glob = hub.fetch(rnd, base=base, require_lossless=lossless, retries=100)
+        # The first version exactly, lossy deltas after it: the hub takes them from the copy a
+        # client holds that followed the versions, so a copy that starts exact stays within a
+        # delta's rounding of the model.
+        glob = hub.fetch(rnd, base=base, require_lossless=lossless or (held is None and cfg.get("base", True)), retries=100)
         held = glob
         t1 = time.monotonic()
         local = fl_model.copy_params(dict(glob))
@@ -83,20 +87,23 @@ def run(cfg: Dict[str, Any]) -> int:
             ls, n = fl_model.train_local(local, train, order, int(cfg["batch"]), float(cfg["lr"]), float(cfg["momentum"]))
             loss, seen = loss + ls, seen + n
         update = {k: local[k] - glob[k] for k in glob}
+        largest = max(update, key=lambda k: update[k].size)  # the tensor whose density is reported
         t2 = time.monotonic()
         if sender is not None:
             sender.set_epoch(float(rnd - 1))
-        late = False
+        late, density, uplink = False, 0.0, 0.0
         try:
             res = hub.upload(update, spec if sender is None else None, round=rnd, weight=float(cfg["weight"]),
-                             peer=f"client{cid}", sender=sender)
-            up = res.bytes_sent
+                             peer=f"client{cid}", sender=sender, within=within,
+                             densities=cfg.get("densities") if within else None)
+            up, uplink = res.bytes_sent, res.uplink
+            density = res.densities.get(largest, 0.0)
         except tp.StateError:
             late, up = True, 0  # the round closed first: the sender keeps the update
         t3 = time.monotonic()
         _print({"round": rnd, "fetch_seconds": t1 - t0, "train_seconds": t2 - t1, "upload_seconds": t3 - t2,
                 "bytes_down": 0, "bytes_up": 0, "grpc_bytes_up": up, "deltas": glob.deltas,
-                "loss": loss / max(seen, 1), "late": late})
+                "loss": loss / max(seen, 1), "late": late, "density": density, "uplink_estimate": uplink})
     hub.close()
     if sender is not None:
         sender.close()

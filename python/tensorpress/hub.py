@@ -21,8 +21,8 @@ import shutil
 import tempfile
 import threading
 import urllib.parse
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -61,10 +61,17 @@ class VersionInfo:
 
 @dataclass(frozen=True)
 class UploadResult:
-    """What an upload sent: the updates (all acknowledged) and the gRPC wire bytes."""
+    """What an upload sent: the updates (all acknowledged) and the gRPC wire bytes.
+
+    With ``within``: ``densities``, the density chosen for each update, and ``uplink``, the
+    uplink this upload measured (bytes per second; 0.0 when too short to tell), which the next
+    upload's choice goes by.
+    """
 
     updates: int
     bytes_sent: int
+    densities: Dict[str, float] = field(default_factory=dict)
+    uplink: float = 0.0
 
 
 class Fetched(Dict[str, np.ndarray]):
@@ -461,7 +468,9 @@ class Hub(_lib.Handle):
         out.base_note = out.base_note or res.get("base_note", "")
 
     def upload(self, updates: Mapping[str, np.ndarray], spec: Optional[str] = None, *, round: int,
-               weight: float = 1.0, peer: str = "", sender: Optional[Sender] = None) -> UploadResult:
+               weight: float = 1.0, peer: str = "", sender: Optional[Sender] = None,
+               within: Optional[float] = None,
+               densities: Optional[Sequence[float]] = None) -> UploadResult:
         """Send ``updates`` (float arrays by tensor name: gradients or weight deltas) for ``round``.
 
         Each is compressed with ``spec`` (else the sender's, else sent dense as float32) through
@@ -474,7 +483,17 @@ class Hub(_lib.Handle):
         in the same round, call ``upload`` again with the same ``sender`` and ``peer`` and zeros as
         the updates: the residuals give the same frames, and the hub acknowledges again what it had
         counted without counting it twice.
+
+        ``within`` (seconds) lets the autotuner choose each update's density for the upload to reach
+        the hub within that time on the uplink this ``Hub``'s earlier uploads measured: among
+        ``densities`` (default 0.003, 0.01, 0.03, 0.1, 0.3 and 1, the update whole), each tensor
+        with its share of the time by its elements. The spec (or the sender's) must have a density
+        (``topk``, ``dgc``, ...). With the link not yet measured, the first upload goes sparse.
         """
+        if within is not None and not (isinstance(within, (int, float)) and within > 0):
+            raise ValueError(f"tensorpress: within must be a positive number of seconds, not {within!r}")
+        if densities is not None and within is None:
+            raise ValueError("tensorpress: densities are chosen for an upload with a time (within=)")
         if not isinstance(round, int) or round < 0:
             raise ValueError(f"tensorpress: round must be a non-negative int, not {round!r}")
         if sender is not None and not isinstance(sender, Sender):
@@ -487,8 +506,12 @@ class Hub(_lib.Handle):
                     raise TypeError(f"tensorpress: array {name!r}: uploads take float arrays, not {a.dtype}")
                 a = a.astype(np.float32)
             items.append((name, a))
-        req = {"round": round, "weight": float(weight), "peer": peer, "spec": spec or "",
-               "timeout_ms": self._timeout_ms}
+        req: Dict[str, Any] = {"round": round, "weight": float(weight), "peer": peer, "spec": spec or "",
+                               "timeout_ms": self._timeout_ms}
+        if within is not None:
+            req["within_ms"] = max(1, int(within * 1000))
+            if densities is not None:
+                req["densities"] = [float(d) for d in densities]
         rq = json.dumps(req).encode()
         ts, keep = _descs(items)
         h, sh = self._handle(), (sender._handle() if sender is not None else 0)
@@ -500,7 +523,8 @@ class Hub(_lib.Handle):
 
         r = self._call(call)
         del keep
-        return UploadResult(r["updates"], r["bytes_sent"])
+        return UploadResult(r["updates"], r["bytes_sent"], dict(r.get("densities") or {}),
+                            float(r.get("uplink_bytes_per_second") or 0.0))
 
     def __repr__(self) -> str:
         state = ", closed" if self.closed else ""

@@ -328,6 +328,30 @@ def test_upload_through_sender(served: HubProcess) -> None:
             hub.upload({"ids": np.arange(3)}, round=5)
 
 
+def test_upload_with_time(served: HubProcess) -> None:
+    """within= lets the autotuner choose the density from the uplink the Hub's uploads measure."""
+    w = {"w": np.random.default_rng(4).normal(0, 1, 1 << 20).astype(np.float32)}  # 4 MiB
+    with tp.Hub(served.addr, timeout=60) as hub, tp.Sender("topk(0.01)") as s:
+        # The link not measured yet: the largest sparse density, never the update whole.
+        r = hub.upload(w, round=7, peer="a", sender=s, within=1.0)
+        assert r.densities == {"w": 0.3} and r.uplink > 0, r
+        # Loopback carries 4 MiB in far less than 5 s: the update whole.
+        r = hub.upload(w, round=7, peer="b", sender=s, within=5.0)
+        assert r.densities == {"w": 1.0} and r.bytes_sent > 4 << 20, r
+        # A millisecond: sparse again, and the densities given are the ones chosen among.
+        r = hub.upload(w, round=7, peer="c", sender=s, within=0.001, densities=[0.001, 0.5])
+        assert r.densities == {"w": 0.001}, r
+        assert r.bytes_sent < 64 << 10
+        with pytest.raises(ValueError, match="within"):
+            hub.upload(w, round=7, sender=s, within=-1)
+        with pytest.raises(ValueError, match="densities"):
+            hub.upload(w, round=7, sender=s, densities=[0.1])
+        with pytest.raises(tp.ArgumentError, match="gradient compressor"):
+            hub.upload(w, round=7, within=1.0)  # dense: no density to choose
+        with pytest.raises(tp.ArgumentError, match="not in"):
+            hub.upload(w, round=7, sender=s, within=1.0, densities=[2.0])
+
+
 def openssl(*args: str, cwd: str) -> None:
     r = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
