@@ -33,6 +33,10 @@ type Watcher struct {
 	OnPublish func(v uint64)
 	// CloseGrace is DefaultCloseGrace unless set before Start.
 	CloseGrace time.Duration
+	// Empty, if set before Start, lets Start find no version directory:
+	// it logs that it waits for one (a hub started before the first
+	// version is written, whose Run publishes it as it appears).
+	Empty bool
 
 	done    map[uint64]bool      // published
 	failed  map[uint64]string    // last error logged, by version
@@ -49,15 +53,19 @@ func NewWatcher(h *Hub, dir string, keep int, log *slog.Logger) *Watcher {
 
 // Start publishes the newest keep versions that can be published now,
 // the newest first; one that cannot is logged and skipped. It fails only
-// when the directory cannot be read or holds no version directory (a
-// misconfiguration, not a bad version).
+// when the directory cannot be read or, unless Empty, holds no version
+// directory (a misconfiguration, not a bad version).
 func (w *Watcher) Start() error {
 	vs, err := Versions(w.dir)
 	if err != nil {
 		return err
 	}
 	if len(vs) == 0 {
-		return fmt.Errorf("%s: no version directories (1, 2, ...)", w.dir)
+		if !w.Empty {
+			return fmt.Errorf("%s: no version directories (1, 2, ...)", w.dir)
+		}
+		w.log.Warn("no version yet; waiting for one", "dir", w.dir)
+		return nil
 	}
 	served := 0
 	for i := len(vs) - 1; i >= 0 && served < w.keep; i-- {

@@ -38,7 +38,8 @@ encoded, not held in memory; do not change them while they are served.
 The newest --retention versions are served. A version directory that
 appears later is published when --watch next looks: write it under
 another name (.5.tmp) and rename it to its number when it is complete
-(a version found incomplete is tried again at the next look).
+(a version found incomplete is tried again at the next look). With
+--watch on, --dir may hold no version yet: the hub waits for the first.
 
 Chunks are coded as the --profile's rules say (lossless unless a rule
 allows lossy coding and the client does not require lossless), else
@@ -302,6 +303,7 @@ func (f *hubFlags) startSources(ctx context.Context, h *hub.Hub, log *slog.Logge
 		return src, nil
 	}
 	src.w = hub.NewWatcher(h, *f.dir, *f.retention, log)
+	src.w.Empty = *f.watch > 0 // --watch publishes the first version when it appears
 	src.closers = append(src.closers, func() { src.w.Close() })
 	if fo != nil {
 		pub := natsfan.NewPublisher(fo.nc, fo.store, *f.retention, log)

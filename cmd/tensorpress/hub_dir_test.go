@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestHubStartsWithBadVersion: a hub whose newest version directory
@@ -36,4 +38,32 @@ func TestHubStartsWithBadVersion(t *testing.T) {
 	if strings.Contains(log, "version=2 tensors") {
 		t.Errorf("version 2 served:\n%s", log)
 	}
+}
+
+// TestHubStartsEmpty: a hub watching a directory that holds no version
+// yet starts, says it waits, and serves version 1 once it appears; with
+// --watch 0 (no version could ever come) it refuses to start.
+func TestHubStartsEmpty(t *testing.T) {
+	empty := t.TempDir()
+	var stderr bytes.Buffer
+	if code := run([]string{"hub", "--dir", empty, "--watch", "0", "--listen", "127.0.0.1:0"}, new(bytes.Buffer), &stderr); code == 0 ||
+		!strings.Contains(stderr.String(), "no version directories") {
+		t.Fatalf("--watch 0 on an empty directory: exit %d: %s", code, stderr.String())
+	}
+	addr, stop := startHub(t, "--dir", empty, "--watch", "50ms")
+	defer stop()
+	if log := lastHubLog.String(); !strings.Contains(log, `msg="no version yet; waiting for one"`) {
+		t.Fatalf("no waiting in the log:\n%s", log)
+	}
+	// Version 1 written under another name, then renamed to its number.
+	models := hubModels(t)
+	if err := os.Rename(filepath.Join(models, "1"), filepath.Join(empty, "1")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(lastHubLog.String(), "msg=published version=1"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("version 1 not served:\n%s", lastHubLog.String())
+		}
+	}
+	fetch(t, "--hub", addr, "--out", filepath.Join(t.TempDir(), "v.safetensors"))
 }
