@@ -6,31 +6,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/syncbuf"
 	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
 // logBuffer is a log safe for a writer and a reader at once.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer = syncbuf.Buffer
 
 // writeVersion writes model m as dir/v/model.safetensors, cut bytes short.
 func writeVersion(t *testing.T, dir, v string, m []*codec.Tensor, cut int) {

@@ -12,36 +12,21 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/syncbuf"
 	"github.com/tensorpress/tensorpress/tensorfile"
 	"github.com/tensorpress/tensorpress/testvectors"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log safe for a writer and a reader at once.
+type syncBuffer = syncbuf.Buffer
 
 func model(seed uint64) []*codec.Tensor {
 	rng := rand.New(rand.NewPCG(1, 1)) // the same shapes for every seed

@@ -27,6 +27,7 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/internal/syncbuf"
 	_ "github.com/tensorpress/tensorpress/lossless"
 	"github.com/tensorpress/tensorpress/testvectors"
 )
@@ -58,26 +59,7 @@ type node struct {
 	cmd  *exec.Cmd
 	url  string
 	done chan struct{}
-	log  *syncBuffer
-}
-
-// syncBuffer is the log of a node: the process writes it while the test
-// reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	log  *syncbuf.Buffer
 }
 
 // kill stops the node at once (SIGKILL), as a crash would.
@@ -165,7 +147,7 @@ jetstream { store_dir: %q }
 			t.Fatal(err)
 		}
 		nd := &node{cmd: exec.Command(natsServer, "-c", cf), url: fmt.Sprintf("nats://127.0.0.1:%d", ports[i]),
-			done: make(chan struct{}), log: new(syncBuffer)}
+			done: make(chan struct{}), log: new(syncbuf.Buffer)}
 		var w io.Writer = nd.log
 		if os.Getenv("NATSDEBUG") != "" {
 			w = io.MultiWriter(nd.log, os.Stderr)
