@@ -28,8 +28,8 @@
 // version however many versions pass; any other copy keeps its distance
 // from the shadow and adds nothing to it. Shadows are made as versions
 // are published, for tensors held in memory, and cost a copy of each
-// lossy tensor per version kept; a hub started again starts the chain
-// again at its first version.
+// lossy tensor per version kept (Stats.ShadowBytes); a hub started again
+// starts the chain again at its first version.
 //
 // A fetch whose stream breaks (the connection cut, the hub restarted with
 // the same version, or drained: GOAWAY, then the stream cut) resumes after

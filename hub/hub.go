@@ -104,12 +104,21 @@ type Stats struct {
 	Recipes, Peers map[string]Account
 	Versions       int          // versions held
 	Memory         budget.Stats // the memory budget (WithBudget; zero: none)
+	// ShadowBytes is what the versions' shadows hold (the copies lossy
+	// deltas are taken from: shadow.go), beside the versions themselves.
+	ShadowBytes int64
 }
 
 // Stats returns the Hub's counters.
 func (h *Hub) Stats() Stats {
 	h.mu.RLock()
 	n := len(h.versions)
+	var shadow int64
+	for _, v := range h.versions {
+		for _, b := range v.shadow {
+			shadow += int64(len(b))
+		}
+	}
 	h.mu.RUnlock()
 	return Stats{
 		Fetches: h.fetches.Load(), ActiveFetches: h.active.Load(), ChunksSent: h.sent.Load(),
@@ -118,7 +127,7 @@ func (h *Hub) Stats() Stats {
 		ActiveUploads: h.uploads.Load(), MalformedUpdates: h.badUpdates[0].Load(), OversizedUpdates: h.badUpdates[1].Load(),
 		LateUpdates: h.lateUpdates.Load(), DuplicateUpdates: h.dupUpdates.Load(), RepeatedUpdates: h.repeatedUpdates.Load(),
 		Recipes: h.recipes.snapshot(), Peers: h.peers.snapshot(),
-		Versions: n, Memory: h.budget.Stats(),
+		Versions: n, Memory: h.budget.Stats(), ShadowBytes: shadow,
 	}
 }
 

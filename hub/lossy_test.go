@@ -306,6 +306,14 @@ func TestLossyShadow(t *testing.T) {
 			}
 		}
 	}
+	// The 3 versions kept hold a shadow of every tensor.
+	var modelBytes int64
+	for _, x := range vs[versions] {
+		modelBytes += int64(len(x.Data))
+	}
+	if got := h.Stats().ShadowBytes; got != 3*modelBytes {
+		t.Errorf("Stats.ShadowBytes %d, want 3 versions of %d", got, modelBytes)
+	}
 	// Deltas taken from the versions themselves, as a hub does that holds
 	// only the version before (no shadow of it): the roundings add up.
 	naive := exactFirst()

@@ -21,6 +21,7 @@ import (
 //	tensorpress_hub_active_uploads              upload streams open
 //	tensorpress_hub_refused_updates_total{reason="malformed"|"oversized"}
 //	tensorpress_hub_versions                    versions held
+//	tensorpress_hub_shadow_bytes                what the versions' shadows hold (lossy deltas' error feedback)
 //	tensorpress_hub_memory_limit_bytes          the memory budget (hub.WithBudget; 0: none)
 //	tensorpress_hub_memory_in_use_bytes         what is charged to it now
 //	tensorpress_hub_memory_peak_bytes           the most charged at once
@@ -40,7 +41,7 @@ func hubDesc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var hubDescs = struct {
-	fetches, active, chunks, sent, raw, encodes, hits, encodeSecs, updates, updateBytes, uploads, refused, versions,
+	fetches, active, chunks, sent, raw, encodes, hits, encodeSecs, updates, updateBytes, uploads, refused, versions, shadow,
 	recipeIn, recipeOut, peerChunks, peerBytes, memLimit, memInUse, memPeak, memRefused *prometheus.Desc
 }{
 	fetches:     hubDesc("fetches_total", "Fetch RPCs served."),
@@ -56,6 +57,7 @@ var hubDescs = struct {
 	uploads:     hubDesc("active_uploads", "Upload streams open."),
 	refused:     hubDesc("refused_updates_total", "Uploaded updates refused, by reason.", "reason"),
 	versions:    hubDesc("versions", "Model versions held."),
+	shadow:      hubDesc("shadow_bytes", "Bytes the versions' shadows hold: the copies lossy deltas are taken from."),
 	recipeIn:    hubDesc("recipe_in_bytes_total", "Bytes of the segments each recipe coded, before coding.", "recipe"),
 	recipeOut:   hubDesc("recipe_out_bytes_total", "Bytes of the segments each recipe coded, after coding (frame headers aside).", "recipe"),
 	peerChunks:  hubDesc("peer_chunks_total", "Chunks sent, by client host.", "peer"),
@@ -69,7 +71,7 @@ var hubDescs = struct {
 func (hubCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := hubDescs
 	for _, x := range []*prometheus.Desc{d.fetches, d.active, d.chunks, d.sent, d.raw, d.encodes,
-		d.hits, d.encodeSecs, d.updates, d.updateBytes, d.uploads, d.refused, d.versions,
+		d.hits, d.encodeSecs, d.updates, d.updateBytes, d.uploads, d.refused, d.versions, d.shadow,
 		d.recipeIn, d.recipeOut, d.peerChunks, d.peerBytes, d.memLimit, d.memInUse, d.memPeak, d.memRefused} {
 		ch <- x
 	}
@@ -103,4 +105,5 @@ func (c hubCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, d.memPeak, float64(s.Memory.Peak))
 	counter(ch, d.memRefused, float64(s.Memory.Refused))
 	gauge(ch, d.versions, float64(s.Versions))
+	gauge(ch, d.shadow, float64(s.ShadowBytes))
 }

@@ -136,6 +136,7 @@ func TestHub(t *testing.T) {
 		{"tensorpress_hub_refused_updates_total", []string{"reason", "malformed"}, 0},
 		{"tensorpress_hub_refused_updates_total", []string{"reason", "oversized"}, 0},
 		{"tensorpress_hub_versions", nil, 1},
+		{"tensorpress_hub_shadow_bytes", nil, 0},
 		{"tensorpress_hub_memory_limit_bytes", nil, 64 << 20},
 		{"tensorpress_hub_memory_peak_bytes", nil, float64(st.Memory.Peak)},
 		{"tensorpress_hub_memory_refused_total", nil, 0},
