@@ -86,6 +86,7 @@ func cmdFL(args []string, stdout, stderr io.Writer) error {
 	lr := f.Float64("lr", 0.05, "learning `rate`")
 	momentum := f.Float64("momentum", 0.9, "SGD `momentum`")
 	serverLR := f.Float64("server-lr", 1, "FedAvg: the server's step `size` on the round's weighted sum of updates")
+	serverMom := f.Float64("server-momentum", 0, "FedAvg: the server's `momentum` (FedAvgM: the step is --server-lr times the sums' running momentum; 0: none)")
 	nesterov := f.Bool("nesterov", false, "Nesterov momentum (clients in fedavg, the server in sgd; compare with dgc(...,nesterov=on))")
 	split := f.String("split", "iid", "data `split`: iid or dirichlet")
 	alpha := f.Float64("alpha", 0.5, "Dirichlet concentration for --split dirichlet")
@@ -112,7 +113,7 @@ func cmdFL(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if cfg.Mode == fl.FedAvg {
-		cfg.ServerLR = float32(*serverLR)
+		cfg.ServerLR, cfg.ServerMomentum = float32(*serverLR), float32(*serverMom)
 	}
 	if !f.isSet("compressors") {
 		*comps = defComps
@@ -185,8 +186,8 @@ func flCheckFlags(f *flags, cfg fl.Config, seeds int) error {
 	if cfg.Mode == fl.FedAvg && f.isSet("epochs") {
 		return usagef("--epochs is for --mode sgd; fedavg runs --rounds")
 	}
-	if cfg.Mode == fl.SyncSGD && f.isSet("server-lr") {
-		return usagef("--server-lr is for --mode fedavg")
+	if cfg.Mode == fl.SyncSGD && (f.isSet("server-lr") || f.isSet("server-momentum")) {
+		return usagef("--server-lr and --server-momentum are for --mode fedavg")
 	}
 	if seeds < 1 || seeds > 100 {
 		return usagef("--seeds %d outside [1, 100]", seeds)

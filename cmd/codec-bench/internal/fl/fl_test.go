@@ -785,6 +785,9 @@ func TestConfigErrors(t *testing.T) {
 		{"server lr < 0", func(c *Config) { c.ServerLR = -1 }, "ServerLR"},
 		{"server lr NaN", func(c *Config) { c.ServerLR = float32(math.NaN()) }, "ServerLR"},
 		{"server lr in SyncSGD", func(c *Config) { *c = smallSyncSGD(); c.ServerLR = 2 }, "for FedAvg"},
+		{"server momentum 1", func(c *Config) { c.ServerMomentum = 1 }, "ServerMomentum"},
+		{"server momentum < 0", func(c *Config) { c.ServerMomentum = -0.5 }, "ServerMomentum"},
+		{"server momentum in SyncSGD", func(c *Config) { *c = smallSyncSGD(); c.ServerMomentum = 0.5 }, "for FedAvg"},
 		{"lr 0", func(c *Config) { c.LR = 0 }, "LR"},
 		{"lr NaN", func(c *Config) { c.LR = float32(math.NaN()) }, "LR"},
 		{"lr Inf", func(c *Config) { c.LR = float32(math.Inf(1)) }, "LR"},
@@ -848,6 +851,37 @@ func TestServerLR(t *testing.T) {
 	}
 	if worst > 1e-6 {
 		t.Errorf("ServerLR 2 moved the model %g away from twice the step of 1", worst)
+	}
+}
+
+// TestServerMomentum: FedAvgM's first step is plain FedAvg's (the
+// momentum starts at zero); its second adds the momentum times the first
+// round's sum, so the model moves further than plain FedAvg's.
+func TestServerMomentum(t *testing.T) {
+	train, test := synthetic(40, 1), synthetic(10, 2)
+	run := func(rounds int, beta float32) []float32 {
+		cfg := smallFedAvg()
+		cfg.Rounds, cfg.ServerMomentum = rounds, beta
+		res, err := Run(cfg, train, test, Exact{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Model.w
+	}
+	if !slices.Equal(run(1, 0), run(1, 0.9)) {
+		t.Error("FedAvgM's first step differs from FedAvg's")
+	}
+	start := NewMLP(smallFedAvg().Seed).w
+	dist := func(w []float32) float64 {
+		var d float64
+		for i := range w {
+			d += float64(w[i]-start[i]) * float64(w[i]-start[i])
+		}
+		return math.Sqrt(d)
+	}
+	plain, m := dist(run(2, 0)), dist(run(2, 0.9))
+	if !(m > plain) {
+		t.Errorf("after 2 rounds FedAvgM moved %g, FedAvg %g: want further", m, plain)
 	}
 }
 

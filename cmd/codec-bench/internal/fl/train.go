@@ -117,12 +117,15 @@ type Config struct {
 	LocalEpochs int // FedAvg: local passes over the client's shard per round; 0 means 1
 	Epochs      int // SyncSGD: passes over the largest shard
 
-	Batch       int     // minibatch size per client or worker
-	LR          float32 // learning rate
-	ServerLR    float32 // FedAvg: w += ServerLR * (the round's weighted sum of updates); 0 means 1
-	Momentum    float32 // SGD momentum in [0, 1), PyTorch semantics
-	Nesterov    bool    // Nesterov momentum (PyTorch's nesterov=True)
-	WeightDecay float32 // L2 penalty added to the gradient
+	Batch    int     // minibatch size per client or worker
+	LR       float32 // learning rate
+	ServerLR float32 // FedAvg: w += ServerLR * (the round's weighted sum of updates); 0 means 1
+	// ServerMomentum is FedAvgM's: m = ServerMomentum*m + (the round's
+	// weighted sum), w += ServerLR * m (0: none, plain FedAvg).
+	ServerMomentum float32
+	Momentum       float32 // SGD momentum in [0, 1), PyTorch semantics
+	Nesterov       bool    // Nesterov momentum (PyTorch's nesterov=True)
+	WeightDecay    float32 // L2 penalty added to the gradient
 
 	Split Split
 	Alpha float64 // Dirichlet concentration, for Split == Dirichlet
@@ -218,12 +221,15 @@ func (c *Config) validate() error {
 		if !(c.ServerLR >= 0 && c.ServerLR <= 10) {
 			return bad("ServerLR must be in [0, 10], got %v", c.ServerLR)
 		}
+		if !(c.ServerMomentum >= 0 && c.ServerMomentum < 1) {
+			return bad("ServerMomentum must be in [0, 1), got %v", c.ServerMomentum)
+		}
 	case SyncSGD:
 		if c.Epochs <= 0 {
 			return bad("SyncSGD needs Epochs > 0, got %d", c.Epochs)
 		}
-		if c.Rounds != 0 || c.LocalEpochs != 0 || c.ServerLR != 0 {
-			return bad("Rounds, LocalEpochs and ServerLR are for FedAvg; SyncSGD runs Epochs")
+		if c.Rounds != 0 || c.LocalEpochs != 0 || c.ServerLR != 0 || c.ServerMomentum != 0 {
+			return bad("Rounds, LocalEpochs, ServerLR and ServerMomentum are for FedAvg; SyncSGD runs Epochs")
 		}
 	default:
 		return bad("Mode must be FedAvg or SyncSGD, got %v", c.Mode)
@@ -549,6 +555,10 @@ func (r *runner) fedAvg() error {
 	update := make([]float32, len(local.w))
 	updateV := viewsOf(update, local.widths)
 	mom := make([]float32, len(local.w))
+	var serverMom []float32 // FedAvgM
+	if cfg.ServerMomentum > 0 {
+		serverMom = make([]float32, len(local.w))
+	}
 	total := float64(r.train.N)
 	r.res.StepsPerEpoch = 1
 	for round := 0; round < cfg.Rounds; round++ {
@@ -582,7 +592,14 @@ func (r *runner) fedAvg() error {
 		if step == 0 {
 			step = 1
 		}
-		axpy(step, r.sum, r.model.w)
+		if serverMom != nil {
+			for i := range serverMom {
+				serverMom[i] = cfg.ServerMomentum*serverMom[i] + r.sum[i]
+			}
+			axpy(step, serverMom, r.model.w)
+		} else {
+			axpy(step, r.sum, r.model.w)
+		}
 		r.res.StepBytes = append(r.res.StepBytes, bytes)
 		r.res.UpstreamBytes += bytes
 		r.res.Steps++
