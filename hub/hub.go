@@ -438,9 +438,7 @@ func (p *progress) add(n int64) {
 func (h *Hub) publish(ver *version) error {
 	v := ver.id
 	sort.Slice(ver.tensors, func(i, j int) bool { return ver.tensors[i].Name < ver.tensors[j].Name })
-	if err := h.makeShadow(ver, h.before(v)); err != nil {
-		return err
-	}
+	h.makeShadow(ver, h.before(v))
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.versions[v]; ok {

@@ -353,3 +353,39 @@ func TestLossyShadow(t *testing.T) {
 		}
 	}
 }
+
+// TestLossyShadowBadValues: a version whose tensor the lossy recipe
+// cannot code (a NaN: int8 refuses it) is published all the same, that
+// tensor without a shadow, and fetched exactly by a client that requires
+// lossless.
+func TestLossyShadowBadValues(t *testing.T) {
+	h, _ := New(WithChunkSize(16<<10), WithPolicy(codec.FixedPolicy{Recipe: codec.MustParseRecipe("int8(4096) | q:huff0")}))
+	m1 := model(3, 50)
+	if err := h.Publish(1, m1); err != nil {
+		t.Fatal(err)
+	}
+	m2 := model(3, 51)
+	w := f32s(m2[1])
+	w[7] = float32(math.NaN())
+	m2[1] = codec.FromFloat32(m2[1].Name, w, m2[1].Shape...)
+	if err := h.Publish(2, m2); err != nil {
+		t.Fatalf("a version the lossy recipe cannot code: %v", err)
+	}
+	ver, _ := h.get(2)
+	if _, ok := ver.shadow[m2[1].Name]; ok || len(ver.shadow) != 2 {
+		t.Fatalf("shadows of %d tensors (%q among them: %t), want the 2 others", len(ver.shadow), m2[1].Name, ok)
+	}
+	c, _ := serve(t, h)
+	got := map[string][]byte{}
+	if _, err := Fetch(context.Background(), c, Request{Version: 2, RequireLossless: true}, func(x *codec.Tensor) error {
+		got[x.Name] = x.Data
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range m2 {
+		if !slices.Equal(got[x.Name], x.Data) {
+			t.Errorf("%q differs", x.Name)
+		}
+	}
+}

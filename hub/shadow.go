@@ -51,10 +51,12 @@ func (h *Hub) before(v uint64) *version {
 // makeShadow sets ver's shadow against prev (nil: none; ver's tensors
 // are their own): for each tensor held in memory that the policy sends
 // through a lossy recipe, and that prev has with the same dtype and
-// shape, the client's copy after a lossy delta from prev's copy.
-func (h *Hub) makeShadow(ver, prev *version) error {
+// shape, the client's copy after a lossy delta from prev's copy. A tensor
+// whose shadow cannot be made (its recipe fails on the delta) is logged
+// and has none.
+func (h *Hub) makeShadow(ver, prev *version) {
 	if prev == nil {
-		return nil
+		return
 	}
 	var dec codec.Decoder
 	for _, t := range ver.tensors {
@@ -113,8 +115,10 @@ func (h *Hub) makeShadow(ver, prev *version) error {
 			return nil
 		}()
 		if err != nil {
-			return fmt.Errorf("hub: version %d: the copy of %q its lossy deltas leave: %w", ver.id, t.Name, err)
+			// The version is served all the same: this tensor's lossy
+			// deltas are taken from prev itself, as without shadows
+			// (a fetch that codes them meets the same error).
+			h.log.Warn("no shadow of a tensor: its lossy deltas are taken from the version before", "version", ver.id, "tensor", t.Name, "err", err)
 		}
 	}
-	return nil
 }
