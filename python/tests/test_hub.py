@@ -335,8 +335,8 @@ def test_upload_with_time(served: HubProcess) -> None:
         # The link not measured yet: the largest sparse density, never the update whole.
         r = hub.upload(w, round=7, peer="a", sender=s, within=1.0)
         assert r.densities == {"w": 0.3} and r.uplink > 0, r
-        # Loopback carries 4 MiB in far less than 5 s: the update whole.
-        r = hub.upload(w, round=7, peer="b", sender=s, within=5.0)
+        # Loopback carries 4 MiB in far less than a minute, whatever the machine: the update whole.
+        r = hub.upload(w, round=7, peer="b", sender=s, within=60.0)
         assert r.densities == {"w": 1.0} and r.bytes_sent > 4 << 20, r
         # A millisecond: sparse again, and the densities given are the ones chosen among.
         r = hub.upload(w, round=7, peer="c", sender=s, within=0.001, densities=[0.001, 0.5])
