@@ -104,7 +104,30 @@ func (s *Side) pipe(in, out, c, d net.Conn) error {
 	}
 	go copy(out, in)
 	go copy(in, out)
-	return errors.Join(<-errc, <-errc)
+	err := errors.Join(<-errc, <-errc)
+	linger(c, d)
+	return err
+}
+
+// lingerTimeout bounds how long linger waits for a peer's end.
+const lingerTimeout = 2 * time.Second
+
+// linger ends the raw connections as TCP should be ended when a stream
+// stopped reading before its peer's last bytes (the hop's TLS close_notify
+// after the frames' end): its write side shut first, then what is still
+// coming read and dropped until the peer's end, so that the close that
+// follows sends no reset. A reset would make the peer's kernel drop what it
+// had received and not yet read: the end of the other direction's data.
+func linger(conns ...net.Conn) {
+	for _, c := range conns {
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+	}
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(lingerTimeout))
+		io.Copy(io.Discard, c)
+	}
 }
 
 var _ interface{ CloseWrite() error } = (*tls.Conn)(nil)

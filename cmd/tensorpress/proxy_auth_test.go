@@ -256,6 +256,23 @@ func TestProxyTCPMutualTLS(t *testing.T) {
 			t.Errorf("%s: %d bytes back of %d, want them back: %t", name, len(got), len(msg), want)
 		}
 	}
+	// A client that reads its answer late: the remote proxy may be done
+	// (everything echoed and its end sent) while the answer still waits
+	// in the local proxy's socket, where a reset from the remote's close
+	// would drop it (the proxies linger: shut their write side, then read
+	// to the peer's end before they close).
+	c, err := net.Dial("tcp", local.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write(msg)
+	c.(*net.TCPConn).CloseWrite()
+	time.Sleep(time.Second)
+	got, _ := io.ReadAll(c)
+	c.Close()
+	if !bytes.Equal(got, msg) {
+		t.Errorf("read late through the local proxy: %d bytes back of %d", len(got), len(msg))
+	}
 	var errb bytes.Buffer
 	if code := run([]string{"proxy", "--side", "remote", "--mode", "tcp", "--listen", "127.0.0.1:0", "--to", "127.0.0.1:1", "--token-file", certs.CA}, io.Discard, &errb); code != 2 || !strings.Contains(errb.String(), "mutual TLS only") {
 		t.Errorf("a token in TCP mode: exit %d: %s", code, errb.String())
