@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -516,6 +517,27 @@ func TestDevice(t *testing.T) {
 		p, err := Load([]byte(c.yaml))
 		if err != nil || p.Device != c.want {
 			t.Errorf("%q: %v, %v", c.yaml, p, err)
+		}
+	}
+}
+
+// TestDensities: the one-rule profile of a spec and its densities, and
+// the errors of a bad density.
+func TestDensities(t *testing.T) {
+	p, err := Densities("topk(0.01) | val:nf4(64)", []float64{0.003, 0.3, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Match("w", codec.F32, 4<<20, codec.Tags{})
+	if !slices.Equal(r.Densities, []float64{0.003, 0.3, 1}) || len(r.Gradients) != 1 || r.Gradients[0].String() != "topk(0.01) | val:nf4(64)" {
+		t.Fatalf("rule %+v", r)
+	}
+	for _, bad := range []struct {
+		spec string
+		ds   []float64
+	}{{"topk(0.01)", []float64{2}}, {"topk(0.01)", []float64{0}}, {"topk(0.01)", nil}} {
+		if _, err := Densities(bad.spec, bad.ds); err == nil {
+			t.Errorf("%q %v: no error", bad.spec, bad.ds)
 		}
 	}
 }

@@ -641,13 +641,7 @@ func (row *fedRow) upload() (hub.UploadRequest, error) {
 	if !row.Auto {
 		return hub.UploadRequest{Spec: spec}, nil
 	}
-	ds := make([]string, len(row.Densities))
-	for i, d := range row.Densities {
-		ds[i] = fmt.Sprint(d)
-	}
-	y := fmt.Sprintf("version: 1\nname: fed-auto\nrules:\n  - match:\n      dtype: f32\n    gradient: [%q]\n    densities: [%s]\n",
-		row.Up, strings.Join(ds, ", "))
-	p, err := profile.Load([]byte(y))
+	p, err := profile.Densities(row.Up, row.Densities)
 	if err != nil {
 		return hub.UploadRequest{}, err
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -526,22 +525,18 @@ func (hc *hubConn) densityTuner(spec *gradient.Spec, densities []float64) (*auto
 	if len(densities) == 0 {
 		densities = DefaultDensities
 	}
-	ds := make([]string, len(densities))
-	for i, d := range densities {
+	for _, d := range densities {
 		if !(d > 0 && d <= 1) {
 			return nil, argErrorf("density %v not in (0, 1]", d)
 		}
-		ds[i] = strconv.FormatFloat(d, 'g', -1, 64)
 	}
-	key := spec.String() + "|" + strings.Join(ds, ",")
+	key := fmt.Sprint(spec, densities)
 	hc.tuneMu.Lock()
 	defer hc.tuneMu.Unlock()
 	if hc.tuner != nil && hc.tuneKey == key {
 		return hc.tuner, nil
 	}
-	y := fmt.Sprintf("version: 1\nname: upload\nrules:\n  - match: {dtype: f32}\n    gradient: [%q]\n    densities: [%s]\n",
-		spec.String(), strings.Join(ds, ", "))
-	p, err := profile.Load([]byte(y))
+	p, err := profile.Densities(spec.String(), densities)
 	if err != nil {
 		return nil, codeErrorf(ERECIPE, "tensorpress: spec %q with densities: %v", spec, err)
 	}
