@@ -41,11 +41,12 @@ func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int, sub b
 	if !ok || bt.DType != t.DType || !slices.Equal(bt.Shape, t.Shape) {
 		return &c, noDelta, nil
 	}
-	var bd []byte
-	if sh := base.shadow[t.Name]; sub && sh != nil {
-		esz := t.DType.Size()
-		bd = sh[off*esz : (off+count)*esz]
-	} else if bd, err = base.read(bt, off, count, s); err != nil {
+	read := base.read
+	if sub {
+		read = base.lossyBase
+	}
+	bd, err := read(bt, off, count, s)
+	if err != nil {
 		return nil, 0, err
 	}
 	d := s.get(len(c.Data))

@@ -35,6 +35,17 @@ import (
 // version as before. A hub started again has no shadow of the version
 // it starts from (the chain starts again there).
 
+// lossyBase returns elements [off, off+count) of t, one of v's tensors,
+// as lossy deltas against v take them: from v's shadow of t where it has
+// one, else from t (read).
+func (v *version) lossyBase(t *codec.Tensor, off, count int, s *scratch) ([]byte, error) {
+	if sh := v.shadow[t.Name]; sh != nil {
+		esz := t.DType.Size()
+		return sh[off*esz : (off+count)*esz], nil
+	}
+	return v.read(t, off, count, s)
+}
+
 // before returns the newest version kept older than v, or nil.
 func (h *Hub) before(v uint64) *version {
 	h.mu.RLock()
@@ -98,15 +109,13 @@ func (h *Hub) makeShadow(ver, prev *version) {
 				if len(f.Tensors) != 1 || len(f.Tensors[0].Data) != len(d.Data) {
 					return fmt.Errorf("hub: tensor %q: a lossy delta decodes to %d tensors", t.Name, len(f.Tensors))
 				}
-				got, esz := f.Tensors[0].Data, t.DType.Size()
-				base := prev.shadow[t.Name]
-				if base != nil {
-					base = base[off*esz : (off+count)*esz]
-				} else if base, err = prev.read(bt, off, count, &s); err != nil {
+				base, err := prev.lossyBase(bt, off, count, &s)
+				if err != nil {
 					return err
 				}
+				got := f.Tensors[0].Data
 				add(got, base, t.DType)
-				copy(sh[off*esz:], got)
+				copy(sh[off*t.DType.Size():], got)
 			}
 			if ver.shadow == nil {
 				ver.shadow = map[string][]byte{}
