@@ -15,16 +15,29 @@ import (
 // falls over the first Warmup epochs as DGC's does (25%, 6.25%, 1.5625%,
 // 0.39%, never below Ratio), so that the first updates, the largest, are
 // not held back in the residual.
+//
+// With Model (topk(r,model=on)), k is taken over the whole update, not
+// per tensor: Outbox.Plan ranks the compensated values (update plus
+// residual) of every tensor of the update together and gives each tensor
+// its share of the model's ceil(r*N) largest, at least one element. The
+// layers whose updates are large for their size (an output layer, the
+// biases) then get more than r of their elements, the large layers less.
+// The frames are the same as per-tensor TopK's at the densities planned.
 type TopK struct {
 	Ratio  float32
 	Warmup float64 // epochs of warm-up (Sender.SetEpoch); 0: none
+	Model  bool    // k over the whole update (Outbox.Plan), not per tensor
 }
 
 func (c TopK) String() string {
+	s := "topk(" + formatRatio(c.Ratio)
 	if c.Warmup != 0 {
-		return "topk(" + formatRatio(c.Ratio) + ",warmup=" + strconv.FormatFloat(c.Warmup, 'g', -1, 64) + ")"
+		s += ",warmup=" + strconv.FormatFloat(c.Warmup, 'g', -1, 64)
 	}
-	return "topk(" + formatRatio(c.Ratio) + ")"
+	if c.Model {
+		s += ",model=on"
+	}
+	return s + ")"
 }
 
 // Density is the fraction of elements TopK sends at epoch e.
@@ -160,7 +173,8 @@ func DefaultTail(c Compressor) *codec.Recipe {
 
 // AtDensity returns c set to keep the share d of each tensor's elements,
 // for the compressors that select by a ratio (TopK, RandK, DGC: the
-// others report false). The error-feedback memory does not depend on the
+// others report false). A TopK over the whole model (Model) becomes a
+// per-tensor TopK at d. The error-feedback memory does not depend on the
 // compressor, and DGC's momentum is kept under the same name whatever its
 // ratio, so a Sender may change density between updates (SetCompressor).
 func AtDensity(c Compressor, d float32) (Compressor, bool) {

@@ -18,6 +18,13 @@
 // serialises with MarshalBinary, so a reconnecting peer keeps its
 // residuals.
 //
+// TopK with Model (topk(r,model=on)) keeps the model's k largest
+// compensated values rather than each tensor's: Outbox.Plan ranks a whole
+// update's tensors together and each Append then takes its tensor's share
+// (hub.Upload plans by itself). Under non-IID federated data the output
+// layer and the biases, small tensors with large updates, get more of the
+// budget; codec-bench fl measures what that does to accuracy.
+//
 // An Outbox may compress on a device (its residuals kept there, the
 // frames the same bytes): device backends register by import, as
 // database/sql drivers do (RegisterDevice; package gpu registers "cuda"),

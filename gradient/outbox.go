@@ -38,6 +38,8 @@ type Outbox struct {
 	dev      map[specKey]DeviceSender
 	cpuOnly  map[specKey]bool
 	onDevice map[string]DeviceSender
+
+	plan plans // topk(r,model=on)'s densities (Plan)
 }
 
 // specKey identifies a spec's Sender in an Outbox: its text where Parse
@@ -174,8 +176,9 @@ func (o *Outbox) IsPending(name string) bool {
 }
 
 // Append compresses t (float32, whole) with spec's compressor, at density
-// when density is in (0, 1] and the compressor has one (AtDensity), and
-// appends its frame to dst. The update stays pending until Accept or
+// when density is in (0, 1] and the compressor has one (AtDensity), else
+// at the density Plan set where the compressor selects over the whole
+// update (topk(r,model=on)), and appends its frame to dst. The update stays pending until Accept or
 // Abort.
 func (o *Outbox) Append(dst []byte, t *codec.Tensor, spec *Spec, density float64) ([]byte, error) {
 	if spec == nil {
@@ -186,6 +189,10 @@ func (o *Outbox) Append(dst []byte, t *codec.Tensor, spec *Spec, density float64
 		if cd, ok := AtDensity(c, float32(density)); ok {
 			c = cd
 		}
+	}
+	c, err := o.planned(c, t, spec)
+	if err != nil {
+		return dst, err
 	}
 	if out, ok, err := o.appendDevice(dst, t, spec, c); ok || err != nil {
 		return out, err

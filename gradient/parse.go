@@ -21,7 +21,7 @@ import (
 // on). Compressors:
 //
 //	none                         dense float32, exact (the baseline)
-//	topk(r[,warmup=e])           exact top-k, k = ceil(r*n); warm-up as DGC's
+//	topk(r[,warmup=e,model=on])  exact top-k, k = ceil(r*n); warm-up as DGC's; model=on: k over the whole update (Outbox.Plan)
 //	randk(r[,seed=S])            random k, positions from a per-step seed
 //	thresh(t)                    |x| >= t
 //	dgc(r[,momentum=m,nesterov=on,clip=c,warmup=e,sample=s])   Deep Gradient Compression
@@ -124,7 +124,7 @@ func newCompressor(name string, args []codec.Arg) (Compressor, error) {
 		}
 		return None{}, nil
 	case "topk":
-		if err := codec.CheckArgs(name, args, 1, "ratio", "warmup"); err != nil {
+		if err := codec.CheckArgs(name, args, 1, "ratio", "warmup", "model"); err != nil {
 			return nil, err
 		}
 		if err := noRepeats(name, args, "ratio"); err != nil {
@@ -132,12 +132,15 @@ func newCompressor(name string, args []codec.Arg) (Compressor, error) {
 		}
 		c := TopK{}
 		for _, a := range args {
-			if a.Key == "warmup" {
-				w, err := floatArg(name, a, 0, 1e6)
-				if err != nil {
-					return nil, err
-				}
-				c.Warmup = w
+			var err error
+			switch a.Key {
+			case "warmup":
+				c.Warmup, err = floatArg(name, a, 0, 1e6)
+			case "model":
+				c.Model, err = onOff(name, a)
+			}
+			if err != nil {
+				return nil, err
 			}
 		}
 		var err error

@@ -16,6 +16,7 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/profile"
 	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
@@ -383,6 +384,45 @@ func TestUploadRetry(t *testing.T) {
 	for i := range want {
 		if d := counted[i] + res[i] - want[i]; d > 1e-6 || d < -1e-6 {
 			t.Fatalf("element %d: counted %v + residual %v, update %v", i, counted[i], res[i], want[i])
+		}
+	}
+}
+
+// TestUploadModelTopK: an upload through topk(r,model=on), by a spec or
+// a profile's rule, ranks the updates together: the small tensor of
+// large values goes whole, the large one keeps the rest of the model's k.
+func TestUploadModelTopK(t *testing.T) {
+	h, _ := New()
+	c, _ := serve(t, h)
+	prof, err := profile.Load([]byte("version: 1\nname: m\nrules:\n  - match: {dtype: f32}\n    gradient: [\"topk(0.01,model=on)\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := gradient.Parse("topk(0.01,model=on)")
+	for round, req := range []UploadRequest{{Round: 1, Spec: spec}, {Round: 2, Profile: prof}} {
+		big, small := make([]float32, 4096), make([]float32, 16)
+		for i := range big {
+			big[i] = 0.01 + float32(i)*1e-7
+		}
+		for i := range small {
+			small[i] = 1
+		}
+		ob := gradient.NewOutbox(nil)
+		ups := []*codec.Tensor{codec.FromFloat32("w", big, 64, 64), codec.FromFloat32("out", small, 4, 4)}
+		if err := Upload(context.Background(), c, ob, req, ups); err != nil {
+			t.Fatal(err)
+		}
+		// k = ceil(0.01*4112) = 42: out's 16 and 26 of w's.
+		for name, want := range map[string]int{"w": 26, "out": 16} {
+			sent := 0
+			for _, r := range ob.Memory().Get(name).Residual() {
+				if r == 0 {
+					sent++
+				}
+			}
+			if sent != want {
+				t.Errorf("upload %d: %d elements of %s sent, want %d", round+1, sent, name, want)
+			}
 		}
 	}
 }

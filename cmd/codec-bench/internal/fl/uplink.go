@@ -21,6 +21,7 @@ type Compressed struct {
 	recv   *gradient.Receiver
 	epoch  float64
 	frame  []byte
+	ts     []*codec.Tensor
 }
 
 // NewCompressed returns an Uplink for spec over the model's parameters
@@ -53,10 +54,17 @@ func (c *Compressed) Send(client, step int, update [][]float32, weight float32, 
 	}
 	s := c.boxes[client]
 	s.SetEpoch(c.epoch)
+	c.ts = c.ts[:0]
+	for i, p := range c.params {
+		c.ts = append(c.ts, codec.FromFloat32(p.Name, update[i], p.Shape...))
+	}
+	if err := s.Plan(c.ts, c.spec); err != nil { // topk(r,model=on)
+		return 0, err
+	}
 	var total int64
 	for i, p := range c.params {
 		var err error
-		c.frame, err = s.Append(c.frame[:0], codec.FromFloat32(p.Name, update[i], p.Shape...), c.spec, 0)
+		c.frame, err = s.Append(c.frame[:0], c.ts[i], c.spec, 0)
 		if err != nil {
 			return 0, err
 		}
