@@ -249,6 +249,20 @@ func tp_sender_compress(s C.tp_handle, t *C.tp_tensor, spec *C.char, sn C.int64_
 	return ret(code, msg, err)
 }
 
+// tp_sender_plan ranks the n float32 updates upd (every tensor of one
+// update) together for a spec that selects over the whole update,
+// topk(r,model=on): the sender's, or spec when not NULL. Each tensor's next
+// tp_sender_compress with that spec keeps its share of the update's k
+// largest values; a compress of such a spec without a plan fails. Other
+// specs: nothing to do.
+//
+//export tp_sender_plan
+func tp_sender_plan(s C.tp_handle, upd *C.tp_tensor, nupd C.int32_t, spec *C.char, sn C.int64_t, err **C.char) (rc C.int32_t) {
+	defer guard(&rc, err)
+	code, msg := cabi.SenderPlan(uint64(s), tv(upd), int32(nupd), bp(spec), int64(sn))
+	return ret(code, msg, err)
+}
+
 //export tp_sender_commit
 func tp_sender_commit(s C.tp_handle, n C.int32_t, err **C.char) (rc C.int32_t) {
 	defer guard(&rc, err)

@@ -152,6 +152,7 @@ extern int32_t tp_decode_info(uint8_t* src, int64_t n, tp_limits* lim, tp_handle
 extern int32_t tp_decode_into(uint8_t* src, int64_t n, tp_limits* lim, tp_handle profile, tp_buf* outs, int32_t nout, int64_t* copies, char** err);
 extern int32_t tp_sender_new(char* spec, int64_t n, tp_handle* out, char** err);
 extern int32_t tp_sender_compress(tp_handle s, tp_tensor* t, char* spec, int64_t sn, double density, uint8_t* out, int64_t capacity, int64_t* outLen, tp_handle* spill, char** err);
+extern int32_t tp_sender_plan(tp_handle s, tp_tensor* upd, int32_t nupd, char* spec, int64_t sn, char** err);
 extern int32_t tp_sender_commit(tp_handle s, int32_t n, char** err);
 extern int32_t tp_sender_abort(tp_handle s, int32_t lastOnly, char** err);
 extern int32_t tp_sender_pending(tp_handle s, int32_t* n, char** err);

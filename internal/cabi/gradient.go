@@ -69,18 +69,9 @@ func SenderCompress(h uint64, t *Tensor, sp *byte, sn int64, density float64, ou
 		if density < 0 || density > 1 || math.IsNaN(density) {
 			return argErrorf("tensor %q: density %v not in (0, 1]", ct.Name, density)
 		}
-		spec := s.spec
-		if text := str(sp, sn); text != "" {
-			if spec = s.specs[text]; spec == nil {
-				text = strings.Clone(text) // the Spec keeps substrings of it
-				if spec, err = gradient.Parse(text); err != nil {
-					return codeErrorf(ERECIPE, "%v", err)
-				}
-				if len(s.specs) >= recipeCacheSize {
-					clear(s.specs)
-				}
-				s.specs[text] = spec
-			}
+		spec, err := s.specOf(str(sp, sn))
+		if err != nil {
+			return err
 		}
 		if s.ob.IsPending(ct.Name) {
 			return codeErrorf(ESTATE, "tensorpress: tensor %q has an update pending: commit or abort it first", ct.Name)
@@ -93,6 +84,55 @@ func SenderCompress(h uint64, t *Tensor, sp *byte, sn int64, density float64, ou
 		return nil
 	})
 	return n, spill, code, msg
+}
+
+// specOf is the sender's spec, or the one text names (parsed once).
+func (s *sender) specOf(text string) (*gradient.Spec, error) {
+	if text == "" {
+		return s.spec, nil
+	}
+	spec := s.specs[text]
+	if spec == nil {
+		text = strings.Clone(text) // the Spec keeps substrings of it
+		var err error
+		if spec, err = gradient.Parse(text); err != nil {
+			return nil, codeErrorf(ERECIPE, "%v", err)
+		}
+		if len(s.specs) >= recipeCacheSize {
+			clear(s.specs)
+		}
+		s.specs[text] = spec
+	}
+	return spec, nil
+}
+
+// SenderPlan ranks the nup updates at ups (float32, whole: every tensor
+// of one update) together for a spec that selects over the whole update,
+// topk(r,model=on): the sender's spec, or the one at sp when given. Each
+// tensor's next SenderCompress with that spec takes its share
+// (gradient.Outbox.Plan); for other specs it does nothing.
+func SenderPlan(h uint64, ups *Tensor, nup int32, sp *byte, sn int64) (code int32, msg string) {
+	return withSender(h, func(s *sender) error {
+		if nup < 0 || (nup > 0 && ups == nil) {
+			return argErrorf("bad updates (%d)", nup)
+		}
+		ts := make([]*codec.Tensor, nup)
+		for i, u := range unsafe.Slice(ups, int(nup)) {
+			t, err := u.view()
+			if err != nil {
+				return err
+			}
+			if t.DType != codec.F32 {
+				return argErrorf("tensor %q is %v; gradient compressors take float32 (convert it)", t.Name, t.DType)
+			}
+			ts[i] = t
+		}
+		spec, err := s.specOf(str(sp, sn))
+		if err != nil {
+			return err
+		}
+		return s.ob.Plan(ts, spec)
+	})
 }
 
 // SenderCommit commits the n oldest pending updates (n < 0: all).

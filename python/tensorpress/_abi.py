@@ -83,6 +83,7 @@ SIGNATURES = {
     "tp_sender_new": (c_int32, [c_char_p, c_int64, _hp, _err]),
     "tp_sender_compress": (c_int32, [tp_handle, POINTER(tp_tensor), c_char_p, c_int64, c_double,
                                      _p, c_int64, _i64p, _hp, _err]),
+    "tp_sender_plan": (c_int32, [tp_handle, POINTER(tp_tensor), c_int32, c_char_p, c_int64, _err]),
     "tp_sender_commit": (c_int32, [tp_handle, c_int32, _err]),
     "tp_sender_abort": (c_int32, [tp_handle, c_int32, _err]),
     "tp_sender_pending": (c_int32, [tp_handle, POINTER(c_int32), _err]),

@@ -149,6 +149,22 @@ def _fill(t: tp_tensor, arr: np.ndarray, name: bytes, did: int, lossless: bool, 
     return shape
 
 
+def _descs(arrays: List[Tuple[str, np.ndarray]]) -> Tuple[Any, List[Any]]:
+    """tp_tensor descriptors of (name, array) pairs, and what keeps them alive."""
+    ts = (tp_tensor * max(len(arrays), 1))()
+    keep: List[Any] = [ts]
+    for i, (name, a) in enumerate(arrays):
+        a = _prep(a, name)
+        nb = name.encode()
+        shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
+        keep += [a, nb, shape]
+        t = ts[i]
+        t.name, t.name_len = nb, len(nb)
+        t.dtype, t.ndim, t.shape = _dtypes.dtype_id(a.dtype, name), a.ndim, shape
+        t.data, t.nbytes = (a.ctypes.data if a.nbytes else None), a.nbytes
+    return ts, keep
+
+
 def _tags(tags: Optional[Mapping[str, str]]) -> Optional[bytes]:
     if not tags:
         return None

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _lib
 from ._abi import tp_acc, tp_handle, tp_tensor
-from .codec import Buffer, Limits, _fill, _lim, _prep, _scratch, _src, _take
+from .codec import Buffer, Limits, _descs, _fill, _lim, _prep, _scratch, _src, _take
 from .errors import ArgumentError
 
 __all__ = ["Sender", "Receiver"]
@@ -70,6 +70,29 @@ class Sender(_lib.Handle):
         del keep
         _lib.check(rc, s.err, f"tensorpress: array {name!r}")
         return _result(s, out)
+
+    def plan(self, updates: Mapping[str, Any], *, spec: Optional[str] = None) -> None:
+        """Rank one whole update (float arrays by tensor name) for a spec that selects over it.
+
+        With ``topk(r,model=on)`` (this Sender's spec, or ``spec``), the ``k = ceil(r*N)`` largest
+        values of all of ``updates`` (plus their residuals) are kept, each tensor its share (at
+        least one element): call ``plan`` with the whole update, then :meth:`compress` each of
+        its tensors (without a ``density``). For other specs it does nothing.
+        """
+        items = []
+        for name, a in updates.items():
+            a = np.asarray(a)
+            if a.dtype != np.float32:
+                if a.dtype.kind != "f":
+                    raise TypeError(f"tensorpress: array {name!r}: gradient compressors take float arrays, not {a.dtype}")
+                a = a.astype(np.float32)
+            items.append((name, a))
+        ts, keep = _descs(items)
+        sb = spec.encode() if spec else None
+        err = _lib.Err()
+        rc = _lib.lib().tp_sender_plan(self._handle(), ts, len(items), sb, len(sb) if sb else 0, err.ref)
+        del keep
+        _lib.check(rc, err, "tensorpress: plan")
 
     def commit(self, n: Optional[int] = None) -> None:
         """Commit the ``n`` oldest pending updates (all by default): their frames arrived."""

@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _dtypes, _lib
 from ._abi import ALLOC_FN, tp_auth, tp_handle, tp_tensor
-from .codec import Limits, _lim, _prep
+from .codec import Limits, _descs, _lim
 from .errors import BaseMismatchError, TensorpressError
 from .gradient import Sender
 
@@ -249,22 +249,6 @@ class _Out:
             _lib.check(rc, self.err)
             return json.loads(bytes(out))
         return json.loads(bytes(memoryview(self.buf)[:n]))
-
-
-def _descs(arrays: List[Tuple[str, np.ndarray]]) -> Tuple[Any, List[Any]]:
-    """tp_tensor descriptors of (name, array) pairs, and what keeps them alive."""
-    ts = (tp_tensor * max(len(arrays), 1))()
-    keep: List[Any] = [ts]
-    for i, (name, a) in enumerate(arrays):
-        a = _prep(a, name)
-        nb = name.encode()
-        shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
-        keep += [a, nb, shape]
-        t = ts[i]
-        t.name, t.name_len = nb, len(nb)
-        t.dtype, t.ndim, t.shape = _dtypes.dtype_id(a.dtype, name), a.ndim, shape
-        t.data, t.nbytes = (a.ctypes.data if a.nbytes else None), a.nbytes
-    return ts, keep
 
 
 class Hub(_lib.Handle):

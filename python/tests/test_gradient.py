@@ -174,3 +174,25 @@ def test_limits_on_receiver() -> None:
     with tp.Receiver(limits=tp.Limits(max_decoded=100)) as r:
         with pytest.raises(tp.LimitError):
             r.add(f, into=np.zeros(1024, np.float32))
+
+
+def test_plan_selects_over_the_whole_update() -> None:
+    """topk(r,model=on): one k for the update; the small tensor of large values goes whole."""
+    big = np.full((64, 64), 0.01, np.float32) + np.arange(4096, dtype=np.float32).reshape(64, 64) * 1e-7
+    small = np.ones((4, 4), np.float32)
+    with tp.Sender("topk(0.01,model=on)") as s:
+        with pytest.raises(tp.TensorpressError, match="plan"):
+            s.compress("w", big)
+        s.plan({"w": big, "out": small})
+        fw, fo = s.compress("w", big), s.compress("out", small)
+        s.commit()
+        # k = ceil(0.01 * 4112) = 42: the 16 of out and 26 of w.
+        assert np.count_nonzero(decoded(fo, small.shape)) == 16
+        assert np.count_nonzero(decoded(fw, big.shape)) == 26
+    with tp.Sender("topk(0.01)") as s:
+        s.plan({"w": big})  # per tensor: nothing to plan
+        assert np.count_nonzero(decoded(s.compress("w", big), big.shape)) == 41
+        s.plan({"w": big.astype(np.float64)}, spec="topk(0.01,model=on)")
+        s.commit()
+        with pytest.raises(TypeError):
+            s.plan({"w": np.zeros(3, np.int32)})

@@ -281,6 +281,8 @@ def _update(trained: np.ndarray, base: np.ndarray) -> np.ndarray:
 def _compress_updates(record: ArrayRecord, base: Mapping[str, Array] | None, sender: Any,
                       min_size: int) -> ArrayRecord:
     out: dict[str, Array] = {}
+    updates: dict[str, np.ndarray] = {}
+    trained: dict[str, np.ndarray] = {}
     for name, a in record.items():
         arr = _numpy(name, a)
         if not _eligible(arr, min_size):
@@ -293,13 +295,15 @@ def _compress_updates(record: ArrayRecord, base: Mapping[str, Array] | None, sen
         if g.shape != arr.shape:
             raise ValueError(f"tensorpress: array '{name}': trained shape {arr.shape} differs "
                              f"from the global shape {g.shape}")
-        update = _update(arr, g)
+        updates[name], trained[name] = _update(arr, g), arr
+    sender.plan(updates)  # topk(r,model=on): one k over the whole update
+    for name, update in updates.items():
         try:
             frame = sender.compress(name, update)
         except (tp.TensorpressError, TypeError, ValueError) as e:
             raise named(name, e) from e
-        out[name] = _frame_array(arr, frame, STYPE_DELTA)
-    return ArrayRecord(out)
+        out[name] = _frame_array(trained[name], frame, STYPE_DELTA)
+    return ArrayRecord({name: out[name] for name in record.keys()})
 
 
 def tensorpress_mod(*, spec: str | None = None, recipe: str | None = None, key: str = "arrays",

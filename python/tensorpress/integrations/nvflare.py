@@ -167,6 +167,15 @@ class TensorpressCompressor(DXOFilter):
         except (tp.TensorpressError, TypeError, ValueError) as e:
             raise named(name, e) from e
 
+    def _eligible(self, value: Any) -> np.ndarray | None:
+        """``value`` as the float array this filter compresses, or None to pass it through."""
+        arr = value if isinstance(value, np.ndarray) else None
+        if arr is None and hasattr(value, "__array__") and not np.isscalar(value):
+            arr = np.asarray(value)
+        if arr is None or arr.dtype.kind != "f" or arr.size < self.min_size:
+            return None
+        return arr
+
     def process_dxo(self, dxo: DXO, shareable: Shareable, fl_ctx: FLContext) -> DXO | None:
         """A new DXO with the float arrays as frames; None when already processed.
 
@@ -189,11 +198,13 @@ class TensorpressCompressor(DXOFilter):
             if isinstance(rnd, int) and not isinstance(rnd, bool):
                 self._sender.set_epoch(float(rnd))  # DGC's warm-up; FLARE counts rounds from 0
         try:
+            arrays = {name: self._eligible(value) for name, value in dxo.data.items()}
+            if self._sender is not None:  # topk(r,model=on): one k over the whole update
+                self._sender.plan({name: np.ascontiguousarray(arr, dtype=np.float32)
+                                   for name, arr in arrays.items() if arr is not None})
             for name, value in dxo.data.items():
-                arr = value if isinstance(value, np.ndarray) else None
-                if arr is None and hasattr(value, "__array__") and not np.isscalar(value):
-                    arr = np.asarray(value)
-                if arr is None or arr.dtype.kind != "f" or arr.size < self.min_size:
+                arr = arrays[name]
+                if arr is None:
                     data[name] = value
                     continue
                 data[name] = np.frombuffer(self._encode(name, arr), dtype=np.uint8)

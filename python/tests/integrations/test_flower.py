@@ -316,3 +316,25 @@ def test_errors_name_the_array(flower: Any, tp: Any) -> None:
         mod(tr, ctx, lambda m, c: fl.Message(fl.RecordDict({"arrays": _record(_global())}),
                                             reply_to=m))
     assert "tensorpress" not in ctx.state  # nothing committed on failure
+
+
+def test_spec_over_the_whole_update(flower: Any, tp: Any) -> None:
+    """topk(r,model=on) in the mod: the mod plans the reply's update (a compress without a plan
+    fails), and the arrays keep one k between them."""
+    sent: dict[int, list] = {}
+    grid = _LogGrid({1: _app(flower.tensorpress_mod(spec="topk(0.01,model=on)", min_size=16), sent)})
+    strat = flower.TensorpressStrategy(fl.FedAvg(), min_size=16)
+    arrays = _record(_global())
+    strat.aggregate_train(1, grid.send_and_receive(strat.configure_train(1, arrays, fl.ConfigRecord(), grid)))
+    wire = grid.wire[-1][1]
+    kept, total = 0, 0
+    for k, a in wire.items():
+        if a.stype != flower.STYPE_DELTA:
+            continue
+        dec = np.zeros(SHAPES[k], np.float32)
+        tp.Receiver().add(a.data, 1.0, into={k: dec})
+        kept += np.count_nonzero(dec)
+        total += dec.size
+    # One k over all of them: ceil(0.01 * total), and up to one more per array (each keeps one).
+    n = sum(1 for a in wire.values() if a.stype == flower.STYPE_DELTA)
+    assert math.ceil(0.01 * total) <= kept <= math.ceil(0.01 * total) + n, (kept, total)

@@ -175,3 +175,16 @@ def test_errors(nvflare: Any, tp: Any) -> None:
     sent.data["fc.w"] = np.zeros(3, np.float32)
     with pytest.raises(tp.CorruptError, match="'fc.w'"):
         nvflare.TensorpressDecompressor().process(sent.to_shareable(), ctx)
+
+
+def test_spec_over_the_whole_update(nvflare: Any) -> None:
+    """topk(r,model=on): one k over the DXO's arrays; the small array of large values goes whole."""
+    comp = nvflare.TensorpressCompressor(spec="topk(0.01,model=on)")
+    dec = nvflare.TensorpressDecompressor()
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((64, 64)) * 0.01).astype(np.float32)
+    out_w = np.ones((4, 4), np.float32) + rng.random((4, 4)).astype(np.float32)
+    out = _through([comp], [dec], nv.DXO(nv.DataKind.WEIGHT_DIFF, {"w": w, "out.w": out_w}))
+    # k = ceil(0.01 * 4112) = 42: the 16 of out.w and 26 of w.
+    assert np.count_nonzero(out.data["out.w"]) == 16
+    assert np.count_nonzero(out.data["w"]) == 26
