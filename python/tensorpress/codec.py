@@ -149,6 +149,21 @@ def _fill(t: tp_tensor, arr: np.ndarray, name: bytes, did: int, lossless: bool, 
     return shape
 
 
+def _float32(name: str, arr: Any, what: str) -> np.ndarray:
+    """``arr`` as float32 (other float dtypes converted: a copy); TypeError for others."""
+    a = np.asarray(arr)
+    if a.dtype != np.float32:
+        if a.dtype.kind != "f":
+            raise TypeError(f"tensorpress: array {name!r}: {what} take float arrays, not {a.dtype}")
+        a = a.astype(np.float32)
+    return a
+
+
+def _float32s(updates: Mapping[str, Any], what: str) -> List[Tuple[str, np.ndarray]]:
+    """(name, float32 array) pairs of ``updates`` (_float32 each)."""
+    return [(name, _float32(name, a, what)) for name, a in updates.items()]
+
+
 def _descs(arrays: List[Tuple[str, np.ndarray]]) -> Tuple[Any, List[Any]]:
     """tp_tensor descriptors of (name, array) pairs, and what keeps them alive."""
     ts = (tp_tensor * max(len(arrays), 1))()

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _lib
 from ._abi import tp_acc, tp_handle, tp_tensor
-from .codec import Buffer, Limits, _descs, _fill, _lim, _prep, _scratch, _src, _take
+from .codec import Buffer, Limits, _descs, _fill, _float32, _float32s, _lim, _prep, _scratch, _src, _take
 from .errors import ArgumentError
 
 __all__ = ["Sender", "Receiver"]
@@ -51,12 +51,7 @@ class Sender(_lib.Handle):
         (sharing this Sender's residuals). Other float dtypes are converted to float32 (a copy).
         """
         h = self._handle()
-        a = np.asarray(arr)
-        if a.dtype != np.float32:
-            if a.dtype.kind != "f":
-                raise TypeError(f"tensorpress: array {name!r}: gradient compressors take float arrays, not {a.dtype}")
-            a = a.astype(np.float32)
-        a = _prep(a, name)
+        a = _prep(_float32(name, arr, "gradient compressors"), name)
         s = _scratch
         nb = name.encode()
         keep = _fill(s.t, a, nb, 2, False, None)
@@ -79,14 +74,7 @@ class Sender(_lib.Handle):
         least one element): call ``plan`` with the whole update, then :meth:`compress` each of
         its tensors (without a ``density``). For other specs it does nothing.
         """
-        items = []
-        for name, a in updates.items():
-            a = np.asarray(a)
-            if a.dtype != np.float32:
-                if a.dtype.kind != "f":
-                    raise TypeError(f"tensorpress: array {name!r}: gradient compressors take float arrays, not {a.dtype}")
-                a = a.astype(np.float32)
-            items.append((name, a))
+        items = _float32s(updates, "gradient compressors")
         ts, keep = _descs(items)
         sb = spec.encode() if spec else None
         err = _lib.Err()

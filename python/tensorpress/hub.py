@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _dtypes, _lib
 from ._abi import ALLOC_FN, tp_auth, tp_handle, tp_tensor
-from .codec import Limits, _descs, _lim
+from .codec import Limits, _descs, _float32s, _lim
 from .errors import BaseMismatchError, TensorpressError
 from .gradient import Sender
 
@@ -482,14 +482,7 @@ class Hub(_lib.Handle):
             raise ValueError(f"tensorpress: round must be a non-negative int, not {round!r}")
         if sender is not None and not isinstance(sender, Sender):
             raise TypeError(f"tensorpress: sender must be a tensorpress.Sender, not {type(sender).__name__}")
-        items = []
-        for name, a in updates.items():
-            a = np.asarray(a)
-            if a.dtype != np.float32:
-                if a.dtype.kind != "f":
-                    raise TypeError(f"tensorpress: array {name!r}: uploads take float arrays, not {a.dtype}")
-                a = a.astype(np.float32)
-            items.append((name, a))
+        items = _float32s(updates, "uploads")
         req: Dict[str, Any] = {"round": round, "weight": float(weight), "peer": peer, "spec": spec or "",
                                "timeout_ms": self._timeout_ms}
         if within is not None:
