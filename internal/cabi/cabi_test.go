@@ -542,3 +542,65 @@ func TestRecipeCacheBounded(t *testing.T) {
 		t.Errorf("%d recipes cached", n)
 	}
 }
+
+// TestSenderPlan: topk(r,model=on) through the C ABI: a compress without
+// a plan fails, a planned update keeps one k between its tensors, and bad
+// updates get an argument error.
+func TestSenderPlan(t *testing.T) {
+	s, code, msg := SenderNew(cstr("topk(0.01,model=on)"))
+	if code != OK {
+		t.Fatal(msg)
+	}
+	defer Close(s)
+	big := testvectors.Normal("w", 4096, 0.01, 7)
+	ones := make([]float32, 16)
+	for i := range ones {
+		ones[i] = 1
+	}
+	small := codec.FromFloat32("out", ones, 4, 4)
+	d, done := desc(big)
+	defer done()
+	out := make([]byte, 1<<16)
+	if _, _, code, msg := SenderCompress(s, d, nil, 0, 0, unsafe.Pointer(&out[0]), int64(len(out))); code == OK || !strings.Contains(msg, "Plan") {
+		t.Fatalf("compress without a plan: %d %s", code, msg)
+	}
+	ds, done2 := desc(small)
+	defer done2()
+	ups := []Tensor{*d, *ds}
+	if code, msg := SenderPlan(s, &ups[0], 2, nil, 0); code != OK {
+		t.Fatal(msg)
+	}
+	compress(t, s, big)
+	f := compress(t, s, small)
+	if code, _ := SenderCommit(s, -1); code != OK {
+		t.Fatal(code)
+	}
+	// k = ceil(0.01*4112) = 42: out whole (16) takes 16 of them.
+	r, err := gradient.NewReceiver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := make([]float32, 16)
+	if _, err := r.Add(f, 1, func(string, []int64) ([]float32, error) { return acc, nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range acc {
+		if v != 1 {
+			t.Fatalf("out[%d] = %g after a planned update, want 1 (sent whole)", i, v)
+		}
+	}
+	if code, _ := SenderPlan(s, nil, 1, nil, 0); code != EARG {
+		t.Errorf("nil updates: %d", code)
+	}
+	h := codec.FromFloat32("h", ones)
+	h.DType = codec.F16
+	dh, done3 := desc(h)
+	defer done3()
+	if code, _ := SenderPlan(s, dh, 1, nil, 0); code != EARG {
+		t.Errorf("float16 update: %d", code)
+	}
+	sp, sn := cstr("topk(2)")
+	if code, _ := SenderPlan(s, &ups[0], 2, sp, sn); code != ERECIPE {
+		t.Errorf("bad spec: %d", code)
+	}
+}
