@@ -1,5 +1,6 @@
 // Package tensorfile reads and writes the tensor files of the wider world,
-// safetensors and numpy's .npy, as codec.Tensor values.
+// safetensors and numpy's .npy, and reads the weights of ONNX models and
+// TensorFlow.js graph models, as codec.Tensor values.
 //
 // # Safetensors
 //
@@ -85,6 +86,40 @@
 // for byte (NpyHeader.Canonical; pass WithNpyVersion(h.Major) for files in
 // version 2.0 or 3.0). Files of other writers (16-byte alignment, other
 // key order) are read but written back in numpy's form.
+//
+// # ONNX
+//
+// OpenONNX (OpenONNXFile for a path) reads the initializers of an ONNX
+// model's main graph through an io.ReaderAt. It walks the protobuf wire
+// format down ModelProto.graph and GraphProto.initializer, skipping nodes
+// and every other field by length, so the file is never read whole and
+// tensor data only by ONNX.Read and ReadIndex. raw_data, float_data and
+// double_data are returned as stored; int32_data (FLOAT16 and BFLOAT16 bit
+// patterns included), int64_data and uint64_data are decoded, counted and
+// range-checked. Read: FLOAT DOUBLE FLOAT16 BFLOAT16 INT8 INT16 INT32 INT64
+// UINT8 UINT16 UINT32 UINT64 BOOL. Refused with codec.ErrUnsupported: STRING,
+// complex, 8-, 4- and 2-bit types, external data, segments, unpacked data
+// fields and sparse initializers. Refused as corrupt: malformed protobuf,
+// lengths past their message or the file, a repeated graph, name, data_type
+// or data field, unnamed or duplicate names, negative dims, data that does
+// not match the shape. Weights in Constant nodes or subgraphs are not read.
+//
+// # TensorFlow.js
+//
+// OpenTFJS (OpenTFJSFile for a path) reads and validates a graph model's
+// JSON through an fs.FS and stats the shard files its weightsManifest
+// names; TFJS.Read and ReadIndex read one weight, opening the one or two
+// shards it lies in and reading only its bytes. No file stays open: there
+// is nothing to close. Weights come as stored: float32, int32 and bool, and
+// quantized float32 weights as F16, or as U8/U16 integers whose values are
+// TFJSWeight.Min + Scale*q. Refused, with an error naming the group or
+// weight: a format other than "graph-model"; duplicate keys anywhere
+// (modelTopology included) and unknown keys; missing fields; dtypes string,
+// complex64 and unknown ones (codec.ErrUnsupported); quantization of other
+// than float32; negative, non-integer or overflowing shapes; duplicate
+// names; shard paths that are not plain relative paths under the JSON's
+// directory; groups whose weights do not fill their shards exactly. The
+// model JSON is bounded by Limits.MaxHeaderSize.
 //
 // # Limits, memory and ownership
 //

@@ -8,8 +8,8 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 )
 
-// ErrNotFound is returned by Safetensors.Read for a name the file does not
-// hold.
+// ErrNotFound is returned by the readers' Read (Safetensors, ONNX, TFJS)
+// for a name the file does not hold.
 var ErrNotFound = errors.New("tensorfile: no such tensor")
 
 // FormatError reports a file, or a tensor given to a writer, that is
@@ -19,7 +19,7 @@ var ErrNotFound = errors.New("tensorfile: no such tensor")
 // file whose tensors reach past its end wraps both codec.ErrCorrupt and
 // io.ErrUnexpectedEOF (a truncated file and a corrupt header look the same).
 type FormatError struct {
-	Format string // "safetensors" or "npy"
+	Format string // "safetensors", "npy", "onnx" or "tfjs"
 	Offset int64  // byte offset in the file the problem was found at, or -1
 	Msg    string // what is wrong, naming the tensor where there is one
 	errs   []error
@@ -48,15 +48,25 @@ var (
 )
 
 const (
-	fmtST  = "safetensors"
-	fmtNpy = "npy"
+	fmtST   = "safetensors"
+	fmtNpy  = "npy"
+	fmtTFJS = "tfjs"
+	fmtONNX = "onnx"
 )
 
-// stErr and npyErr build errors at no particular offset.
+// stErr, npyErr and tfjsErr build errors at no particular offset.
 func stErr(kind []error, msg string, args ...any) error {
 	return formatErr(fmtST, -1, kind, msg, args...)
 }
 
 func npyErr(kind []error, msg string, args ...any) error {
 	return formatErr(fmtNpy, -1, kind, msg, args...)
+}
+
+func tfjsErr(kind []error, msg string, args ...any) error {
+	return formatErr(fmtTFJS, -1, kind, msg, args...)
+}
+
+func onnxErr(kind []error, msg string, args ...any) error {
+	return formatErr(fmtONNX, -1, kind, msg, args...)
 }

@@ -7,7 +7,8 @@ import "fmt"
 // the default" (see DefaultLimits); a negative field is refused by WithLimits.
 // Every limit is checked before the allocation it protects.
 type Limits struct {
-	// MaxHeaderSize bounds the JSON header of a safetensors file in bytes.
+	// MaxHeaderSize bounds the JSON header of a safetensors file, and a
+	// TensorFlow.js model's JSON, in bytes.
 	// Default 100,000,000: the reference implementation's own limit
 	// (MAX_HEADER_SIZE in huggingface/safetensors), so every file the
 	// reference reads is accepted. A service reading untrusted files may
@@ -18,8 +19,10 @@ type Limits struct {
 	// 1.0 header can hold; numpy itself refuses headers over 10000 bytes
 	// by default when reading.
 	MaxNpyHeaderSize int
-	// MaxTensors bounds the tensors of one safetensors file. Default
-	// 262144 (2^18), far above real checkpoints.
+	// MaxTensors bounds the tensors of one safetensors file, the
+	// initializers of an ONNX model, and the weights, groups and shard
+	// paths of a TensorFlow.js model. Default 262144 (2^18), far above real
+	// checkpoints.
 	MaxTensors int
 	// MaxDims bounds a tensor's rank. Default 64 (numpy 2's NPY_MAXDIMS).
 	MaxDims int
@@ -27,7 +30,8 @@ type Limits struct {
 	// bytes. Default 4096. Metadata values are bounded by MaxHeaderSize only.
 	MaxNameLen int
 	// MaxTensorBytes bounds the data that one call allocates for one tensor:
-	// Safetensors.Read and ReadIndex, and ReadNpy. Default 4 GiB. Streaming
+	// Read and ReadIndex of Safetensors, ONNX and TFJS, and ReadNpy.
+	// Default 4 GiB. Streaming
 	// through Safetensors.Section is not bounded by it.
 	MaxTensorBytes int64
 }

@@ -86,9 +86,10 @@ func stDTypeName(dt codec.DType) (string, int, bool) {
 	return "", 0, false
 }
 
-// TensorInfo describes one tensor of a safetensors file. Begin and End are
-// its data_offsets: byte offsets relative to the start of the data buffer
-// (Safetensors.DataOffset bytes into the file).
+// TensorInfo describes one tensor of a file. In a safetensors file Begin
+// and End are its data_offsets: byte offsets relative to the start of the
+// data buffer (Safetensors.DataOffset bytes into the file); ONNX and TFJS
+// say what theirs are.
 type TensorInfo struct {
 	Name       string
 	DType      codec.DType
