@@ -558,7 +558,7 @@ func TestDecodeNotStream(t *testing.T) {
 // streams) include a byte delta before zstd and a zstd level above 3, and
 // run on such data.
 func TestByteDefaults(t *testing.T) {
-	cs, err := chainList("", false, io.Discard)
+	cs, err := chainList("", false, defaultChains, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

