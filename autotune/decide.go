@@ -90,7 +90,7 @@ func (t *Tuner) predictAll(c Class, rs *ruleSet, fi *codec.FrameInfo, bw float64
 	for i, cd := range rs.cands {
 		preds[i] = t.predict(c, cd, bw)
 		switch {
-		case !t.usable(rs, cd, fi):
+		case !t.usable(rs, cd, fi, c):
 			preds[i].Throughput = 0
 		case !t.withinBudget(c, cd, rs):
 			preds[i].Throughput, preds[i].Limit = 0, "error"
@@ -129,7 +129,7 @@ func bestPrediction(preds []Prediction, cur int) (int, float64) {
 // bestThr: the current one has had its minimum of frames (or cannot code
 // the frame at all), and the gain beats the hysteresis.
 func (t *Tuner) worthSwitch(current candidate, st *classState, cur, bestThr, bw float64) bool {
-	h := t.hysteresis
+	h := wornHysteresis(t.hysteresis, st.since, t.minFrames)
 	if current.r == nil && bw > fastLink && !math.IsInf(bw, 1) {
 		// Leaving raw on a link faster than 2 Gbit/s: there the rate
 		// measured moves with the CPU (a link between two processes of
@@ -139,6 +139,23 @@ func (t *Tuner) worthSwitch(current candidate, st *classState, cur, bestThr, bw 
 	held := st.since < t.minFrames && cur > 0
 	return !held && bestThr > cur*(1+h)
 }
+
+// wornHysteresis is the gain a switch must promise after since frames on
+// the current recipe: h at first, then less as the estimates behind the
+// choice keep saying the same (h over 1 + since/minFrames), down to
+// minHysteresis, so that a gain smaller than h that lasts (a plane recipe
+// 8% smaller than zstd on a slow link) is taken after a while, and one
+// switch back needs h again.
+func wornHysteresis(h float64, since, minFrames int) float64 {
+	if h <= minHysteresis {
+		return h
+	}
+	return max(h/(1+float64(since)/float64(max(minFrames, 1))), minHysteresis)
+}
+
+// minHysteresis is the least gain that moves a class off a recipe it has
+// kept a long time: above the noise of ratio estimates from samples.
+const minHysteresis = 0.02
 
 // noteProbe records a switch: the start of a probe, or the return from
 // one that found the link as slow as before, after which the Tuner waits

@@ -14,14 +14,22 @@
 //     element width found in opaque bytes, sparsity), running estimates of
 //     ratio and encode and decode speed, from the frames sent and from
 //     samples coded with the other candidates, within an exploration budget
-//     (a share of the encoding time, 0.5% by default, 5% at most);
+//     (a share of the encoding time, 0.5% by default, 5% at most); a frame
+//     sent that comes out more than 10% off its recipe's estimate marks the
+//     data as changed, and the next frame samples every other candidate
+//     again, their old ratios dropped;
 //   - a cost model of the pipelined writer: throughput = min(cores × encode
 //     speed / load, bandwidth × ratio, decode speed), where load is the
 //     share of the time the encoders were busy lately while coding (at least 1/2): in
 //     a stream that mixes kinds of data on a slow link they wait, and a
 //     class that codes slowly but well may take that time;
-//   - a selector with hysteresis (a 10% predicted gain, 3 frames between
-//     switches by default).
+//   - a selector with hysteresis (a 10% predicted gain, worn down to 2% as
+//     a class keeps its recipe, so that a smaller gain that lasts is taken;
+//     3 frames between switches by default).
+//
+// The default candidates (DefaultCandidates) cover float32 and the 2-byte
+// floats: a recipe that starts with a fixed-width shuffle is weighed only
+// on data of that element width.
 //
 // With a profile (WithProfile), each frame's candidates are those of the
 // rule its tensor matches: lossy ones only on float tensors not tagged

@@ -62,7 +62,9 @@ func WithCores(n int) Option {
 }
 
 // WithHysteresis sets the gain a candidate must promise over the current
-// recipe to replace it (default 0.10: 10%).
+// recipe to replace it (default 0.10: 10%). The longer a class keeps its
+// recipe, the less is asked: h / (1 + frames on it / min frames), never
+// below 2% (a hysteresis set below that stays as set).
 func WithHysteresis(h float64) Option {
 	return func(t *Tuner) error {
 		if !(h >= 0 && h <= 10) {
@@ -86,9 +88,11 @@ func WithMinFrames(n int) Option {
 }
 
 // WithExplore sets the time spent trying other recipes on samples, as a
-// share of the encoding time of the frames sent (default 0.03, at most
+// share of the encoding time of the frames sent (default 0.005, at most
 // 0.05). The first frame of each class of data tries every candidate once
-// on a sample, whatever the share.
+// on a sample, whatever the share, and so does a frame after one that came
+// out more than 10% off its recipe's estimate (the data changed; at most
+// once per two minimum-frame spans); 0 turns both off but the first.
 func WithExplore(share float64) Option {
 	return func(t *Tuner) error {
 		if !(share >= 0 && share <= 0.05) {

@@ -42,7 +42,15 @@ func (s *Stats) add(ratio, enc, dec float64, seq uint64) {
 		}
 		return (1-ewma)*old + ewma*v
 	}
-	s.Ratio = mix(s.Ratio, ratio)
+	// The ratio of a candidate measured long ago counts as if every frame
+	// since had moved it: a measurement gap frames after the last one
+	// weighs 1-(1-ewma)^gap.
+	if gap := float64(seq) - float64(s.Seq); s.Samples > 0 && gap > 1 && ratio > 0 && s.Ratio > 0 {
+		w := 1 - math.Pow(1-ewma, gap)
+		s.Ratio = (1-w)*s.Ratio + w*ratio
+	} else {
+		s.Ratio = mix(s.Ratio, ratio)
+	}
 	s.Encode = mix(s.Encode, enc)
 	s.Decode = mix(s.Decode, dec)
 	s.Samples++
@@ -96,6 +104,17 @@ func (p *Profiler) entry(c Class, name string) *Stats {
 	return s
 }
 
+// forgetRatio drops the ratio estimate of recipe name on class c (its
+// speeds stay): the data changed, and the next measurement replaces it
+// instead of joining it.
+func (p *Profiler) forgetRatio(c Class, name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.stats[profKey{c, name}]; s != nil {
+		s.Ratio = 0
+	}
+}
+
 // Observe records a frame sent with recipe name: raw decoded bytes, wire
 // bytes and encode time. The ratio joins the estimates; the speed is kept
 // apart (Live): a frame's encode time in the writer's pipeline includes
@@ -107,7 +126,14 @@ func (p *Profiler) Observe(c Class, name string, raw, wire int, encode time.Dura
 	}
 	p.mu.Lock()
 	s := p.entry(c, name)
-	s.add(float64(raw)/float64(wire), 0, 0, seq)
+	obs := float64(raw) / float64(wire)
+	if s.Ratio > 0 && math.Abs(obs/s.Ratio-1) > driftGap {
+		s.Ratio = obs // a whole frame far off the estimate: the data changed
+		s.Samples++
+		s.Seq = seq
+	} else {
+		s.add(obs, 0, 0, seq)
+	}
 	if encode > 0 {
 		v := float64(raw) / encode.Seconds()
 		if s.Live > 0 {

@@ -109,8 +109,8 @@ func (t *Tuner) withinBudget(c Class, cd candidate, rs *ruleSet) bool {
 
 // usable reports whether cd may code frame fi: the rule allows it and
 // the peer decodes every stage it uses.
-func (t *Tuner) usable(rs *ruleSet, cd candidate, fi *codec.FrameInfo) bool {
-	if !rs.allows(cd, fi) {
+func (t *Tuner) usable(rs *ruleSet, cd candidate, fi *codec.FrameInfo, c Class) bool {
+	if !rs.allows(cd, fi) || !fitsWidth(cd, c) {
 		return false
 	}
 	if cd.r == nil || t.peer == nil {
@@ -127,4 +127,21 @@ func (t *Tuner) usable(rs *ruleSet, cd candidate, fi *codec.FrameInfo) bool {
 		t.peerOK[cd.name] = ok
 	}
 	return ok
+}
+
+// fitsWidth reports whether candidate cd suits data of class c: a recipe
+// that starts with a shuffle of a fixed width (shuffle2, shuffle4) suits
+// the classes of that element width only, where one is known (a tensor's
+// dtype, or a period found in a byte stream), so that the 4-byte plane
+// recipe is not weighed on bf16 nor the 2-byte one on float32.
+func fitsWidth(cd candidate, c Class) bool {
+	if cd.r == nil || len(cd.r.Steps) == 0 || len(cd.r.Steps[0].Ops) == 0 || c.Period <= 1 {
+		return true
+	}
+	op := cd.r.Steps[0].Ops[0]
+	if op.Stage().Name != "shuffle" {
+		return true
+	}
+	p := op.AppendParams(nil)
+	return len(p) != 1 || p[0] == 0 || p[0] == c.Period
 }

@@ -38,10 +38,10 @@ func sample(fi *codec.FrameInfo, size int) []byte {
 
 // bootstrap returns the candidates to measure on a sample of the first
 // frame of a class: all that the frame allows.
-func (t *Tuner) bootstrap(rs *ruleSet, fi *codec.FrameInfo) []candidate {
+func (t *Tuner) bootstrap(c Class, rs *ruleSet, fi *codec.FrameInfo) []candidate {
 	var todo []candidate
 	for _, cd := range rs.cands {
-		if t.usable(rs, cd, fi) {
+		if t.usable(rs, cd, fi, c) {
 			todo = append(todo, cd)
 		}
 	}
@@ -56,7 +56,7 @@ func (t *Tuner) exploreOne(c Class, rs *ruleSet, fi *codec.FrameInfo) []candidat
 	}
 	pick, oldest := -1, uint64(math.MaxUint64)
 	for i, cd := range rs.cands {
-		if !t.usable(rs, cd, fi) {
+		if !t.usable(rs, cd, fi, c) {
 			continue
 		}
 		if at := t.measured[profKey{c, cd.name}]; at < oldest { // 0: never

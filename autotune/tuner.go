@@ -14,13 +14,20 @@ import (
 )
 
 // DefaultCandidates are the lossless recipes a Tuner chooses among when
-// given none: store raw, plane coding of the exponent bytes after a 4-byte
-// shuffle, s2, zstd level 1, and zstd level 1 after the sparse layout
-// (zeros as positions, for gradients and images with black background).
+// given none: store raw; for 4-byte elements, plane coding of the exponent
+// bytes after a 4-byte shuffle, and every plane Huffman-coded (the planes
+// of mantissa bits that are all zero, as in bf16 values held as float32,
+// cost next to nothing; others are stored); for 2-byte elements (bf16,
+// fp16), the high byte plane coded; s2, zstd level 1, and zstd level 1
+// after the sparse layout (zeros as positions, for gradients and images
+// with black background). A recipe that starts with a shuffle of a fixed
+// width is weighed only on data of that element width.
 func DefaultCandidates() []*codec.Recipe {
 	return []*codec.Recipe{
 		nil,
 		codec.MustParseRecipe("shuffle4 | plane3:huff0 | plane0..2:raw"),
+		codec.MustParseRecipe("shuffle4 | *:huff0"),
+		codec.MustParseRecipe("shuffle2 | plane1:huff0 | plane0:raw"),
 		codec.MustParseRecipe("*:s2"),
 		codec.MustParseRecipe("*:zstd(1)"),
 		codec.MustParseRecipe("sparse | *:zstd(1)"),
@@ -68,7 +75,21 @@ type classState struct {
 	fresh bool   // no frame of the class was sent yet: the first choice is free
 	sent  string // the recipe the last frame of the class was sent with
 	other bool   // sent is not the recipe chosen for that frame
+	// drift: a frame sent came out more than driftGap off its recipe's
+	// estimate (the data changed): the other candidates are sampled
+	// again, at most once per resampleEvery frames (resampled: the Seq+1
+	// of the last time).
+	drift     bool
+	resampled uint64
 }
+
+// driftGap is how far a frame sent may come out from its recipe's
+// estimated ratio before the class's other candidates are sampled again;
+// resampleEvery, in minimum-frame units, how often at most.
+const (
+	driftGap      = 0.10
+	resampleEvery = 2
+)
 
 type stateKey struct {
 	rule  int // the rule's place in the profile, from 1; 0 without a profile
@@ -285,7 +306,17 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	if st == nil {
 		st = &classState{fresh: true}
 		t.states[key] = st
-		todo, size = t.bootstrap(rs, &fi), bootstrapSize
+		todo, size = t.bootstrap(c, rs, &fi), bootstrapSize
+	} else if st.drift && t.explore > 0 && (st.resampled == 0 || fi.Seq+1 >= st.resampled+uint64(resampleEvery*max(t.minFrames, 1))) {
+		// The data changed under the current recipe: what the others
+		// were measured on may be stale too.
+		st.drift, st.resampled = false, fi.Seq+1
+		for i, cd := range rs.cands {
+			if i != st.cur && t.usable(rs, cd, &fi, c) {
+				t.prof.forgetRatio(c, cd.name)
+				todo = append(todo, cd)
+			}
+		}
 	} else if t.spent < time.Duration(t.explore*float64(t.work)) {
 		todo = t.exploreOne(c, rs, &fi)
 	}
@@ -308,7 +339,7 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	}
 	d := t.decide(c, rs, &fi, st)
 	cd := rs.cands[st.cur]
-	if !t.usable(rs, cd, &fi) || !t.withinBudget(c, cd, rs) {
+	if !t.usable(rs, cd, &fi, c) || !t.withinBudget(c, cd, rs) {
 		cd = candidate{name: "raw"}
 	}
 	t.classes[fi.Seq%uint64(len(t.classes))] = seqClass{seq: fi.Seq, class: c, name: cd.name, st: st, dec: d}
@@ -370,6 +401,11 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 	sc.dec, sc.st.sent, sc.st.other = nil, sent, sent != sc.name
 	// Only the chosen recipe's frames teach.
 	if sc.name != "" && sc.name == sent {
+		if e, ok := t.prof.Get(sc.class, sc.name); ok && e.Ratio > 0 && fs.RawBytes > 0 && fs.FrameBytes > 0 {
+			if obs := float64(fs.RawBytes) / float64(fs.FrameBytes); math.Abs(obs/e.Ratio-1) > driftGap {
+				sc.st.drift = true
+			}
+		}
 		t.prof.Observe(sc.class, sc.name, fs.RawBytes, fs.FrameBytes, fs.Encode, fs.Info.Seq)
 	}
 }
