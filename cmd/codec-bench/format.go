@@ -43,6 +43,9 @@ type row struct {
 	Lossy     bool   `json:"lossy"`
 	MaxAbsErr metric `json:"max_abs_err"`
 	RelL2Err  metric `json:"rel_l2_err"`
+	// Recipes: autotune rows, the frames of the first pass per recipe the
+	// Tuner chose ("" is stored raw).
+	Recipes map[string]int `json:"recipes,omitempty"`
 }
 
 // metric is a float64 that JSON writes as null when it is not finite

@@ -16,6 +16,7 @@ type chain struct {
 	recipe *codec.Recipe
 	text   string                 // recipe.String(): what rows print
 	fits   func(codec.DType) bool // nil: any dtype
+	tune   *tuneSpec              // the autotuner's row: recipe is nil
 }
 
 // bench measures chains on one core, the way a Go benchmark does: each
@@ -45,6 +46,7 @@ type trial struct {
 	enc     []float64 // seconds per pass, one per rep
 	dec     []float64
 	err     distortion.Stats // lossy chains: how far the decoded values are from the input
+	chosen  []string         // autotune rows: the recipe of each frame of the first pass
 }
 
 // newTrial cuts s into chunks the way codec.Writer does (whole-tensor and
@@ -67,7 +69,12 @@ func (b *bench) newTrial(s *sample, c *chain) (*trial, error) {
 		}
 	}
 	var err error
-	if tr.frames, err = tr.encode(b.enc, nil); err != nil {
+	if c.tune != nil {
+		tr.frames, tr.chosen, err = tr.encodeTuned(b.enc, nil)
+	} else {
+		tr.frames, err = tr.encode(b.enc, nil)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err := b.verify(tr); err != nil {
@@ -78,6 +85,10 @@ func (b *bench) newTrial(s *sample, c *chain) (*trial, error) {
 
 // encode appends the frames of every chunk to dst.
 func (tr *trial) encode(enc *codec.Encoder, dst []byte) ([]byte, error) {
+	if tr.c.tune != nil {
+		dst, _, err := tr.encodeTuned(enc, dst)
+		return dst, err
+	}
 	var err error
 	for i := range tr.tensors {
 		if dst, err = enc.AppendTensor(dst, &tr.tensors[i], tr.c.recipe); err != nil {
@@ -228,6 +239,12 @@ func (tr *trial) row() row {
 	}
 	if r.Lossy {
 		r.MaxAbsErr, r.RelL2Err = metric(tr.err.MaxAbs), metric(tr.err.RelL2())
+	}
+	if tr.chosen != nil {
+		r.Recipes = map[string]int{}
+		for _, c := range tr.chosen {
+			r.Recipes[c]++
+		}
 	}
 	return r
 }

@@ -122,6 +122,11 @@ a few MiB, where a single pass is too short to measure.
 
 --chains takes specs separated by ';' (a spec contains '|' and ','), for
 example --chains '*:zstd(1); shuffle4 | plane3:huff0 | plane0..2:raw'.
+A spec autotune@RATE (or autotune:PROFILE@RATE, a built-in profile or a
+file) is the autotuner on a link pinned at RATE (12.5MB/s, 1Gbit): each pass
+over the input is a new stream with a new Tuner, so its sampling counts in
+the encode time; the row's recipes (JSON) say how many frames of the first
+pass went out with each recipe.
 --format json writes JSON Lines: one object per line with the fields tensor,
 dtype, chain, external, bytes_in, bytes_out, frames, ratio, compress_mbps,
 decompress_mbps, entropy_bound (0 when not a float tensor), plane_bits
@@ -459,6 +464,13 @@ func chainList(specs string, given bool, defs []defChain, stderr io.Writer) ([]*
 	if given {
 		for spec := range strings.SplitSeq(specs, ";") {
 			if strings.TrimSpace(spec) == "" {
+				continue
+			}
+			if c, ok, err := parseTuneChain(spec); ok {
+				if err != nil {
+					return nil, err
+				}
+				cs = append(cs, c)
 				continue
 			}
 			r, err := codec.ParseRecipe(spec)

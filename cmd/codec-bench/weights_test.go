@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -262,6 +263,43 @@ func TestRunModelFiles(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), `"tensor":"w"`) {
 			t.Errorf("%s: no row for w: %s", in, out.String())
+		}
+	}
+}
+
+// TestRunAutotuneRow: run measures the autotuner as a chain on a pinned
+// link, and says which recipes it chose; bad autotune chains are usage
+// errors.
+func TestRunAutotuneRow(t *testing.T) {
+	dir := t.TempDir()
+	h := make([]uint16, 1<<19)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range h {
+		h[i] = float16.BF16FromF32(float32(rng.NormFloat64() * 0.02))
+	}
+	in := filepath.Join(dir, "w.bf16")
+	os.WriteFile(in, view.Of(h), 0o644)
+	var out, errb bytes.Buffer
+	if code := run([]string{"run", "--input", in, "--dtype", "bf16", "--no-external", "--reps", "1", "--min-time", "0", "--format", "json",
+		"--chains", "autotune@12.5MB/s; autotune:lossless-fast@1Gbit"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rows []row
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var r row
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, r)
+	}
+	// Random bf16 weights: the 2-byte plane recipe, on every frame.
+	if len(rows) != 2 || rows[0].Chain != "autotune@12.5MB/s" || rows[0].Recipes["shuffle2 | plane1:huff0 | plane0:raw"] != rows[0].Frames || rows[0].Ratio < 1.3 {
+		t.Fatalf("rows %+v", rows)
+	}
+	for _, bad := range []string{"autotune", "autotune@fast", "autotune:nosuch@1MB/s", "autotune:@1MB/s"} {
+		errb.Reset()
+		if code := run([]string{"run", "--input", in, "--dtype", "bf16", "--no-external", "--chains", bad}, &out, &errb); code != 2 {
+			t.Errorf("--chains %q: exit %d (%s), want 2", bad, code, errb.String())
 		}
 	}
 }
