@@ -853,23 +853,23 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 		bf[i] = uint16(math.Float32bits(v) >> 16)
 	}
 	for _, c := range []struct {
-		dt   codec.DType
-		data []byte
-		want string
+		dt          codec.DType
+		data        []byte
+		want, wrong string
 	}{
-		{codec.BF16, view.Of(bf), "shuffle2 | plane1:huff0 | plane0:raw"},
-		{codec.F32, w, "shuffle4"},
+		{codec.BF16, view.Of(bf), "shuffle2 | plane1:huff0 | plane0:raw", "shuffle4"},
+		{codec.F32, w, "shuffle4", "shuffle2"},
 	} {
 		tu, err := New(WithLink(pinned(12.5e6)), WithCores(2))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rs := drive(t, tu, [][]byte{c.data, c.data, c.data, c.data}, c.dt)
-		for _, r := range rs {
-			if !strings.HasPrefix(r, c.want) {
-				t.Errorf("%v: recipes %v, want %s", c.dt, rs, c.want)
-				break
-			}
+		// The first frames may go otherwise on a busy machine (a sample
+		// timed while the test's neighbours ran); the link decides after.
+		rs := drive(t, tu, slices.Repeat([][]byte{c.data}, 10), c.dt)
+		if slices.ContainsFunc(rs, func(r string) bool { return strings.HasPrefix(r, c.wrong) }) ||
+			slices.ContainsFunc(rs[6:], func(r string) bool { return !strings.HasPrefix(r, c.want) }) {
+			t.Errorf("%v: recipes %v, want %s from frame 6 and never %s", c.dt, rs, c.want, c.wrong)
 		}
 	}
 	bf16 := candidate{r: codec.MustParseRecipe("shuffle2 | plane1:huff0 | plane0:raw")}
