@@ -2,6 +2,7 @@ package sparse
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"fmt"
 
 	"github.com/tensorpress/tensorpress/codec"
@@ -99,6 +100,26 @@ func SampleDensity(b []byte, w, samples int) float64 {
 // elements) to pos and their bytes to val.
 func gather(src []byte, w int, pos []uint32, val []byte) ([]uint32, []byte) {
 	i := 0
+	if w == 4 {
+		// float32, the common case: the non-zero elements of a 32-byte
+		// block as a bit mask, then its set bits, with no branch per
+		// element to mispredict at scattered positions.
+		for ; i+32 <= len(src); i += 32 {
+			c := src[i : i+32 : i+32]
+			a, b := binary.LittleEndian.Uint64(c), binary.LittleEndian.Uint64(c[8:])
+			d, e := binary.LittleEndian.Uint64(c[16:]), binary.LittleEndian.Uint64(c[24:])
+			if a|b|d|e == 0 {
+				continue
+			}
+			m := nz2(a) | nz2(b)<<2 | nz2(d)<<4 | nz2(e)<<6
+			base := uint32(i / 4)
+			for ; m != 0; m &= m - 1 {
+				k := bits.TrailingZeros8(m)
+				pos = append(pos, base+uint32(k))
+				val = append(val, c[4*k&31:4*k&31+4]...)
+			}
+		}
+	}
 	for ; i+32 <= len(src); i += 32 {
 		c := src[i : i+32 : i+32]
 		if binary.LittleEndian.Uint64(c)|binary.LittleEndian.Uint64(c[8:])|
@@ -108,6 +129,19 @@ func gather(src []byte, w int, pos []uint32, val []byte) ([]uint32, []byte) {
 		pos, val = gatherSlow(c, w, i/w, pos, val)
 	}
 	return gatherSlow(src[i:], w, i/w, pos, val)
+}
+
+// nz2 returns which of the two 4-byte elements of x are not zero: bit 0
+// the low one, bit 1 the high one.
+func nz2(x uint64) uint8 {
+	var lo, hi uint8
+	if uint32(x) != 0 {
+		lo = 1
+	}
+	if x>>32 != 0 {
+		hi = 2
+	}
+	return lo | hi
 }
 
 func gatherSlow(b []byte, w, base int, pos []uint32, val []byte) ([]uint32, []byte) {

@@ -383,25 +383,6 @@ func choose(n, w int, pos []uint32, val []byte) Layout {
 	case nnz == 0:
 		return Gaps
 	}
-	// Per-plane histograms of the non-zero values, from a sample.
-	step := max(1, nnz/65536)
-	var hist [8][256]float64
-	sampled := 0
-	for i := 0; i < nnz; i += step {
-		e := val[i*w : i*w+w]
-		for p := range w {
-			hist[p][e[p]]++
-		}
-		sampled++
-	}
-	scaleV := float64(nnz) / float64(sampled)
-	valCost := 0.0
-	for p := range w {
-		for v := range hist[p] {
-			hist[p][v] *= scaleV
-		}
-		valCost += codedBytes(&hist[p], float64(nnz))
-	}
 	// Gaps, bitpacked: priced as stored, exactly. Varint gaps: their
 	// bytes' histogram, built on the way.
 	var vh [256]float64
@@ -467,6 +448,30 @@ func choose(n, w int, pos []uint32, val []byte) Layout {
 		return codedBytes(&rh, float64(rlen))
 	})
 	// Dense: the value planes with the zeros added, at least a bit a byte.
+	// The values cost at most their bytes: where even then dense cannot
+	// win (the sparse data this layout is for), they are not priced.
+	if float64(n*w)/8 >= bestIdx+float64(nnz*w)+1 {
+		return best
+	}
+	// Per-plane histograms of the non-zero values, from a sample.
+	step := max(1, nnz/65536)
+	var hist [8][256]float64
+	sampled := 0
+	for i := 0; i < nnz; i += step {
+		e := val[i*w : i*w+w]
+		for p := range w {
+			hist[p][e[p]]++
+		}
+		sampled++
+	}
+	scaleV := float64(nnz) / float64(sampled)
+	valCost := 0.0
+	for p := range w {
+		for v := range hist[p] {
+			hist[p][v] *= scaleV
+		}
+		valCost += codedBytes(&hist[p], float64(nnz))
+	}
 	sparseCost := bestIdx + valCost + 1
 	if float64(n*w)/8 < sparseCost {
 		denseCost := 0.0
