@@ -532,10 +532,10 @@ func (m *ONNX) ReadIndex(i int) (*codec.Tensor, error) {
 		return nil, fmt.Errorf("tensorfile: onnx: tensor index %d out of range [0, %d)", i, len(m.tensors))
 	}
 	t := &m.tensors[i]
-	if t.nbytes > m.limits.MaxTensorBytes || t.nbytes > math.MaxInt {
-		return nil, onnxErr(isLimit, "tensor %q: %d bytes is over the limit of %d", t.Name, t.nbytes, m.limits.MaxTensorBytes)
+	data, err := m.limits.alloc(fmtONNX, "tensor", t.Name, t.nbytes)
+	if err != nil {
+		return nil, err
 	}
-	data := codec.AlignedBytes(int(t.nbytes))
 	switch t.enc {
 	case encNone:
 	case encRaw:
@@ -617,19 +617,9 @@ type ONNXFile struct {
 
 // OpenONNXFile opens the file at path with OpenONNX. Close it when done.
 func OpenONNXFile(path string, opts ...Option) (*ONNXFile, error) {
-	f, err := os.Open(path)
+	m, f, err := openFile(path, func(r io.ReaderAt, size int64) (*ONNX, error) { return OpenONNX(r, size, opts...) })
 	if err != nil {
-		return nil, fmt.Errorf("tensorfile: %w", err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("tensorfile: %w", err)
-	}
-	m, err := OpenONNX(f, fi.Size(), opts...)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w (file %s)", err, path)
+		return nil, err
 	}
 	return &ONNXFile{ONNX: m, f: f}, nil
 }

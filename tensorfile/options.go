@@ -1,6 +1,11 @@
 package tensorfile
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+
+	"github.com/tensorpress/tensorpress/codec"
+)
 
 // Limits bound what the readers accept, and what the writers produce so that
 // their output can be read back with the same limits. A zero field means "use
@@ -133,4 +138,14 @@ func WithNpyVersion(major int) Option {
 		c.npyVersion = major
 		return nil
 	}
+}
+
+// alloc returns a fresh 8-byte aligned buffer for the n bytes of tensor
+// name of a file of format, or an error wrapping codec.ErrLimit, before
+// allocating, when n is over MaxTensorBytes.
+func (l Limits) alloc(format, what, name string, n int64) ([]byte, error) {
+	if n > l.MaxTensorBytes || n > math.MaxInt {
+		return nil, formatErr(format, -1, isLimit, "%s %q: %d bytes is over the limit of %d", what, name, n, l.MaxTensorBytes)
+	}
+	return codec.AlignedBytes(int(n)), nil
 }

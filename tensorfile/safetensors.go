@@ -261,11 +261,10 @@ func (s *Safetensors) ReadIndex(i int) (*codec.Tensor, error) {
 		return nil, fmt.Errorf("tensorfile: safetensors: tensor index %d out of range [0, %d)", i, len(s.tensors))
 	}
 	ti := &s.tensors[i]
-	n := ti.Size()
-	if n > s.limits.MaxTensorBytes || n > math.MaxInt {
-		return nil, stErr(isLimit, "tensor %q: %d bytes is over the limit of %d", ti.Name, n, s.limits.MaxTensorBytes)
+	data, err := s.limits.alloc(fmtST, "tensor", ti.Name, ti.Size())
+	if err != nil {
+		return nil, err
 	}
-	data := codec.AlignedBytes(int(n))
 	if err := readFullAt(s.r, data, s.dataStart+ti.Begin); err != nil {
 		return nil, fmt.Errorf("tensorfile: safetensors: reading tensor %q: %w", ti.Name, err)
 	}
@@ -291,21 +290,32 @@ type SafetensorsFile struct {
 // OpenSafetensorsFile opens the file at path with OpenSafetensors. Close it
 // when done.
 func OpenSafetensorsFile(path string, opts ...Option) (*SafetensorsFile, error) {
+	s, f, err := openFile(path, func(r io.ReaderAt, size int64) (*Safetensors, error) { return OpenSafetensors(r, size, opts...) })
+	if err != nil {
+		return nil, err
+	}
+	return &SafetensorsFile{Safetensors: s, f: f}, nil
+}
+
+// openFile opens the file at path and what open reads of it, and closes
+// the file again when open fails.
+func openFile[T any](path string, open func(r io.ReaderAt, size int64) (T, error)) (T, *os.File, error) {
+	var zero T
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("tensorfile: %w", err)
+		return zero, nil, fmt.Errorf("tensorfile: %w", err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("tensorfile: %w", err)
+		return zero, nil, fmt.Errorf("tensorfile: %w", err)
 	}
-	s, err := OpenSafetensors(f, fi.Size(), opts...)
+	m, err := open(f, fi.Size())
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%w (file %s)", err, path)
+		return zero, nil, fmt.Errorf("%w (file %s)", err, path)
 	}
-	return &SafetensorsFile{Safetensors: s, f: f}, nil
+	return m, f, nil
 }
 
 // Close closes the file. Sections obtained before fail after it.

@@ -236,11 +236,10 @@ func (m *TFJS) ReadIndex(i int) (*codec.Tensor, error) {
 		return nil, fmt.Errorf("tensorfile: tfjs: weight index %d out of range [0, %d)", i, len(m.weights))
 	}
 	w := &m.weights[i]
-	n := w.Size()
-	if n > m.limits.MaxTensorBytes || n > math.MaxInt {
-		return nil, tfjsErr(isLimit, "weight %q: %d bytes is over the limit of %d", w.Name, n, m.limits.MaxTensorBytes)
+	data, err := m.limits.alloc(fmtTFJS, "weight", w.Name, w.Size())
+	if err != nil {
+		return nil, err
 	}
-	data := codec.AlignedBytes(int(n))
 	if err := m.groups[w.Group].read(m.fsys, data, w.Begin); err != nil {
 		return nil, fmt.Errorf("tensorfile: tfjs: reading weight %q: %w", w.Name, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,7 +132,7 @@ func TestWeightsSamples(t *testing.T) {
 			t.Fatalf("sample %d is %s, want %s", i, s[i].name, n)
 		}
 	}
-	if got, _ := view.As[float32](s[0].data); !slicesEqual(got, want) {
+	if got, _ := view.As[float32](s[0].data); !slices.Equal(got, want) {
 		t.Errorf("human-f32 = %v, want %v", got, want)
 	}
 	bf, _ := view.As[uint16](s[1].data)
@@ -145,25 +146,13 @@ func TestWeightsSamples(t *testing.T) {
 			t.Errorf("human-f32-bf16[%d] has low bits", i)
 		}
 	}
-	if got, _ := view.As[uint16](s[4].data); s[4].dtype != codec.F16 || !slicesEqual(got, h) {
+	if got, _ := view.As[uint16](s[4].data); s[4].dtype != codec.F16 || !slices.Equal(got, h) {
 		t.Errorf("imgly-fp16 = %v %#x, want %#x", s[4].dtype, got, h)
 	}
 	// Again: read from the cache as unpacked.
 	if _, err := weightsSamples(context.Background(), cache, logf); err != nil || len(logs) != 0 {
 		t.Fatalf("second read: %v, %q", err, logs)
 	}
-}
-
-func slicesEqual[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestUntarRefuses: entries outside package/, links and climbing names.
