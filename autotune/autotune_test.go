@@ -883,7 +883,9 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 		{bf16, Class{DType: codec.BF16, Period: 2}, true},
 		{bf16, Class{DType: codec.F32, Period: 4}, false},
 		{f32, Class{DType: codec.F16, Period: 2}, false},
-		{f32, Class{DType: codec.Byte, Period: 1}, true}, // no width found: any
+		{f32, Class{DType: codec.Byte, Period: 1}, true},               // no width found: any
+		{f32, Class{DType: codec.Byte, Period: 2, Sparse: true}, true}, // a sparse stream's width is noisy
+		{f32, Class{DType: codec.U8, Period: 1}, false},                // a 1-byte tensor
 		{free, Class{DType: codec.F32, Period: 4}, true},
 		{candidate{}, Class{DType: codec.F32, Period: 4}, true},
 	} {

@@ -42,19 +42,11 @@ func (s *Stats) add(ratio, enc, dec float64, seq uint64) {
 		}
 		return (1-ewma)*old + ewma*v
 	}
-	// The ratio of a candidate measured long ago counts as if every frame
-	// since had moved it: a measurement gap frames after the last one
-	// weighs 1-(1-ewma)^gap.
-	if gap := float64(seq) - float64(s.Seq); s.Samples > 0 && gap > 1 && ratio > 0 && s.Ratio > 0 {
-		w := 1 - math.Pow(1-ewma, gap)
-		s.Ratio = (1-w)*s.Ratio + w*ratio
-	} else {
-		s.Ratio = mix(s.Ratio, ratio)
-	}
+	s.Ratio = mix(s.Ratio, ratio)
 	s.Encode = mix(s.Encode, enc)
 	s.Decode = mix(s.Decode, dec)
 	s.Samples++
-	s.Seq = seq
+	s.Seq = max(s.Seq, seq) // Observe may come after a later frame's sample
 }
 
 type profKey struct {
@@ -105,17 +97,6 @@ func (p *Profiler) entry(c Class, name string) *Stats {
 	return s
 }
 
-// forgetRatio drops the ratio estimate of recipe name on class c (its
-// speeds stay): the data changed, and the next measurement replaces it
-// instead of joining it.
-func (p *Profiler) forgetRatio(c Class, name string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s := p.stats[profKey{c, name}]; s != nil {
-		s.Ratio = 0
-	}
-}
-
 // Observe records a frame sent with recipe name: raw decoded bytes, wire
 // bytes and encode time. The ratio joins the estimates; the speed is kept
 // apart (Live): a frame's encode time in the writer's pipeline includes
@@ -131,7 +112,7 @@ func (p *Profiler) Observe(c Class, name string, raw, wire int, encode time.Dura
 	if s.Ratio > 0 && math.Abs(obs/s.Ratio-1) > driftGap {
 		s.Ratio = obs // a whole frame far off the estimate: the data changed
 		s.Samples++
-		s.Seq = seq
+		s.Seq = max(s.Seq, seq)
 	} else {
 		s.add(obs, 0, 0, seq)
 	}
@@ -149,6 +130,12 @@ func (p *Profiler) Observe(c Class, name string, raw, wire int, encode time.Dura
 // bytes), decodes it back, and records ratio and both speeds. It returns
 // the time it spent.
 func (p *Profiler) Measure(c Class, name string, r *codec.Recipe, fi *codec.FrameInfo, sample []byte, seq uint64) (time.Duration, error) {
+	return p.measure(c, name, r, fi, sample, seq, false)
+}
+
+// measure is Measure; with fresh, the sample's ratio replaces the estimate
+// instead of joining it (the data changed), once the sample is coded.
+func (p *Profiler) measure(c Class, name string, r *codec.Recipe, fi *codec.FrameInfo, sample []byte, seq uint64, fresh bool) (time.Duration, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	in := sample // the values coded
@@ -187,6 +174,9 @@ func (p *Profiler) Measure(c Class, name string, r *codec.Recipe, fi *codec.Fram
 	t2 := time.Now()
 	ratio := float64(len(sample)) / float64(len(out))
 	s := p.entry(c, name)
+	if fresh {
+		s.Ratio = 0
+	}
 	if r.Lossy() {
 		e := math.Inf(1)
 		if len(f.Tensors) == 1 {

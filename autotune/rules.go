@@ -135,13 +135,16 @@ func (t *Tuner) usable(rs *ruleSet, cd candidate, fi *codec.FrameInfo, c Class) 
 // dtype, or a period found in a byte stream), so that the 4-byte plane
 // recipe is not weighed on bf16 nor the 2-byte one on float32.
 func fitsWidth(cd candidate, c Class) bool {
-	if cd.r == nil || len(cd.r.Steps) == 0 || len(cd.r.Steps[0].Ops) == 0 || c.Period <= 1 {
+	if cd.r == nil || len(cd.r.Steps) == 0 || len(cd.r.Steps[0].Ops) == 0 {
 		return true
+	}
+	if c.DType == codec.Byte && (c.Period <= 1 || c.Sparse) {
+		return true // no width found in the bytes, or a noisy one (sparse)
 	}
 	op := cd.r.Steps[0].Ops[0]
 	if op.Stage().Name != "shuffle" {
 		return true
 	}
 	p := op.AppendParams(nil)
-	return len(p) != 1 || p[0] == 0 || p[0] == c.Period
+	return len(p) != 1 || p[0] == 0 || p[0] == max(c.Period, 1)
 }

@@ -77,9 +77,11 @@ type classState struct {
 	other bool   // sent is not the recipe chosen for that frame
 	// drift: a frame sent came out more than driftGap off its recipe's
 	// estimate (the data changed): the other candidates are sampled
-	// again, at most once per resampleEvery frames (resampled: the Seq+1
-	// of the last time).
+	// again, at most once per resampleEvery minimum-frame spans of the
+	// class's own frames (frames: the class's frames so far; resampled:
+	// frames+1 at the last time).
 	drift     bool
+	frames    uint64
 	resampled uint64
 }
 
@@ -302,18 +304,18 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	key := stateKey{ri, c}
 	st := t.states[key]
 	var todo []candidate
+	var fresh bool
 	size := sampleSize
 	if st == nil {
 		st = &classState{fresh: true}
 		t.states[key] = st
 		todo, size = t.bootstrap(c, rs, &fi), bootstrapSize
-	} else if st.drift && t.explore > 0 && (st.resampled == 0 || fi.Seq+1 >= st.resampled+uint64(resampleEvery*max(t.minFrames, 1))) {
+	} else if st.drift && t.explore > 0 && (st.resampled == 0 || st.frames+1 >= st.resampled+uint64(resampleEvery*max(t.minFrames, 1))) {
 		// The data changed under the current recipe: what the others
-		// were measured on may be stale too.
-		st.drift, st.resampled = false, fi.Seq+1
+		// were measured on may be stale too (their ratios are replaced).
+		st.drift, st.resampled, fresh = false, st.frames+1, true
 		for i, cd := range rs.cands {
 			if i != st.cur && t.usable(rs, cd, &fi, c) {
-				t.prof.forgetRatio(c, cd.name)
 				todo = append(todo, cd)
 			}
 		}
@@ -328,7 +330,7 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 		var spent time.Duration
 		s := sample(&fi, size)
 		for _, cd := range todo {
-			d, _ := t.prof.Measure(c, cd.name, cd.r, &fi, s, fi.Seq)
+			d, _ := t.prof.measure(c, cd.name, cd.r, &fi, s, fi.Seq, fresh)
 			spent += d
 		}
 		t.mu.Lock()
@@ -344,6 +346,7 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	}
 	t.classes[fi.Seq%uint64(len(t.classes))] = seqClass{seq: fi.Seq, class: c, name: cd.name, st: st, dec: d}
 	st.since++
+	st.frames++
 	t.sinceProbe++
 	return cd.r
 }
@@ -401,7 +404,9 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 	sc.dec, sc.st.sent, sc.st.other = nil, sent, sent != sc.name
 	// Only the chosen recipe's frames teach.
 	if sc.name != "" && sc.name == sent {
-		if e, ok := t.prof.Get(sc.class, sc.name); ok && e.Ratio > 0 && fs.RawBytes > 0 && fs.FrameBytes > 0 {
+		// An estimate from the first frame's 16 KiB sample alone is not
+		// held against the first whole frame: they often differ by more.
+		if e, ok := t.prof.Get(sc.class, sc.name); ok && e.Samples > 1 && e.Ratio > 0 && fs.RawBytes > 0 && fs.FrameBytes > 0 {
 			if obs := float64(fs.RawBytes) / float64(fs.FrameBytes); math.Abs(obs/e.Ratio-1) > driftGap {
 				sc.st.drift = true
 			}

