@@ -281,9 +281,20 @@ func TestRunAutotuneRow(t *testing.T) {
 		}
 		rows = append(rows, r)
 	}
-	// Random bf16 weights: the 2-byte plane recipe, on every frame.
-	if len(rows) != 2 || rows[0].Chain != "autotune@12.5MB/s" || rows[0].Recipes["shuffle2 | plane1:huff0 | plane0:raw"] != rows[0].Frames || rows[0].Ratio < 1.3 {
+	// Which recipes depends on the speeds measured (under -race the
+	// coders are slower than a 12.5 MB/s link): the row counts its frames
+	// by recipe, and they compress.
+	if len(rows) != 2 || rows[0].Chain != "autotune@12.5MB/s" || rows[1].Chain != "autotune:lossless-fast@1Gbit" {
 		t.Fatalf("rows %+v", rows)
+	}
+	for _, r := range rows {
+		n := 0
+		for _, k := range r.Recipes {
+			n += k
+		}
+		if n != r.Frames || r.Frames == 0 || r.Ratio < 1.1 {
+			t.Errorf("%s: %d frames, recipes %v, ratio %.3f", r.Chain, r.Frames, r.Recipes, r.Ratio)
+		}
 	}
 	for _, bad := range []string{"autotune", "autotune@fast", "autotune:nosuch@1MB/s", "autotune:@1MB/s"} {
 		errb.Reset()
