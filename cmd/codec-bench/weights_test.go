@@ -281,9 +281,9 @@ func TestRunAutotuneRow(t *testing.T) {
 		}
 		rows = append(rows, r)
 	}
-	// Which recipes depends on the speeds measured (under -race the
-	// coders are slower than a 12.5 MB/s link): the row counts its frames
-	// by recipe, and they compress.
+	// Which recipes depends on the speeds measured (under -race the coders
+	// may be slower than the link, and raw is then right): the row counts
+	// its frames by recipe.
 	if len(rows) != 2 || rows[0].Chain != "autotune@12.5MB/s" || rows[1].Chain != "autotune:lossless-fast@1Gbit" {
 		t.Fatalf("rows %+v", rows)
 	}
@@ -292,7 +292,7 @@ func TestRunAutotuneRow(t *testing.T) {
 		for _, k := range r.Recipes {
 			n += k
 		}
-		if n != r.Frames || r.Frames == 0 || r.Ratio < 1.1 {
+		if n != r.Frames || r.Frames == 0 || r.Ratio < 0.99 { // raw where the link outruns the coders
 			t.Errorf("%s: %d frames, recipes %v, ratio %.3f", r.Chain, r.Frames, r.Recipes, r.Ratio)
 		}
 	}
