@@ -65,6 +65,8 @@ type Profiler struct {
 	dec   *codec.Decoder
 	buf   []byte
 	warm  map[string]bool // recipes coded once already (their coders set up)
+	// codeMu guards enc, dec, buf and warm: Measure codes under it alone.
+	codeMu sync.Mutex
 }
 
 // NewProfiler returns an empty Profiler.
@@ -136,8 +138,10 @@ func (p *Profiler) Measure(c Class, name string, r *codec.Recipe, fi *codec.Fram
 // measure is Measure; with fresh, the sample's ratio replaces the estimate
 // instead of joining it (the data changed), once the sample is coded.
 func (p *Profiler) measure(c Class, name string, r *codec.Recipe, fi *codec.FrameInfo, sample []byte, seq uint64, fresh bool) (time.Duration, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	// The coders have a lock of their own: Observe (the writer's output
+	// goroutine) waits for the estimates only, not for a sample's coding.
+	p.codeMu.Lock()
+	defer p.codeMu.Unlock()
 	in := sample // the values coded
 	var t *codec.Tensor
 	if esz := fi.DType.Size(); fi.Type == codec.FrameTensor && fi.DType != codec.Byte && esz > 0 {
@@ -173,18 +177,23 @@ func (p *Profiler) measure(c Class, name string, r *codec.Recipe, fi *codec.Fram
 	}
 	t2 := time.Now()
 	ratio := float64(len(sample)) / float64(len(out))
-	s := p.entry(c, name)
-	if fresh {
-		s.Ratio = 0
-	}
+	e := 0.0
 	if r.Lossy() {
-		e := math.Inf(1)
+		e = math.Inf(1)
 		if len(f.Tensors) == 1 {
 			var es distortion.Stats
 			if es.Add(fi.DType, in, f.Tensors[0].Data) == nil {
 				e = es.RelL2()
 			}
 		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.entry(c, name)
+	if fresh {
+		s.Ratio = 0
+	}
+	if r.Lossy() {
 		s.Error = max(s.Error, e)
 		s.ErrorSamples++
 	}
