@@ -2,8 +2,8 @@ package sparse
 
 import (
 	"encoding/binary"
-	"math/bits"
 	"fmt"
+	"math/bits"
 
 	"github.com/tensorpress/tensorpress/codec"
 )
