@@ -59,14 +59,8 @@ func (o *Outbox) Plan(ts []*codec.Tensor, spec *Spec) error {
 	ranked := ts[:0:0]
 	n := 0
 	for _, t := range ts {
-		if t.DType != codec.F32 {
-			return fmt.Errorf("%w: gradient: Outbox.Plan: tensor %q is %v, want f32", codec.ErrUnsupported, t.Name, t.DType)
-		}
-		if err := t.Validate(); err != nil {
+		if err := checkUpdate(t); err != nil {
 			return err
-		}
-		if !t.IsWhole() {
-			return fmt.Errorf("gradient: Outbox.Plan: tensor %q is a chunk; plan whole tensors", t.Name)
 		}
 		if _, dev := o.onDevice[t.Name]; dev {
 			return fmt.Errorf("%w: gradient: Outbox.Plan: %v: the residual of %q is on a device", codec.ErrUnsupported, c, t.Name)
@@ -108,6 +102,31 @@ func (o *Outbox) Plan(ts []*codec.Tensor, spec *Spec) error {
 		}
 		p.dens[t.Name] = densityOf(max(cnt, 1), m)
 		off = end
+	}
+	return nil
+}
+
+// PlanEach is Plan for an update whose tensors may go through different
+// specs: specOf gives each tensor's, and the tensors of one spec (specs
+// parsed from the same text are one) are planned together.
+func (o *Outbox) PlanEach(ts []*codec.Tensor, specOf func(*codec.Tensor) *Spec) error {
+	var specs []*Spec
+	groups := make(map[specKey][]*codec.Tensor)
+	for _, t := range ts {
+		s := specOf(t)
+		if s == nil {
+			return fmt.Errorf("gradient: Outbox.PlanEach: nil spec for %q", t.Name)
+		}
+		k := s.key()
+		if _, ok := groups[k]; !ok {
+			specs = append(specs, s)
+		}
+		groups[k] = append(groups[k], t)
+	}
+	for _, s := range specs {
+		if err := o.Plan(groups[s.key()], s); err != nil {
+			return err
+		}
 	}
 	return nil
 }

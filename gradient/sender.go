@@ -145,14 +145,8 @@ func (s *Sender) SetEpoch(e float64) { s.epoch = e }
 // change is staged until Commit or Abort; a tensor may be appended once
 // between them.
 func (s *Sender) Append(dst []byte, t *codec.Tensor) ([]byte, error) {
-	if t.DType != codec.F32 {
-		return dst, fmt.Errorf("%w: gradient: tensor %q is %v, want f32", codec.ErrUnsupported, t.Name, t.DType)
-	}
-	if err := t.Validate(); err != nil {
+	if err := checkUpdate(t); err != nil {
 		return dst, err
-	}
-	if !t.IsWhole() {
-		return dst, fmt.Errorf("gradient: tensor %q is a chunk; append whole tensors", t.Name)
 	}
 	g, ok := view.As[float32](t.Data)
 	if !ok {
@@ -283,4 +277,19 @@ func NewReceiver(opts ...codec.DOption) (*Receiver, error) {
 // damaged segments is an error and adds nothing.
 func (r *Receiver) Add(src []byte, weight float32, acc func(name string, shape []int64) ([]float32, error)) (int, error) {
 	return r.dec.DecodeAdd(src, weight, func(t *codec.Tensor) ([]float32, error) { return acc(t.Name, t.Shape) })
+}
+
+// checkUpdate refuses what a gradient update cannot be: a tensor other
+// than float32, malformed, or a chunk of one.
+func checkUpdate(t *codec.Tensor) error {
+	if t.DType != codec.F32 {
+		return fmt.Errorf("%w: gradient: tensor %q is %v, want f32", codec.ErrUnsupported, t.Name, t.DType)
+	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if !t.IsWhole() {
+		return fmt.Errorf("gradient: tensor %q is a chunk; updates are whole tensors", t.Name)
+	}
+	return nil
 }

@@ -575,8 +575,10 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req Upl
 		elems[i] = int64(len(x.Data) / max(x.DType.Size(), 1))
 		total += elems[i]
 	}
-	if err := plan(ob, req, updates); err != nil {
-		return err
+	// topk(r,model=on): the updates of one spec ranked together; a density
+	// the request chooses for a tensor (Within) replaces its planned one.
+	if err := ob.PlanEach(updates, req.spec); err != nil {
+		return fmt.Errorf("hub: upload: %w", err)
 	}
 	for i, x := range updates {
 		n := elems[i]
@@ -595,38 +597,6 @@ func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req Upl
 		return err
 	}
 	return u.finish()
-}
-
-// plan ranks together the updates of each spec that selects over the
-// whole update, topk(r,model=on) (gradient.Outbox.Plan); a density the
-// request chooses for a tensor (Within) replaces its planned one.
-func plan(ob *gradient.Outbox, req UploadRequest, updates []*codec.Tensor) error {
-	type key struct { // specs parsed from the same text are one
-		text string
-		p    *gradient.Spec
-	}
-	var specs []*gradient.Spec
-	groups := make(map[key][]*codec.Tensor)
-	keyOf := func(s *gradient.Spec) key {
-		if s.String() != "" {
-			return key{text: s.String()}
-		}
-		return key{p: s}
-	}
-	for _, x := range updates {
-		s := req.spec(x)
-		k := keyOf(s)
-		if _, ok := groups[k]; !ok {
-			specs = append(specs, s)
-		}
-		groups[k] = append(groups[k], x)
-	}
-	for _, s := range specs {
-		if err := ob.Plan(groups[keyOf(s)], s); err != nil {
-			return fmt.Errorf("hub: upload: %w", err)
-		}
-	}
-	return nil
 }
 
 // uploader is the client's side of one Upload stream: the frames staged,
