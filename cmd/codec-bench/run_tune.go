@@ -70,31 +70,33 @@ func (tr *trial) encodeTuned(enc *codec.Encoder, dst []byte) ([]byte, []string, 
 		return dst, nil, err
 	}
 	var chosen []string
+	// frame codes one chunk with the recipe the Tuner chooses for fi.
+	frame := func(fi codec.FrameInfo, code func(r *codec.Recipe) ([]byte, error)) error {
+		r := tu.Choose(fi)
+		n := len(dst)
+		t0 := time.Now()
+		var err error
+		if dst, err = code(r); err != nil {
+			return err
+		}
+		fi.Data = nil
+		tu.Observe(codec.FrameStats{Info: fi, Recipe: r, RawBytes: fi.Len, FrameBytes: len(dst) - n, Encode: time.Since(t0)})
+		chosen = append(chosen, r.String())
+		return nil
+	}
 	for i := range tr.tensors {
 		t := &tr.tensors[i]
 		fi := codec.FrameInfo{Seq: uint64(i), Type: codec.FrameTensor, Name: t.Name, DType: t.DType, Shape: t.Shape,
 			Offset: t.Offset, Len: len(t.Data), Data: t.Data, Tags: t.Tags, First: t.Offset == 0}
-		r := tu.Choose(fi)
-		n := len(dst)
-		t0 := time.Now()
-		if dst, err = enc.AppendTensor(dst, t, r); err != nil {
+		if err := frame(fi, func(r *codec.Recipe) ([]byte, error) { return enc.AppendTensor(dst, t, r) }); err != nil {
 			return dst, chosen, err
 		}
-		fi.Data = nil
-		tu.Observe(codec.FrameStats{Info: fi, Recipe: r, RawBytes: len(t.Data), FrameBytes: len(dst) - n, Encode: time.Since(t0)})
-		chosen = append(chosen, r.String())
 	}
 	for i, p := range tr.parts {
 		fi := codec.FrameInfo{Seq: uint64(i), Type: codec.FrameBytes, DType: codec.Byte, Len: len(p), Data: p}
-		r := tu.Choose(fi)
-		n := len(dst)
-		t0 := time.Now()
-		if dst, err = enc.AppendBytes(dst, p, r); err != nil {
+		if err := frame(fi, func(r *codec.Recipe) ([]byte, error) { return enc.AppendBytes(dst, p, r) }); err != nil {
 			return dst, chosen, err
 		}
-		fi.Data = nil
-		tu.Observe(codec.FrameStats{Info: fi, Recipe: r, RawBytes: len(p), FrameBytes: len(dst) - n, Encode: time.Since(t0)})
-		chosen = append(chosen, r.String())
 	}
 	return dst, chosen, nil
 }

@@ -306,11 +306,7 @@ func humanF32(dir string) ([]byte, error) {
 	seen := map[[32]byte]bool{}
 	var out []byte
 	for _, name := range names {
-		m, err := openTFJS(name)
-		if err != nil {
-			return nil, err
-		}
-		ws, ok, err := m.float32s()
+		ws, ok, err := tfjsFloat32s(name)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}

@@ -7,25 +7,16 @@ import (
 	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
-// tfjsModel is a TensorFlow.js graph model of the real-weights set.
-type tfjsModel struct {
-	name string
-	m    *tensorfile.TFJS
-}
-
-func openTFJS(name string) (*tfjsModel, error) {
+// tfjsFloat32s returns the float32 weights of the TensorFlow.js model at
+// name back to back in manifest order, or false when the model has
+// quantized weights or weights other than float32 and int32 (shape
+// constants).
+func tfjsFloat32s(name string) ([]byte, bool, error) {
 	m, err := tensorfile.OpenTFJSFile(name)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return &tfjsModel{name: name, m: m}, nil
-}
-
-// float32s returns the model's float32 weights back to back in manifest
-// order, or false when the model has quantized weights or weights other
-// than float32 and int32 (shape constants).
-func (t *tfjsModel) float32s() ([]byte, bool, error) {
-	ws := t.m.Weights()
+	ws := m.Weights()
 	for _, w := range ws {
 		if w.QuantDType != "" || (w.DType != codec.F32 && w.DType != codec.I32) {
 			return nil, false, nil
@@ -36,7 +27,7 @@ func (t *tfjsModel) float32s() ([]byte, bool, error) {
 		if w.DType != codec.F32 {
 			continue
 		}
-		x, err := t.m.ReadIndex(i)
+		x, err := m.ReadIndex(i)
 		if err != nil {
 			return nil, false, err
 		}
