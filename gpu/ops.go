@@ -56,6 +56,30 @@ const threads = 256 // TP_BLOCK_THREADS
 // fill a large GPU several times, no more.
 func grid(n int) uint32 { return uint32(min(max((n+threads-1)/threads, 1), 132*16)) }
 
+// aligned refuses an address that is not a multiple of size, the bytes
+// of the elements a kernel reads or writes there: the access would fault
+// on the device (CUDA_ERROR_MISALIGNED_ADDRESS), an error that spoils
+// the context for good, every later call of the process failing with it.
+// Alloc's addresses are 256-byte aligned; an offset into a buffer must
+// keep the element's alignment.
+func aligned(op string, size Ptr, ps ...Ptr) error {
+	for _, p := range ps {
+		if p%size != 0 {
+			return fmt.Errorf("gpu: %s: address %#x is not a multiple of %d", op, uintptr(p), size)
+		}
+	}
+	return nil
+}
+
+// aligned2 is aligned for operations that read 4-byte elements at a and
+// write 2-byte ones at b.
+func aligned2(op string, a, b Ptr) error {
+	if err := aligned(op, 4, a); err != nil {
+		return err
+	}
+	return aligned(op, 2, b)
+}
+
 func (d *Device) launch(name string, blocks uint32, s *Stream, args ...any) error {
 	f, err := d.kernel(name)
 	if err != nil {
@@ -67,11 +91,17 @@ func (d *Device) launch(name string, blocks uint32, s *Stream, args ...any) erro
 // F16 sets dst (n uint16) to the fp16 of src (n float32), as
 // float16.F16FromF32 rounds them (the lossy fp16 stage).
 func (d *Device) F16(dst, src Ptr, n int, s *Stream) error {
+	if err := aligned2("F16", src, dst); err != nil {
+		return err
+	}
 	return d.launch("tp_f32_to_f16", grid(n), s, src, dst, uint64(n))
 }
 
 // BF16 is F16 for bfloat16 (float16.BF16FromF32).
 func (d *Device) BF16(dst, src Ptr, n int, s *Stream) error {
+	if err := aligned2("BF16", src, dst); err != nil {
+		return err
+	}
 	return d.launch("tp_f32_to_bf16", grid(n), s, src, dst, uint64(n))
 }
 
@@ -82,6 +112,9 @@ func (d *Device) BF16(dst, src Ptr, n int, s *Stream) error {
 func (d *Device) Int8Blocks(q, scale, x Ptr, n, bsize int, bad Ptr, s *Stream) error {
 	if bsize <= 0 {
 		return fmt.Errorf("gpu: Int8Blocks: block size %d", bsize)
+	}
+	if err := aligned("Int8Blocks", 4, x, scale, bad); err != nil {
+		return err
 	}
 	if err := d.launch("tp_zero", 1, s, bad, uint64(1)); err != nil {
 		return err
@@ -97,6 +130,9 @@ func (d *Device) Int8Blocks(q, scale, x Ptr, n, bsize int, bad Ptr, s *Stream) e
 func (d *Device) Q4Blocks(q, scale, x Ptr, n, bsize int, fp4 bool, bad Ptr, s *Stream) error {
 	if bsize <= 0 || bsize%8 != 0 {
 		return fmt.Errorf("gpu: Q4Blocks: block size %d: want a multiple of 8", bsize)
+	}
+	if err := aligned("Q4Blocks", 4, x, scale, bad); err != nil {
+		return err
 	}
 	if err := d.launch("tp_zero", 1, s, bad, uint64(1)); err != nil {
 		return err
@@ -117,6 +153,8 @@ type Selector struct {
 	st, hist Ptr // 2 u32 of state; TP_HIST_MAX u32
 	cnt, off Ptr // 2 u32 a tile
 	tiles    int
+	cand     Ptr // Sampled's candidates: candN u32 indices, then candN float32
+	candN    int
 	host     []byte // pinned: 4 bytes read back
 }
 
@@ -141,7 +179,7 @@ func (d *Device) NewSelector() (*Selector, error) {
 // Close frees the Selector's memory.
 func (s *Selector) Close() error {
 	var errs []error
-	for _, p := range []*Ptr{&s.st, &s.hist, &s.cnt, &s.off} {
+	for _, p := range []*Ptr{&s.st, &s.hist, &s.cnt, &s.off, &s.cand} {
 		if *p != 0 {
 			errs = append(errs, s.d.Free(*p))
 			*p = 0
@@ -235,6 +273,9 @@ func (s *Selector) Exact(idx, val, x Ptr, n, k int, st *Stream) error {
 	if n < 0 || uint64(n) >= 1<<32 || k < 0 {
 		return fmt.Errorf("gpu: Exact: n %d, k %d", n, k)
 	}
+	if err := aligned("Exact", 4, idx, val, x); err != nil {
+		return err
+	}
 	k = min(k, n)
 	if k == 0 {
 		return nil
@@ -251,6 +292,9 @@ func (s *Selector) Exact(idx, val, x Ptr, n, k int, st *Stream) error {
 // pass.
 func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, smp Ptr, st *Stream) (int, error) {
 	// See topk.Sampled: the same steps, each pass over x on the device.
+	if err := aligned("Sampled", 4, idx, val, x, smp); err != nil {
+		return 0, err
+	}
 	k = min(k, n)
 	if k <= 0 {
 		return 0, nil
@@ -291,14 +335,52 @@ func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, sm
 			return 0, err
 		}
 	}
-	if count > k {
+	if count > 4*k {
 		return exact() // the k largest of those at or above thr are the k largest of x
+	}
+	if count > k {
+		// The k largest of x are the k largest of the count at or above
+		// thr, which are few (scratch of 8 bytes each, at most 4k):
+		// selected among them, not over x again.
+		return k, s.exactAmong(idx, val, x, n, k, count, math.Float32bits(thr)&^(1<<31), st)
 	}
 	// Every magnitude at or above thr: ties all taken.
 	if err := s.setState(math.MaxUint32, math.Float32bits(thr)&^(1<<31), st); err != nil {
 		return 0, err
 	}
 	return count, s.compact(idx, val, x, n, st)
+}
+
+// exactAmong is Exact for x when count > k of its magnitudes are at or
+// above t: those are compacted (indices ascending), the k largest chosen
+// among them (ties to the lower position, so to the lower index), and
+// their positions mapped back to indices of x: the same selection as
+// Exact over x, for one pass over x instead of five.
+func (s *Selector) exactAmong(idx, val, x Ptr, n, k, count int, t uint32, st *Stream) error {
+	if count > s.candN {
+		if s.cand != 0 {
+			if err := s.d.Free(s.cand); err != nil {
+				return err
+			}
+			s.cand, s.candN = 0, 0
+		}
+		p, err := s.d.Alloc(8 * count)
+		if err != nil {
+			return err
+		}
+		s.cand, s.candN = p, count
+	}
+	cidx, cval := s.cand, s.cand+Ptr(4*s.candN)
+	if err := s.setState(math.MaxUint32, t, st); err != nil {
+		return err
+	}
+	if err := s.compact(cidx, cval, x, n, st); err != nil {
+		return err
+	}
+	if err := s.Exact(idx, val, cval, count, k, st); err != nil {
+		return err
+	}
+	return s.d.Take(idx, cidx, idx, k, st) // each thread reads its idx[j], then writes it
 }
 
 func (s *Selector) readState(st *Stream) (uint32, uint32, error) {
@@ -328,6 +410,9 @@ func (s *Selector) countGE(x Ptr, n int, t uint32, st *Stream) (int, error) {
 // updated in place) and c (the compensated gradient) from g scaled by
 // scale (ClipScale's, or 1), and the residual res (0: none).
 func (d *Device) DGCCompensate(c, u, g, res Ptr, n int, momentum float32, nesterov bool, scale float32, s *Stream) error {
+	if err := aligned("DGCCompensate", 4, c, u, g, res); err != nil {
+		return err
+	}
 	var nv uint32
 	if nesterov {
 		nv = 1
@@ -339,6 +424,12 @@ func (d *Device) DGCCompensate(c, u, g, res Ptr, n int, momentum float32, nester
 // blocks summed on the device into part (8 bytes a block), their sums
 // added on the host.
 func (d *Device) SumSquares(g Ptr, n, bsize int, part Ptr, s *Stream) (float64, error) {
+	if err := aligned("SumSquares", 4, g); err != nil {
+		return 0, err
+	}
+	if err := aligned("SumSquares", 8, part); err != nil {
+		return 0, err
+	}
 	nb := (n + bsize - 1) / bsize
 	if err := d.launch("tp_sumsq_blocks", grid(nb), s, g, uint64(n), uint32(bsize), part); err != nil {
 		return 0, err
@@ -360,6 +451,9 @@ func (d *Device) SumSquares(g Ptr, n, bsize int, part Ptr, s *Stream) (float64, 
 // AddF32 sets c = g + res, element by element (error-feedback
 // compensation).
 func (d *Device) AddF32(c, g, res Ptr, n int, s *Stream) error {
+	if err := aligned("AddF32", 4, c, g, res); err != nil {
+		return err
+	}
 	return d.launch("tp_add_f32", grid(n), s, g, res, c, uint64(n))
 }
 
@@ -368,6 +462,9 @@ func (d *Device) AddF32(c, g, res Ptr, n int, s *Stream) error {
 func (d *Device) ScatterZero(res, idx Ptr, k int, s *Stream) error {
 	if k == 0 {
 		return nil
+	}
+	if err := aligned("ScatterZero", 4, res, idx); err != nil {
+		return err
 	}
 	return d.launch("tp_scatter_zero", grid(k), s, res, idx, uint64(k))
 }
@@ -393,6 +490,9 @@ func (d *Device) Take(dst, src, idx Ptr, k int, s *Stream) error {
 	if k == 0 {
 		return nil
 	}
+	if err := aligned("Take", 4, dst, src, idx); err != nil {
+		return err
+	}
 	return d.launch("tp_take", grid(k), s, src, idx, uint64(k), dst)
 }
 
@@ -401,11 +501,17 @@ func (d *Device) Put(dst, idx, src Ptr, k int, s *Stream) error {
 	if k == 0 {
 		return nil
 	}
+	if err := aligned("Put", 4, dst, idx, src); err != nil {
+		return err
+	}
 	return d.launch("tp_put", grid(k), s, dst, idx, uint64(k), src)
 }
 
 // NaNZero sets the NaNs among c's n float32 to 0.
 func (d *Device) NaNZero(c Ptr, n int, s *Stream) error {
+	if err := aligned("NaNZero", 4, c); err != nil {
+		return err
+	}
 	return d.launch("tp_nan_zero", grid(n), s, c, uint64(n))
 }
 
@@ -416,6 +522,9 @@ func (d *Device) NaNZero(c Ptr, n int, s *Stream) error {
 func (d *Device) PackIndices(out, idx Ptr, k int, size Ptr, s *Stream) (int, error) {
 	if k == 0 {
 		return 0, nil
+	}
+	if err := aligned("PackIndices", 4, idx, size); err != nil {
+		return 0, err
 	}
 	nb := (k + 127) / 128
 	off := size + Ptr(4*nb)

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -272,7 +273,7 @@ func testMemoryBaseline(t *testing.T, d *Device, sizes []int) {
 		case 0:
 			err = d.F16(out, xs, n, nil)
 		case 1:
-			err = sel.Exact(out, out+Ptr(2*n), xs, n, n/2, nil)
+			err = sel.Exact(out, out+Ptr(4*(n/2)), xs, n, n/2, nil)
 		case 2:
 			err = d.AddF32(out, xs, xs, n, nil)
 		case 3:
@@ -462,5 +463,39 @@ func TestFakeOps(t *testing.T) {
 			c.run(t, openFake(t, f), []int{1, 1000, 4099, 1<<20 + 3})
 			f.check(t, false)
 		})
+	}
+}
+
+// A misaligned address is refused before any launch: on the device the
+// access would fault and spoil the context for the rest of the process.
+func TestMisalignedRefused(t *testing.T) {
+	var d Device
+	sel := &Selector{d: &d}
+	_, errSampled := sel.Sampled(0x100, 0x202, 0x300, 10, 5, topk.SampleOptions{}, 0x400, nil)
+	_, errSum := d.SumSquares(0x100, 10, 4, 0x204, nil)
+	_, errPack := d.PackIndices(0x100, 0x103, 10, 0x200, nil)
+	for _, c := range []struct {
+		op  string
+		err error
+	}{
+		{"F16", d.F16(0x101, 0x200, 10, nil)},
+		{"F16", d.F16(0x100, 0x202, 10, nil)},
+		{"BF16", d.BF16(0x100, 0x201, 10, nil)},
+		{"Int8Blocks", d.Int8Blocks(0x101, 0x202, 0x300, 10, 4, 0x400, nil)},
+		{"Q4Blocks", d.Q4Blocks(0x101, 0x200, 0x300, 10, 8, false, 0x401, nil)},
+		{"Exact", sel.Exact(0x100, 0x100+2*9, 0x300, 9, 4, nil)},
+		{"Sampled", errSampled},
+		{"DGCCompensate", d.DGCCompensate(0x100, 0x200, 0x301, 0, 10, 0.9, false, 1, nil)},
+		{"SumSquares", errSum},
+		{"AddF32", d.AddF32(0x100, 0x200, 0x306, 10, nil)},
+		{"ScatterZero", d.ScatterZero(0x101, 0x200, 3, nil)},
+		{"Take", d.Take(0x100, 0x200, 0x305, 3, nil)},
+		{"Put", d.Put(0x102, 0x200, 0x300, 3, nil)},
+		{"NaNZero", d.NaNZero(0x103, 10, nil)},
+		{"PackIndices", errPack},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), "gpu: "+c.op+": address") {
+			t.Errorf("%s: %v, want a refused address", c.op, c.err)
+		}
 	}
 }
