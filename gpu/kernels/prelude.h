@@ -22,6 +22,15 @@ static __device__ inline u32 atomic_add_u32(u32 *p, u32 v) { return (u32)__nvvm_
 static __device__ inline u32 atomic_or_u32(u32 *p, u32 v) { return (u32)__nvvm_atom_or_gen_i((int *)p, (int)v); }
 #endif
 
+// Four elements moved as one access (ld/st.global.v4.u32, .v4.u16) where
+// the addresses allow: 16 bytes of float32, 8 of 16-bit halves.
+struct alignas(16) u32x4 {
+  u32 a, b, c, d;
+};
+struct alignas(8) u16x4 {
+  u16 a, b, c, d;
+};
+
 static __device__ inline u32 f32_bits(float f) { return __builtin_bit_cast(u32, f); }
 static __device__ inline float f32_from(u32 b) { return __builtin_bit_cast(float, b); }
 
