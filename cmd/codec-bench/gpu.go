@@ -261,12 +261,14 @@ func gpuFrameRows(d *gpu.Device, host []byte, n, runs int, stderr io.Writer) ([]
 }
 
 // frameMedianMs appends g's frame with s reps times, committing each, and
-// returns the median wall time in milliseconds and the last frame.
+// returns the median wall time in milliseconds and the first frame (the
+// later ones carry the residuals of the runs before, and the two senders
+// make different numbers of runs).
 func frameMedianMs(s interface {
 	Append([]byte, *codec.Tensor) ([]byte, error)
 }, g *codec.Tensor, commit func(), reps int) (float64, []byte, error) {
 	var ms []float64
-	var frame []byte
+	var frame, first []byte
 	for range reps {
 		t0 := time.Now()
 		var err error
@@ -275,7 +277,10 @@ func frameMedianMs(s interface {
 		}
 		commit()
 		ms = append(ms, float64(time.Since(t0))/float64(time.Millisecond))
+		if first == nil {
+			first = slices.Clone(frame)
+		}
 	}
 	slices.Sort(ms)
-	return ms[len(ms)/2], frame, nil
+	return ms[len(ms)/2], first, nil
 }
