@@ -2,10 +2,13 @@ package codec
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -28,10 +31,15 @@ import (
 // returns, but only frames whose first bytes have already arrived, so a
 // peer that waits for an answer is never waited for. Results and errors
 // come in stream order. The goroutines end with the frames they decode;
-// a Reader needs no Close.
+// a Reader needs no Close. When the input is a file, a bytes.Reader, a
+// strings.Reader or an io.SectionReader (positioned reads, io.ReaderAt),
+// the workers also read the payloads of large frames themselves, each at
+// its offset, so that the one goroutine reading the stream copies only
+// headers.
 type Reader struct {
 	br      *bufio.Reader
 	own     *bufio.Reader // the Reader's own buffered reader, when src needs one
+	at      positioned    // src, when its payloads can be read at their offsets
 	lim     Limits
 	workers int
 	alloc   func(n int) []byte // WithTensorBuffers; nil: AlignedBytes
@@ -65,11 +73,16 @@ type pending struct {
 	start  int64        // stream offset
 	h      *FrameHeader // nil with err
 	raw    []byte       // payload and its CRC
-	pooled *[]byte      // raw's buffer, from Reader.pays
+	at     int64        // with atLen > 0: the payload is atLen bytes at this offset of Reader.at, not read yet
+	atLen  int64
+	pooled *[]byte // raw's buffer, from Reader.pays
 	f      *Frame
-	err    error         // read or decode error, located at start
-	done   chan struct{} // closed once decoded by a worker; nil: decoded already
-	took   time.Duration // decode time
+	err    error // read or decode error, located at start
+	// readFailed: err was set by readFrame (the reading goroutine reads
+	// this; err is the worker's to write once the frame is dispatched).
+	readFailed bool
+	done       chan struct{} // closed once decoded by a worker; nil: decoded already
+	took       time.Duration // decode time
 }
 
 // ReaderStats counts what a Reader has read since it was made.
@@ -101,6 +114,17 @@ func NewReader(src io.Reader, opts ...DOption) (*Reader, error) {
 // setSource reads from src: straight from it when it is a large enough
 // bufio.Reader, else through the Reader's own.
 func (r *Reader) setSource(src io.Reader) {
+	r.at = nil
+	if r.workers > 1 {
+		switch src.(type) {
+		case *os.File, *bytes.Reader, *strings.Reader, *io.SectionReader:
+			// Their ReadAt and Seek agree on offsets, and ReadAt may run
+			// in parallel; a file that cannot seek (a pipe) is read as a stream.
+			if at := src.(positioned); canSeek(at) {
+				r.at = at
+			}
+		}
+	}
 	if br, ok := src.(*bufio.Reader); ok && br.Size() >= 64<<10 {
 		r.br = br
 		return
@@ -177,10 +201,11 @@ func (r *Reader) next(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 // bytes have arrived, and stops after an error.
 func (r *Reader) readAhead(into func(h *FrameHeader, i int) []byte) {
 	for len(r.ahead) < r.workers {
-		if n := len(r.ahead); n > 0 && (r.ahead[n-1].err != nil || r.br.Buffered() == 0) {
+		if n := len(r.ahead); n > 0 && (r.ahead[n-1].readFailed || r.at == nil && r.br.Buffered() == 0) {
 			return
 		}
 		p := r.readFrame(into)
+		p.readFailed = p.err != nil
 		r.dispatch(p, entryInto(p, into))
 		r.ahead = append(r.ahead, p)
 	}
@@ -257,8 +282,13 @@ func (r *Reader) readFrame(into func(h *FrameHeader, i int) []byte) *pending {
 			default:
 				p.pooled = new([]byte)
 			}
-			p.raw, err = readPayload(r.br, *p.pooled, n)
-			*p.pooled = p.raw
+			if r.at != nil && n >= atMin && h.Type != FrameHello && h.Type != FrameEnd && h.Type != FrameControl {
+				// The worker reads the payload; here it is stepped over.
+				p.at, p.atLen, err = r.skipPayload(n)
+			} else {
+				p.raw, err = readPayload(r.br, *p.pooled, n)
+				*p.pooled = p.raw
+			}
 		} else {
 			p.raw, err = readPayload(r.br, r.payBuf, n)
 			r.payBuf = p.raw
@@ -326,6 +356,16 @@ func (r *Reader) decode(p *pending, into func(int) []byte) {
 	if p.err != nil || p.f != nil {
 		return
 	}
+	if p.atLen > 0 {
+		var err error
+		p.raw, err = readPayload(io.NewSectionReader(r.at, p.at, p.atLen), *p.pooled, p.atLen)
+		*p.pooled = p.raw
+		if err != nil {
+			p.err = r.wrapAt(p.start, unexpected(err), fmt.Sprintf("%v frame payload of %d bytes", p.h.Type, p.atLen))
+			r.putPayload(p)
+			return
+		}
+	}
 	a, _ := r.arenas.Get().(*Arena)
 	if a == nil {
 		a = &Arena{}
@@ -334,6 +374,16 @@ func (r *Reader) decode(p *pending, into func(int) []byte) {
 	f, err := decodePayload(p.h, p.raw, &r.lim, a, into)
 	p.took = time.Since(t0)
 	r.arenas.Put(a)
+	r.putPayload(p)
+	if err != nil {
+		p.err = r.wrapAt(p.start, err, fmt.Sprintf("%v frame", p.h.Type))
+		return
+	}
+	p.f = f
+}
+
+// putPayload gives p's payload buffer back to the Reader's list.
+func (r *Reader) putPayload(p *pending) {
 	if p.pooled != nil {
 		select {
 		case r.pays <- p.pooled:
@@ -341,11 +391,48 @@ func (r *Reader) decode(p *pending, into func(int) []byte) {
 		}
 		p.pooled, p.raw = nil, nil
 	}
+}
+
+// atMin is the payload size from which a worker reads a payload at its
+// offset (Reader.at): smaller ones are in the buffer already, or nearly.
+const atMin = 64 << 10
+
+// positioned is a source whose payloads can be read at their offsets.
+type positioned interface {
+	io.ReaderAt
+	io.Seeker
+}
+
+// canSeek reports whether the source's position can be read: a pipe's
+// cannot.
+func canSeek(s io.Seeker) bool {
+	_, err := s.Seek(0, io.SeekCurrent)
+	return err == nil
+}
+
+// skipPayload steps over the n bytes of payload that start at the
+// buffered reader's position, returning their offset in r.at for a
+// worker to read: the bytes buffered already are dropped, the rest
+// seeked over. A payload that runs past the end of the input is found
+// short by the worker's read.
+func (r *Reader) skipPayload(n int64) (off, length int64, err error) {
+	pos, err := r.at.Seek(0, io.SeekCurrent)
 	if err != nil {
-		p.err = r.wrapAt(p.start, err, fmt.Sprintf("%v frame", p.h.Type))
-		return
+		return 0, 0, err
 	}
-	p.f = f
+	b := int64(r.br.Buffered())
+	off = pos - b
+	if n <= b {
+		_, err = r.br.Discard(int(n))
+		return off, n, err
+	}
+	if _, err := r.br.Discard(int(b)); err != nil {
+		return 0, 0, err
+	}
+	if _, err := r.at.Seek(n-b, io.SeekCurrent); err != nil {
+		return 0, 0, err
+	}
+	return off, n, nil
 }
 
 // readRawBytes reads the payload of a bytes frame stored as is straight
