@@ -197,7 +197,7 @@ func floatsBits(x []float32) []uint32 {
 func TestEmulatedTopK(t *testing.T) {
 	exe := emulator(t)
 	rng := rand.New(rand.NewPCG(3, 3))
-	for _, n := range []int{1, 2, 1000, 5000} {
+	for _, n := range []int{1, 2, 1000, 5000, 70001} { // 70001: more tiles than threads (the offsets' runs)
 		x := floatBits(rng, n)
 		// Many equal magnitudes, so that the cut falls among ties.
 		for i := range x {

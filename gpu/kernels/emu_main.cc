@@ -94,7 +94,7 @@ int main() {
     for (auto p : passes) {
       tp_launch(tp_zero, G, B, hist.data(), (u64)hist.size());
       tp_launch(tp_topk_hist, G, B, xs, n, hist.data(), p.nbins, p.shift, p.pshift, (const u32 *)st.data());
-      tp_launch(tp_topk_find, 1u, 1u, (const u32 *)hist.data(), p.nbins, p.bits, st.data());
+      tp_launch(tp_topk_find, 1u, B, (const u32 *)hist.data(), p.nbins, p.bits, st.data());
     }
     u64 tile = 16 * B, ntiles = (n + tile - 1) / tile;
     std::vector<u32> cnt(2 * ntiles), off(2 * ntiles), idx(k), val(k);

@@ -157,23 +157,6 @@ KERNEL void tp_topk_hist(const u32 *x, u64 n, u32 *hist, u32 nbins, u32 shift, u
     if (h[i]) atomic_add_u32(&hist[i], h[i]);
 }
 
-// tp_topk_find (one thread) finds the bin holding the st[0]-th largest
-// element counted in hist: st[1] = st[1] << bits | bin, st[0] = the
-// elements still to take from that bin.
-KERNEL void tp_topk_find(const u32 *hist, u32 nbins, u32 bits, u32 *st) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  u32 need = st[0];
-  u32 b = nbins;
-  while (b > 0) {
-    b--;
-    u32 c = hist[b];
-    if (c >= need) break;
-    need -= c;
-  }
-  st[0] = need;
-  st[1] = st[1] << bits | b;
-}
-
 #define TP_TILE_ROUNDS 16 // a tile is TP_TILE_ROUNDS x blockDim consecutive elements
 
 // Inclusive scan of v over the block in s (blockDim entries); returns the
@@ -190,6 +173,37 @@ static __device__ inline u32 block_scan(u32 *s, u32 v) {
   u32 r = s[threadIdx.x];
   sync_block();
   return r;
+}
+
+// tp_topk_find (one block) finds the bin holding the st[0]-th largest
+// element counted in hist: st[1] = st[1] << bits | bin, st[0] = the
+// elements still to take from that bin. Each thread sums a run of bins
+// from the top, a scan places the runs, and the thread whose run holds
+// the element walks it (a single thread walking 2048 bins of global
+// memory took most of a selection's time).
+KERNEL void tp_topk_find(const u32 *hist, u32 nbins, u32 bits, u32 *st) {
+  __shared__ u32 s[TP_BLOCK_THREADS];
+  u32 need = st[0], prefix = st[1];
+  u32 per = (nbins + blockDim.x - 1) / blockDim.x;
+  u32 top = threadIdx.x * per; // this thread's run: bins [lo, hi), the top-th and below from the top
+  u32 hi = top < nbins ? nbins - top : 0, lo = hi > per ? hi - per : 0;
+  u32 sum = 0;
+  for (u32 b = lo; b < hi; b++) sum += hist[b];
+  u32 incl = block_scan(s, sum), excl = incl - sum;
+  // The serial walk's result also where need is more than all the bins
+  // hold (it cannot be: need counts matching elements): bin 0.
+  if (hi > lo && excl < need && (need <= incl || lo == 0)) {
+    need -= excl;
+    u32 b = hi;
+    while (b > lo) {
+      b--;
+      u32 c = hist[b];
+      if (c >= need) break;
+      need -= c;
+    }
+    st[0] = need;
+    st[1] = prefix << bits | b;
+  }
 }
 
 // cnt[2*tile] and cnt[2*tile+1]: the magnitudes above t = st[1] and equal
@@ -220,66 +234,66 @@ KERNEL void tp_topk_count(const u32 *x, u64 n, const u32 *st, u32 *cnt) {
 
 // tp_topk_offsets (one CUDA block) turns cnt into exclusive prefixes over
 // the tiles: off[2*j] the elements selected before tile j, off[2*j+1] the
-// ties before it. st[0] is the ties to take.
+// ties before it. st[0] is the ties to take. Each thread sums a run of
+// consecutive tiles, one scan places the runs, and each thread writes its
+// run's prefixes (a scan of the block per 256 tiles took a tenth of a
+// selection's time).
 KERNEL void tp_topk_offsets(const u32 *cnt, u64 ntiles, const u32 *st, u32 *off) {
   __shared__ u32 s[TP_BLOCK_THREADS];
-  __shared__ u32 carry[2];
   u32 r = st[0];
-  if (threadIdx.x == 0) carry[0] = carry[1] = 0;
-  sync_block();
-  for (u64 base = 0; base < ntiles; base += blockDim.x) {
-    u64 j = base + threadIdx.x;
-    u32 gt = j < ntiles ? cnt[2 * j] : 0, eq = j < ntiles ? cnt[2 * j + 1] : 0;
-    // Two scans: sums can exceed 2^16.
-    u32 gtIn = block_scan(s, gt), eqIn = block_scan(s, eq);
-    u32 gtBefore = carry[0] + gtIn - gt, eqBefore = carry[1] + eqIn - eq;
-    if (j < ntiles) {
-      u32 tiesBefore = eqBefore < r ? eqBefore : r; // ties taken before tile j
-      off[2 * j] = gtBefore + tiesBefore;
-      off[2 * j + 1] = eqBefore;
-    }
-    sync_block();
-    if (threadIdx.x == blockDim.x - 1) {
-      carry[0] += gtIn;
-      carry[1] += eqIn;
-    }
-    sync_block();
+  u64 per = (ntiles + blockDim.x - 1) / blockDim.x;
+  u64 lo = threadIdx.x * per, hi = lo + per < ntiles ? lo + per : ntiles;
+  u32 gt = 0, eq = 0;
+  for (u64 j = lo; j < hi; j++) {
+    gt += cnt[2 * j];
+    eq += cnt[2 * j + 1];
+  }
+  // Two scans: sums can exceed 2^16.
+  u32 gtBefore = block_scan(s, gt) - gt;
+  u32 eqBefore = block_scan(s, eq) - eq;
+  for (u64 j = lo; j < hi; j++) {
+    u32 tiesBefore = eqBefore < r ? eqBefore : r; // ties taken before tile j
+    off[2 * j] = gtBefore + tiesBefore;
+    off[2 * j + 1] = eqBefore;
+    gtBefore += cnt[2 * j];
+    eqBefore += cnt[2 * j + 1];
   }
 }
 
 // tp_topk_compact writes the selected indices (ascending) to idx and
-// their elements to val.
+// their elements to val. Each thread of a tile's block takes
+// TP_TILE_ROUNDS consecutive elements: one scan a tile places them.
 KERNEL void tp_topk_compact(const u32 *x, u64 n, const u32 *st, const u32 *off, u32 *idx, u32 *val) {
   __shared__ u32 s[TP_BLOCK_THREADS];
   u32 t = st[1], r = st[0];
   u64 tile = (u64)TP_TILE_ROUNDS * blockDim.x;
   u64 ntiles = (n + tile - 1) / tile;
   for (u64 j = blockIdx.x; j < ntiles; j += gridDim.x) {
+    u64 lo = j * tile + (u64)threadIdx.x * TP_TILE_ROUNDS, hi = lo + TP_TILE_ROUNDS < n ? lo + TP_TILE_ROUNDS : n;
+    u32 gt = 0, eq = 0;
+    for (u64 i = lo; i < hi; i++) {
+      u32 k = x[i] & 0x7fffffff;
+      gt += k > t;
+      eq += k == t;
+    }
+    u32 in = block_scan(s, gt | eq << 16); // at most 2^12 of each a tile
+    u32 gtEx = (in & 0xffff) - gt, eqEx = (in >> 16) - eq;
     u32 sel = off[2 * j], eqBase = off[2 * j + 1];
-    for (u32 rd = 0; rd < TP_TILE_ROUNDS; rd++) {
-      u64 i = j * tile + (u64)rd * blockDim.x + threadIdx.x;
-      u32 v = 0, isgt = 0, iseq = 0;
-      if (i < n) {
-        v = x[i];
-        u32 k = v & 0x7fffffff;
-        isgt = k > t;
-        iseq = k == t;
+    u32 quota = r > eqBase ? r - eqBase : 0; // ties this tile may still take
+    u32 pos = sel + gtEx + (eqEx < quota ? eqEx : quota);
+    for (u64 i = lo; i < hi && (gt > 0 || eq > 0); i++) {
+      u32 v = x[i], k = v & 0x7fffffff;
+      if (k > t) {
+        gt--;
+      } else if (k == t) {
+        eq--;
+        if (eqEx++ >= quota) continue;
+      } else {
+        continue;
       }
-      u32 in = block_scan(s, isgt | iseq << 16);
-      u32 gtEx = (in & 0xffff) - isgt, eqEx = (in >> 16) - iseq;
-      __shared__ u32 tot;
-      if (threadIdx.x == blockDim.x - 1) tot = in;
-      sync_block();
-      u32 quota = r > eqBase ? r - eqBase : 0; // ties this round may still take
-      if (isgt || (iseq && eqEx < quota)) {
-        u32 pos = sel + gtEx + (eqEx < quota ? eqEx : quota);
-        idx[pos] = (u32)i;
-        val[pos] = v;
-      }
-      u32 gtTot = tot & 0xffff, eqTot = tot >> 16;
-      sel += gtTot + (eqTot < quota ? eqTot : quota);
-      eqBase += eqTot;
-      sync_block(); // tot is rewritten next round
+      idx[pos] = (u32)i;
+      val[pos] = v;
+      pos++;
     }
   }
 }
