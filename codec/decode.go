@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"slices"
-	"sync"
 )
 
 // Frame is a decoded frame.
@@ -20,8 +19,7 @@ type Frame struct {
 
 // Decoder decodes frames held in memory. It is safe for concurrent use.
 type Decoder struct {
-	lim    Limits    // zero: DefaultLimits
-	arenas sync.Pool // *Arena
+	lim Limits // zero: DefaultLimits
 }
 
 var defaultLimits = DefaultLimits()
@@ -68,10 +66,7 @@ func (d *Decoder) DecodeFrameInto(buf []byte, src []byte) (*Frame, int, error) {
 	if end > int64(len(src)) {
 		return nil, 0, io.ErrUnexpectedEOF
 	}
-	a, _ := d.arenas.Get().(*Arena)
-	if a == nil {
-		a = &Arena{}
-	}
+	a := getArena()
 	var into func(int) []byte
 	if need := alignedTotal(h); buf != nil && int64(cap(buf)) >= need {
 		buf = buf[:0]
@@ -82,7 +77,7 @@ func (d *Decoder) DecodeFrameInto(buf []byte, src []byte) (*Frame, int, error) {
 		}
 	}
 	f, err := decodePayload(h, src[h.HeaderLen:end], d.limits(), a, into)
-	d.arenas.Put(a)
+	putArena(a)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -242,11 +237,8 @@ func (d *Decoder) DecodeAdd(src []byte, alpha float32, target func(t *Tensor) ([
 			return 0, fmt.Errorf("%w: payload CRC %08x, computed %08x", ErrChecksum, want, got)
 		}
 	}
-	a, _ := d.arenas.Get().(*Arena)
-	if a == nil {
-		a = &Arena{}
-	}
-	defer d.arenas.Put(a)
+	a := getArena()
+	defer putArena(a)
 	for i := range h.Entries {
 		e := &h.Entries[i]
 		seg := payload[:e.Payload]

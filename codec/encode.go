@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
-	"sync"
 )
 
 // SegmentStat reports one stored segment of an encoded frame.
@@ -19,8 +18,7 @@ type SegmentStat struct {
 
 // Encoder builds frames in memory. It is safe for concurrent use.
 type Encoder struct {
-	cfg   econfig
-	arena sync.Pool // *Arena
+	cfg econfig
 }
 
 // NewEncoder returns an Encoder. It takes the options that concern frame
@@ -34,18 +32,6 @@ func NewEncoder(opts ...EOption) (*Encoder, error) {
 		return nil, fmt.Errorf("codec: NewEncoder: %s applies to a Writer, not an Encoder", cfg.streamOnly)
 	}
 	return &Encoder{cfg: cfg}, nil
-}
-
-func (e *Encoder) getArena() *Arena {
-	if a, ok := e.arena.Get().(*Arena); ok {
-		return a
-	}
-	return &Arena{}
-}
-
-func (e *Encoder) putArena(a *Arena) {
-	a.Reset()
-	e.arena.Put(a)
 }
 
 // AppendTensor appends one frame carrying t (a whole tensor or a chunk)
@@ -79,8 +65,8 @@ func (e *Encoder) appendTensors(dst []byte, stats []SegmentStat, withStats bool,
 	if limit := DefaultLimits().MaxTensors; len(ts) > limit {
 		return dst, stats, fmt.Errorf("%w: %d tensors in one frame (readers accept %d by default)", ErrLimit, len(ts), limit)
 	}
-	a := e.getArena()
-	defer e.putArena(a)
+	a := getArena()
+	defer putArena(a)
 	var one [1]entry
 	ents := one[:]
 	if len(ts) > 1 {
@@ -131,8 +117,8 @@ func (e *Encoder) appendBytes(dst []byte, stats []SegmentStat, withStats bool, p
 	if r.Lossy() {
 		return dst, stats, fmt.Errorf("%w: byte streams are always lossless (recipe %q)", ErrLossy, r)
 	}
-	a := e.getArena()
-	defer e.putArena(a)
+	a := getArena()
+	defer putArena(a)
 	var one [1]entry
 	ents := one[:]
 	en := &ents[0]

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -62,8 +61,7 @@ type Reader struct {
 	queue []*Tensor  // tensors of a tensors frame not yet returned
 	rest  []byte     // unread bytes of the current bytes frame
 
-	arenas sync.Pool    // *Arena
-	pays   chan *[]byte // payload buffers of frames decoded by workers, kept across garbage collections
+	pays chan *[]byte // payload buffers of frames decoded by workers, kept across garbage collections
 
 	stats ReaderStats
 }
@@ -366,14 +364,11 @@ func (r *Reader) decode(p *pending, into func(int) []byte) {
 			return
 		}
 	}
-	a, _ := r.arenas.Get().(*Arena)
-	if a == nil {
-		a = &Arena{}
-	}
+	a := getArena()
 	t0 := time.Now()
 	f, err := decodePayload(p.h, p.raw, &r.lim, a, into)
 	p.took = time.Since(t0)
-	r.arenas.Put(a)
+	putArena(a)
 	r.putPayload(p)
 	if err != nil {
 		p.err = r.wrapAt(p.start, err, fmt.Sprintf("%v frame", p.h.Type))

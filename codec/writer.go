@@ -45,7 +45,6 @@ type Writer struct {
 	frameCap int          // the next bytes frame's largest size (WithStartFrame; 0: the chunk size)
 	started  bool
 	closed   bool
-	bufPool  sync.Pool
 }
 
 type job struct {
@@ -226,8 +225,12 @@ func (w *Writer) observe(j *job, blocked time.Duration, err error) {
 	})
 }
 
+// frameBufs holds the frame and chunk buffers of every Writer, so that a
+// Writer made per message does not allocate its own.
+var frameBufs sync.Pool // *[]byte
+
 func (w *Writer) getBuf() []byte {
-	if b, ok := w.bufPool.Get().(*[]byte); ok {
+	if b, ok := frameBufs.Get().(*[]byte); ok {
 		return (*b)[:0]
 	}
 	return nil
@@ -238,7 +241,7 @@ func (w *Writer) putBuf(b []byte) {
 		return
 	}
 	b = b[:0]
-	w.bufPool.Put(&b)
+	frameBufs.Put(&b)
 }
 
 // Err returns the first error the Writer met, if any.
