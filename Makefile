@@ -1,10 +1,11 @@
 # tensorpress: `make test` is what CI runs (.ci/run). It installs the Debian
 # packages the tests need when dpkg says they are missing, then vets and
-# tests with the race detector (cgo on: the DataDog zstd backend) and again
-# as a pure-Go build (CGO_ENABLED=0: the klauspost backend only).
+# tests with the race detector (cgo on: the DataDog zstd and liblzma xz
+# backends) and again as a pure-Go build (CGO_ENABLED=0: klauspost's zstd
+# and ulikunitz's xz only).
 
 GO        ?= go
-APT_PKGS  := zstd xz-utils gcc dataset-fashion-mnist clang-14 python3-grpcio python3-numpy nats-server python3-pytest
+APT_PKGS  := zstd xz-utils liblzma-dev gcc dataset-fashion-mnist clang-14 python3-grpcio python3-numpy nats-server python3-pytest
 # reference regenerates testvectors/reference with numpy and PyTorch; the
 # tests read the committed files and need neither.
 REF_PKGS  := python3-numpy python3-torch dataset-fashion-mnist

@@ -11,4 +11,10 @@
 // before it rejects a damaged frame. xz segments are decoded block by block
 // with dictionaries no larger than their blocks, within 2 times the length
 // plus 1 MiB in all, whatever the stream headers declare.
+//
+// Two coders have a C backend where cgo is on, the library of the tool
+// that reads their streams: zstd (libzstd through DataDog/zstd) and xz
+// (liblzma through internal/liblzma, preset 6's settings: `xz -6`'s
+// ratio). Pure-Go builds use klauspost/compress and ulikunitz/xz; the
+// streams are standard either way, and each backend decodes the other's.
 package lossless

@@ -86,6 +86,9 @@ func TestXzRoundTrip(t *testing.T) {
 		for _, dictLog := range []int{16, 23} {
 			frame := xzTestEncode(t, p.data, dictLog)
 			dict, err := xzTestDict(frame)
+			if len(p.data) == 0 && err != nil {
+				dict, err = int64(xzDict(0, uint8(dictLog))), nil // liblzma writes no block for nothing
+			}
 			if err != nil {
 				t.Fatalf("%s: %v", p.name, err)
 			}
@@ -125,13 +128,62 @@ func xzTestDict(frame []byte) (int64, error) {
 }
 
 // xzTestPropsOffset finds the LZMA2 properties byte in the first block
-// header of our encoder's streams: no size fields, one filter.
+// header of our encoders' streams: one filter, with or without the size
+// fields (liblzma writes them, ulikunitz/xz does not).
 func xzTestPropsOffset(frame []byte) (int, error) {
 	h := frame[12:]
-	if h[1] != 0 || h[2] != xzLZMA2 || h[3] != 1 {
-		return 0, errors.New("unexpected block header " + string(h[:4]))
+	if h[0] == 0 {
+		return 0, errors.New("no block: the stream's index follows its header")
 	}
-	return 12 + 4, nil
+	p := 2
+	for _, bit := range []byte{0x40, 0x80} {
+		if h[1]&bit != 0 {
+			if _, ok := xzVLI(h, &p); !ok {
+				return 0, errors.New("bad size field")
+			}
+		}
+	}
+	if h[1]&^0xc0 != 0 || h[p] != xzLZMA2 || h[p+1] != 1 {
+		return 0, errors.New("unexpected block header " + string(h[:p+2]))
+	}
+	return 12 + p + 2, nil
+}
+
+// xzTestBackends are the backends of this build, by name.
+func xzTestBackends() map[string]xzCoder {
+	bs := map[string]xzCoder{"go": xzGo{}}
+	if xzLiblzma != nil {
+		bs["liblzma"] = xzLiblzma
+	}
+	return bs
+}
+
+// TestXzBackends: each backend decodes what each writes, and liblzma
+// (where cgo is on) is the default.
+func TestXzBackends(t *testing.T) {
+	if xzLiblzma != nil && xzBackend != xzLiblzma {
+		t.Errorf("cgo build: default backend %T, want liblzma's", xzBackend)
+	}
+	for encName, enc := range xzTestBackends() {
+		for _, p := range xzTestPayloads() {
+			frame, err := enc.encode(&codec.Arena{}, p.data, xzDict(len(p.data), XzDefaultDictLog))
+			if err != nil {
+				t.Fatalf("%s: %s: %v", encName, p.name, err)
+			}
+			for decName, dec := range xzTestBackends() {
+				got, err := xzDecodeWith(dec, nil, frame, len(p.data))
+				if err != nil || !bytes.Equal(got, p.data) {
+					t.Errorf("%s payload, %s encoder, %s decoder: %v (equal %v)", p.name, encName, decName, err, bytes.Equal(got, p.data))
+				}
+				// One byte fewer expected: refused, not written past.
+				if len(p.data) > 0 {
+					if _, err := xzDecodeWith(dec, nil, frame, len(p.data)-1); !errors.Is(err, codec.ErrCorrupt) {
+						t.Errorf("%s payload, %s encoder, %s decoder, length less one: %v", p.name, encName, decName, err)
+					}
+				}
+			}
+		}
+	}
 }
 
 // xzTestReseal recomputes the CRC32 of the first block header after a
