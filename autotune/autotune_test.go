@@ -875,6 +875,7 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 	bf16 := candidate{r: codec.MustParseRecipe("shuffle2 | plane1:huff0 | plane0:raw")}
 	f32 := candidate{r: codec.MustParseRecipe("shuffle4 | *:huff0")}
 	free := candidate{r: codec.MustParseRecipe("shuffle | *:huff0")}
+	width4 := candidate{r: codec.MustParseRecipe("width(4) | sparse | *:zstd(1)")}
 	for _, c := range []struct {
 		cd    candidate
 		class Class
@@ -888,6 +889,10 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 		{f32, Class{DType: codec.U8, Period: 1}, false},                // a 1-byte tensor
 		{free, Class{DType: codec.F32, Period: 4}, true},
 		{candidate{}, Class{DType: codec.F32, Period: 4}, true},
+		{width4, Class{DType: codec.Byte, Period: 1, Sparse: true}, true}, // floats in a sparse byte stream
+		{width4, Class{DType: codec.Byte, Period: 4}, false},              // dense: the planes do better
+		{width4, Class{DType: codec.F32, Period: 4, Sparse: true}, false}, // a float32 tensor: elements already
+		{width4, Class{DType: codec.U8, Period: 1, Sparse: true}, true},
 	} {
 		if got := fitsWidth(c.cd, c.class); got != c.want {
 			t.Errorf("fitsWidth(%v, %v) = %v, want %v", c.cd.r, c.class, got, c.want)

@@ -138,10 +138,13 @@ func fitsWidth(cd candidate, c Class) bool {
 	if cd.r == nil || len(cd.r.Steps) == 0 || len(cd.r.Steps[0].Ops) == 0 {
 		return true
 	}
+	op := cd.r.Steps[0].Ops[0]
+	if op.Stage().Name == "width" {
+		return c.DType.Size() == 1 && c.Sparse // elements out of bytes: for sparse byte streams
+	}
 	if c.DType == codec.Byte && (c.Period <= 1 || c.Sparse) {
 		return true // no width found in the bytes, or a noisy one (sparse)
 	}
-	op := cd.r.Steps[0].Ops[0]
 	if op.Stage().Name != "shuffle" {
 		return true
 	}

@@ -20,8 +20,10 @@ import (
 // cost next to nothing; others are stored); for 2-byte elements (bf16,
 // fp16), the high byte plane coded; s2, zstd level 1, and zstd level 1
 // after the sparse layout (zeros as positions, for gradients and images
-// with black background). A recipe that starts with a shuffle of a fixed
-// width is weighed only on data of that element width.
+// with black background), and the same over 4-byte elements for mostly
+// zero byte streams of floats (width). A recipe that starts with a
+// shuffle of a fixed width is weighed only on data of that element width;
+// one that starts with width, only on mostly-zero bytes.
 func DefaultCandidates() []*codec.Recipe {
 	return []*codec.Recipe{
 		nil,
@@ -31,6 +33,7 @@ func DefaultCandidates() []*codec.Recipe {
 		codec.MustParseRecipe("*:s2"),
 		codec.MustParseRecipe("*:zstd(1)"),
 		codec.MustParseRecipe("sparse | *:zstd(1)"),
+		codec.MustParseRecipe("width(4) | sparse | *:zstd(1)"),
 	}
 }
 

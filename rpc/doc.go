@@ -8,7 +8,10 @@
 //     kind of data in the frame (plane coding for float runs inside opaque
 //     protobuf bytes, the sparse layout for mostly-zero data, zstd for the
 //     rest); NewCompressor with WithPolicy takes an autotune.Tuner that
-//     measures the live link. Only peers that import this package read it.
+//     measures the live link. Only peers that import this package read it,
+//     and only those that know every stage the sender's policy may choose:
+//     ByClass chooses the width stage (ID 37, 2026-11-27) for mostly-zero
+//     floats in a message, which earlier releases refuse.
 //   - "zstd" (ZstdName), standard RFC 8878 frames, registered only when no
 //     other package registered the name first: it interoperates both ways
 //     with other grpc-go zstd compressors, such as

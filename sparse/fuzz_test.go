@@ -23,7 +23,10 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, which byte, n uint16, idx, val []byte) {
 		var op codec.Op
 		in := codec.SegInfo{Name: "data", Elem: codec.F32, Len: 4 * int(n)}
-		switch which % 5 {
+		switch which % 6 {
+		case 5:
+			op, in.Elem = widthOp{w: 4, elem: codec.U32}, codec.Byte
+			in.Len = int(n)
 		case 0:
 			op = sparseOp{}
 		case 1:
@@ -36,7 +39,7 @@ func FuzzDecode(f *testing.F) {
 			op, in.Elem = bitpackOp{}, codec.U32
 		}
 		parts := []codec.Segment{{Data: idx}, {Data: val}}
-		if which%5 >= 2 {
+		if w := which % 6; w >= 2 && w <= 4 {
 			parts = parts[:1]
 		}
 		buf := make([]byte, 8, 8+in.Len+8)

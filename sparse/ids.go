@@ -11,3 +11,7 @@ const (
 	VarintID  codec.StageID = 35 // params: none
 	BitpackID codec.StageID = 36 // params: none
 )
+
+// WidthID is the width stage (sparse/width.go): params, the element width
+// in bytes (1 byte: 2, 4 or 8).
+const WidthID codec.StageID = 37

@@ -81,6 +81,7 @@ func Cases() []Case {
 		{Name: "sparse-dense", Recipe: "sparse(dense) | val:shuffle4", Exact: true, Tensor: w},
 		{Name: "coo-delta-bitpack", Recipe: "coo | idx:delta,bitpack", Exact: true, Tensor: sp},
 		{Name: "coo-delta-varint", Recipe: "coo | idx:delta,varint | val:shuffle4", Exact: true, Tensor: sp},
+		{Name: "width4-sparse-bytes", Recipe: "width(4) | sparse | *:huff0", Exact: true, Bytes: append([]byte{0x0a, 0x80, 0x3e}, sp.Data...)},
 		{Name: "fp16", Recipe: "fp16 | shuffle2 | plane1:huff0", Exact: true, Lossy: true, Tensor: grad},
 		{Name: "bf16", Recipe: "bf16", Exact: true, Lossy: true, Tensor: grad},
 		{Name: "int8-b64", Recipe: "int8(64) | q:huff0", Exact: true, Lossy: true, Tensor: grad},
