@@ -701,12 +701,12 @@ func weights(n int) []byte {
 	return b
 }
 
-// TestHopCompression: weights cross the hop in fewer bytes than they have,
-// both ways, and arrive bit for bit.
-func TestHopCompression(t *testing.T) {
+// hopBytes echoes msg through a new chain, after a first call that sets
+// the connections up, checks it came back whole, and returns the bytes the
+// hop carried each way for it.
+func hopBytes(t *testing.T, msg []byte) (up, down int64) {
+	t.Helper()
 	c := newChain(t, basic(), setup{})
-	msg := weights(8 << 20)
-	// A first call sets the connections up; the second is measured.
 	if _, err := unary(timeout(t), c.client, echoMethod, []byte("warm up")); err != nil {
 		t.Fatal(err)
 	}
@@ -715,7 +715,14 @@ func TestHopCompression(t *testing.T) {
 	if err != nil || !bytes.Equal(back, msg) {
 		t.Fatalf("%d of %d bytes back, %v", len(back), len(msg), err)
 	}
-	up, down := c.hop.written.Load()-w0, c.hop.read.Load()-r0
+	return c.hop.written.Load() - w0, c.hop.read.Load() - r0
+}
+
+// TestHopCompression: weights cross the hop in fewer bytes than they have,
+// both ways, and arrive bit for bit.
+func TestHopCompression(t *testing.T) {
+	msg := weights(8 << 20)
+	up, down := hopBytes(t, msg)
 	t.Logf("payload %d bytes; on the hop: %d bytes out (%.1f%%), %d back (%.1f%%)",
 		len(msg), up, 100*float64(up)/float64(len(msg)), down, 100*float64(down)/float64(len(msg)))
 	if up >= int64(len(msg)) || down >= int64(len(msg)) {
@@ -728,7 +735,6 @@ func TestHopCompression(t *testing.T) {
 // both ways: ByClass reads the floats as 4-byte elements (width) before
 // the sparse layout, where byte by byte it reached 76-77x.
 func TestHopSparse(t *testing.T) {
-	c := newChain(t, basic(), setup{})
 	r := rand.New(rand.NewPCG(5, 6))
 	msg := append(make([]byte, 0, 8<<20+4), 0x0a, 0x80, 0x80, 0x04) // field 1, 8 MiB
 	for range 2 << 20 {
@@ -738,15 +744,7 @@ func TestHopSparse(t *testing.T) {
 		}
 		msg = binary.LittleEndian.AppendUint32(msg, math.Float32bits(v))
 	}
-	if _, err := unary(timeout(t), c.client, echoMethod, []byte("warm up")); err != nil {
-		t.Fatal(err)
-	}
-	w0, r0 := c.hop.written.Load(), c.hop.read.Load()
-	back, err := unary(timeout(t), c.client, echoMethod, msg)
-	if err != nil || !bytes.Equal(back, msg) {
-		t.Fatalf("%d of %d bytes back, %v", len(back), len(msg), err)
-	}
-	up, down := c.hop.written.Load()-w0, c.hop.read.Load()-r0
+	up, down := hopBytes(t, msg)
 	t.Logf("payload %d bytes; on the hop: %d bytes out (%.1fx), %d back (%.1fx)",
 		len(msg), up, float64(len(msg))/float64(up), down, float64(len(msg))/float64(down))
 	if 80*up > int64(len(msg)) || 80*down > int64(len(msg)) {
