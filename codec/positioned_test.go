@@ -181,3 +181,38 @@ func TestReaderPositionedSources(t *testing.T) {
 		}
 	}
 }
+
+// TestReaderPositionedIdleBetweenCalls: once Next or ReadTensor has
+// returned, no worker reads the input, so the caller may change or free
+// it (a pooled buffer) without a race (the race detector checks).
+func TestReaderPositionedIdleBetweenCalls(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	s := largeStream(t)
+	for _, tensors := range []bool{false, true} {
+		buf := slices.Clone(s)
+		r, err := NewReader(bytes.NewReader(buf), WithDecoderConcurrency(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tensors {
+			_, err = r.ReadTensor()
+		} else {
+			_, err = r.Next()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(buf, make([]byte, len(buf))) // the caller takes its memory back (copy: instrumented for the race detector)
+		for range 3 {
+			if tensors {
+				_, err = r.ReadTensor()
+			} else {
+				_, err = r.Next()
+			}
+			if err != nil {
+				break // the input is gone: an error, never a race
+			}
+		}
+		r.Reset(bytes.NewReader(nil))
+	}
+}

@@ -32,9 +32,12 @@ import (
 // come in stream order. The goroutines end with the frames they decode;
 // a Reader needs no Close. When the input is a file, a bytes.Reader, a
 // strings.Reader or an io.SectionReader (positioned reads, io.ReaderAt),
-// the workers also read the payloads of large frames themselves, each at
-// its offset, so that the one goroutine reading the stream copies only
-// headers.
+// ReadTensor's and NextJoined's workers also read the payloads of large
+// frames (64 KiB or more) themselves, each at its offset, so that the one
+// goroutine reading the stream does not copy them; those calls wait for
+// their workers before they return, so no worker reads the input between
+// calls. Next copies every payload on the caller's goroutine, as for any
+// other input.
 type Reader struct {
 	br      *bufio.Reader
 	own     *bufio.Reader // the Reader's own buffered reader, when src needs one
@@ -183,7 +186,7 @@ func (r *Reader) next(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 	}
 	var p *pending
 	if r.workers == 1 && len(r.ahead) == 0 {
-		p = r.readFrame(into)
+		p = r.readFrame(into, false)
 		r.decode(p, entryInto(p, into))
 	} else {
 		r.readAhead(into)
@@ -199,10 +202,10 @@ func (r *Reader) next(into func(h *FrameHeader, i int) []byte) (*Frame, error) {
 // bytes have arrived, and stops after an error.
 func (r *Reader) readAhead(into func(h *FrameHeader, i int) []byte) {
 	for len(r.ahead) < r.workers {
-		if n := len(r.ahead); n > 0 && (r.ahead[n-1].readFailed || r.at == nil && r.br.Buffered() == 0) {
+		if n := len(r.ahead); n > 0 && (r.ahead[n-1].readFailed || r.br.Buffered() == 0) {
 			return
 		}
-		p := r.readFrame(into)
+		p := r.readFrame(into, false)
 		p.readFailed = p.err != nil
 		r.dispatch(p, entryInto(p, into))
 		r.ahead = append(r.ahead, p)
@@ -235,8 +238,11 @@ func entryInto(p *pending, into func(h *FrameHeader, i int) []byte) func(int) []
 
 // readFrame reads the next frame's header and payload, without decoding
 // the payload, and keeps the stream's accounting (hello, end, counts),
-// which depends on headers only. Errors are returned in p.err.
-func (r *Reader) readFrame(into func(h *FrameHeader, i int) []byte) *pending {
+// which depends on headers only. Errors are returned in p.err. With
+// positioned, a caller that waits for the frame's worker before it
+// returns (assembly.next) may leave a large payload of a positioned input
+// to the worker to read (Reader.at).
+func (r *Reader) readFrame(into func(h *FrameHeader, i int) []byte, positioned bool) *pending {
 	start := r.off
 	p := &pending{start: start}
 	h, hb, err := ReadFrameHeader(r.br, r.br, r.lim, r.hdrBuf)
@@ -280,7 +286,7 @@ func (r *Reader) readFrame(into func(h *FrameHeader, i int) []byte) *pending {
 			default:
 				p.pooled = new([]byte)
 			}
-			if r.at != nil && n >= atMin && h.Type != FrameHello && h.Type != FrameEnd && h.Type != FrameControl {
+			if positioned && r.at != nil && n >= atMin && h.Type != FrameHello && h.Type != FrameEnd && h.Type != FrameControl {
 				// The worker reads the payload; here it is stepped over.
 				p.at, p.atLen, err = r.skipPayload(n)
 			} else {
@@ -560,7 +566,7 @@ func (a *assembly) next(into func(h *FrameHeader, i int) []byte) (*Frame, error)
 			r.ahead[0] = nil
 			r.ahead = r.ahead[1:]
 		} else {
-			p = r.readFrame(into)
+			p = r.readFrame(into, true)
 			if dst := a.place(p); dst != nil {
 				r.dispatch(p, func(int) []byte { return dst })
 				placed = true

@@ -355,7 +355,7 @@ func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, sm
 // above t: those are compacted (indices ascending), the k largest chosen
 // among them (ties to the lower position, so to the lower index), and
 // their positions mapped back to indices of x: the same selection as
-// Exact over x, for one pass over x instead of five.
+// Exact over x, for two passes over x (count, compaction) instead of five.
 func (s *Selector) exactAmong(idx, val, x Ptr, n, k, count int, t uint32, st *Stream) error {
 	if count > s.candN {
 		if s.cand != 0 {

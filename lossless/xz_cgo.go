@@ -1,8 +1,9 @@
-//go:build cgo
+//go:build cgo && !tensorpress_nolzma
 
 package lossless
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/tensorpress/tensorpress/codec"
@@ -35,10 +36,12 @@ func (xzC) encode(a *codec.Arena, src []byte, dict int) ([]byte, error) {
 }
 
 func (xzC) decodeBlock(out, data []byte, dict int64) error {
-	if err := liblzma.DecodeBlock(out, data, dict); err == liblzma.ErrTrailing {
+	switch err := liblzma.DecodeBlock(out, data, dict); {
+	case err == liblzma.ErrTrailing:
 		return fmt.Errorf("data past the end of its %d bytes", len(out))
-	} else if err != nil {
+	case errors.Is(err, liblzma.ErrMemory):
+		return fmt.Errorf("%w: %v", errXzMemory, err)
+	default:
 		return err
 	}
-	return nil
 }

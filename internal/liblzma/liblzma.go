@@ -1,11 +1,13 @@
-//go:build cgo
+//go:build cgo && !tensorpress_nolzma
 
 // Package liblzma binds the two calls of XZ Utils' liblzma that the xz
 // stage uses, through cgo: a one-block .xz stream with preset 6's encoder
 // settings (what `xz -6` writes) at a given dictionary, and the decoding of
 // one block's raw LZMA2 data into a buffer it must fill exactly. It exists
 // only where cgo is on (the lossless package holds Go assembly, which a
-// cgo package cannot). The container, its limits and the memory a hostile
+// cgo package cannot) and the build tag tensorpress_nolzma is not set: it
+// needs liblzma's header and library (Debian's liblzma-dev; Homebrew's
+// xz; Alpine's xz-dev). The container, its limits and the memory a hostile
 // stream may ask for are the caller's to check (lossless.xzDecode).
 package liblzma
 
@@ -92,12 +94,15 @@ func cbytes(b []byte) *C.uint8_t {
 
 var empty byte
 
+// ErrMemory means that liblzma could not allocate what it needed (an
+// encoder's match finder, a decoder's dictionary): a resource failure,
+// not bad data.
+var ErrMemory = errors.New("liblzma: out of memory")
+
 func lzmaErr(r C.lzma_ret) error {
 	switch r {
-	case C.LZMA_MEM_ERROR:
-		return errors.New("out of memory")
-	case C.LZMA_MEMLIMIT_ERROR:
-		return errors.New("memory limit")
+	case C.LZMA_MEM_ERROR, C.LZMA_MEMLIMIT_ERROR:
+		return ErrMemory
 	case C.LZMA_OPTIONS_ERROR:
 		return errors.New("unsupported options")
 	case C.LZMA_DATA_ERROR:
