@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/float16"
 	"github.com/tensorpress/tensorpress/internal/netsim"
 	"github.com/tensorpress/tensorpress/internal/view"
 	_ "github.com/tensorpress/tensorpress/lossless"
@@ -843,21 +844,25 @@ func TestTunerFollowsTheDataAfterTheFirstFrame(t *testing.T) {
 	t.Logf("plane recipe from frame %d: %v", at, rs)
 }
 
-// bf16 and fp16 tensors get the 2-byte plane recipe, float32 the 4-byte
-// ones: a shuffle of the wrong width is not weighed.
+// fp16 tensors get the 2-byte plane recipe, float32 the 4-byte ones: a
+// shuffle of the wrong width is not weighed; bf16 tensors get their
+// exponents apart (fsplit), weighed on them only.
 func TestTunerWidthOfTheShuffle(t *testing.T) {
 	w := weights(1<<18, 3)
 	x, _ := view.As[float32](w)
 	bf := make([]uint16, len(x))
+	hf := make([]uint16, len(x))
 	for i, v := range x {
 		bf[i] = uint16(math.Float32bits(v) >> 16)
+		hf[i] = float16.F16FromF32(v * 64) // fp16's range: weights of about 1
 	}
 	for _, c := range []struct {
 		dt          codec.DType
 		data        []byte
 		want, wrong string
 	}{
-		{codec.BF16, view.Of(bf), "shuffle2 | plane1:huff0 | plane0:raw", "shuffle4"},
+		{codec.BF16, view.Of(bf), "fsplit | exp:huff0b(13)", "shuffle4"},
+		{codec.F16, view.Of(hf), "shuffle2 | plane1:huff0 | plane0:raw", "fsplit"},
 		{codec.F32, w, "shuffle4", "shuffle2"},
 	} {
 		tu, err := New(WithLink(pinned(12.5e6)), WithCores(2))
@@ -876,6 +881,7 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 	f32 := candidate{r: codec.MustParseRecipe("shuffle4 | *:huff0")}
 	free := candidate{r: codec.MustParseRecipe("shuffle | *:huff0")}
 	width4 := candidate{r: codec.MustParseRecipe("width(4) | sparse | *:zstd(1)")}
+	fields := candidate{r: codec.MustParseRecipe("fsplit | exp:huff0b(13)")}
 	for _, c := range []struct {
 		cd    candidate
 		class Class
@@ -893,6 +899,8 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 		{width4, Class{DType: codec.Byte, Period: 4}, false},              // dense: the planes do better
 		{width4, Class{DType: codec.F32, Period: 4, Sparse: true}, false}, // a float32 tensor: elements already
 		{width4, Class{DType: codec.U8, Period: 1, Sparse: true}, true},
+		{fields, Class{DType: codec.BF16, Period: 2}, true},
+		{fields, Class{DType: codec.Byte, Period: 2}, false}, // bytes: fsplit takes float elements only
 	} {
 		if got := fitsWidth(c.cd, c.class); got != c.want {
 			t.Errorf("fitsWidth(%v, %v) = %v, want %v", c.cd.r, c.class, got, c.want)

@@ -21,7 +21,9 @@ import (
 // fp16), the high byte plane coded; s2, zstd level 1, and zstd level 1
 // after the sparse layout (zeros as positions, for gradients and images
 // with black background), and the same over 4-byte elements for mostly
-// zero byte streams of floats (width). A recipe that starts with a
+// zero byte streams of floats (width); for float tensors the exponent
+// field apart, Huffman-coded in small blocks (fsplit: bfloat16 weights
+// gain most). A recipe that starts with a
 // shuffle of a fixed width is weighed only on data of that element width;
 // one that starts with width, only on mostly-zero bytes.
 func DefaultCandidates() []*codec.Recipe {
@@ -30,6 +32,7 @@ func DefaultCandidates() []*codec.Recipe {
 		codec.MustParseRecipe("shuffle4 | plane3:huff0 | plane0..2:raw"),
 		codec.MustParseRecipe("shuffle4 | *:huff0"),
 		codec.MustParseRecipe("shuffle2 | plane1:huff0 | plane0:raw"),
+		codec.MustParseRecipe("fsplit | exp:huff0b(13)"),
 		codec.MustParseRecipe("*:s2"),
 		codec.MustParseRecipe("*:zstd(1)"),
 		codec.MustParseRecipe("sparse | *:zstd(1)"),

@@ -178,3 +178,37 @@ func FuzzS2Decode(f *testing.F) {
 		fastFuzzRoundTrip(t, op, in, data)
 	})
 }
+
+func FuzzHuff0bDecode(f *testing.F) {
+	for i, s := range [][]byte{huff0TestPlane3(20000, 1), huff0TestSkewed(9000, 2), bytes.Repeat([]byte{9}, 5000)} {
+		op := huff0Op{log2: uint8(12 + i)}
+		outs, err := op.Encode(nil, codec.Segment{SegInfo: codec.SegInfo{Len: len(s)}, Data: s})
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(op.AppendParams(nil), uint32(len(s)), outs[0].Data)
+	}
+	f.Fuzz(func(t *testing.T, params []byte, n uint32, data []byte) {
+		op, err := huff0bStage.Load(params)
+		if err != nil {
+			if !errors.Is(err, codec.ErrCorrupt) {
+				t.Fatalf("Load(%x): %v does not wrap ErrCorrupt", params, err)
+			}
+			return
+		}
+		in := codec.SegInfo{Name: "exp", Elem: codec.Byte, Len: fastFuzzLen(n, data)}
+		fastFuzzDecode(t, op, []codec.Segment{{Data: data}}, in)
+		fastFuzzRoundTrip(t, op, in, data)
+	})
+}
+
+func FuzzFsplitDecode(f *testing.F) {
+	f.Add(uint8(codec.F32), uint32(8), []byte{3}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
+	f.Add(uint8(codec.BF16), uint32(6), []byte{3}, []byte{1, 2, 3, 4, 5, 6})
+	f.Add(uint8(codec.F16), uint32(4), []byte{2}, []byte{0x1f, 0x20, 0xff, 0x07, 0, 0})
+	f.Fuzz(func(t *testing.T, elem uint8, n uint32, cuts, data []byte) {
+		in := codec.SegInfo{Name: "data", Elem: codec.DType(elem % 14), Len: fastFuzzLen(n, data)}
+		fastFuzzDecode(t, fsplitOp{}, fastFuzzParts(cuts, data), in)
+		fastFuzzRoundTrip(t, fsplitOp{}, in, data)
+	})
+}

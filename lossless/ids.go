@@ -11,4 +11,6 @@ const (
 	S2ID        codec.StageID = 5 // params: mode (1 byte: 0 default, 1 better)
 	XzID        codec.StageID = 6 // params: dictionary size log2 (1 byte)
 	Huff0ID     codec.StageID = 7 // params: none
+	FsplitID    codec.StageID = 8 // params: none
+	Huff0bID    codec.StageID = 9 // params: block size log2 (1 byte, 12..17)
 )

@@ -339,7 +339,11 @@ var weightsChains = []defChain{
 	{"shuffle4 | plane3:huff0 | plane0..2:raw", isF32},
 	{"shuffle4 | plane2..3:huff0 | plane0..1:raw", isF32},
 	{"shuffle2 | plane1:huff0 | plane0:raw", is16},
+	{"fsplit | exp:huff0b(13)", isBF16},
+	{"fsplit | exp:huff0b(13) | sm:shuffle2 | sm.plane1:huff0", isF32},
 }
+
+func isBF16(d codec.DType) bool { return d == codec.BF16 }
 
 func is16(d codec.DType) bool { return d.Size() == 2 }
 

@@ -1,0 +1,219 @@
+package lossless
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/tensorpress/tensorpress/codec"
+)
+
+// The fsplit stage splits floats into their fields, so that the exponent,
+// the only part of a weight with much to gain from an entropy coder, gets
+// a segment of its own (DFloat11's and ZipNN's observation):
+//
+//	fsplit   data -> exp (one byte per element: the biased exponent field)
+//	                 sm  (sign and mantissa per element: float32 3 bytes,
+//	                      s<<23 | m, little-endian; bfloat16 1 byte, s<<7 | m;
+//	                      float16 2 bytes, s<<10 | m, little-endian)
+//
+// It takes float32, bfloat16 and float16 segments. Every bit pattern
+// splits and joins exactly (NaN payloads, -0, subnormals: the fields are
+// only bits). Decoding refuses fields out of range (a float16 exponent
+// above 31, sign and mantissa above 2^11) and lengths that are not n and
+// n times the sm size. Recipe: "fsplit"; e.g. for bfloat16 weights
+// "fsplit | exp:huff0b(14)" (sm, near random, stays as it is).
+var fsplitStage = &codec.Stage{
+	ID:     FsplitID,
+	Name:   "fsplit",
+	Kind:   codec.Split,
+	Reads:  "a segment of float32, bfloat16 or float16 elements",
+	Writes: "exp (the exponent field, a byte each) and sm (sign and mantissa: 3, 1 or 2 bytes each)",
+	Doc:    "float fields apart: exponents (code them with huff0b) and sign+mantissa (near random: store)",
+	New: func(args []codec.Arg) (codec.Op, error) {
+		if len(args) != 0 {
+			return nil, fmt.Errorf("%w: fsplit takes no arguments", codec.ErrRecipe)
+		}
+		return fsplitOp{}, nil
+	},
+	Load: func(p []byte) (codec.Op, error) {
+		if len(p) != 0 {
+			return nil, fmt.Errorf("%w: fsplit params %x: want none", codec.ErrCorrupt, p)
+		}
+		return fsplitOp{}, nil
+	},
+}
+
+func init() { codec.Register(fsplitStage) }
+
+type fsplitOp struct{}
+
+var _ codec.Op = fsplitOp{}
+
+func (fsplitOp) Stage() *codec.Stage            { return fsplitStage }
+func (fsplitOp) String() string                 { return "fsplit" }
+func (fsplitOp) AppendParams(dst []byte) []byte { return dst }
+
+// fsplitSM is the bytes of sign and mantissa per element of dt, 0 when
+// fsplit does not take dt.
+func fsplitSM(dt codec.DType) int {
+	switch dt {
+	case codec.F32:
+		return 3
+	case codec.BF16:
+		return 1
+	case codec.F16:
+		return 2
+	}
+	return 0
+}
+
+func (fsplitOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
+	smb := fsplitSM(in.Elem)
+	if smb == 0 {
+		return nil, fmt.Errorf("fsplit: segment %q holds %v; it takes float32, bfloat16 or float16", in.Name, in.Elem)
+	}
+	n := -1
+	if in.Len >= 0 {
+		if in.Len%in.Elem.Size() != 0 {
+			return nil, fmt.Errorf("fsplit: segment %q of %d bytes is not whole %v elements", in.Name, in.Len, in.Elem)
+		}
+		n = in.Len / in.Elem.Size()
+	}
+	sm := -1
+	if n >= 0 {
+		sm = n * smb
+	}
+	return []codec.SegInfo{
+		{Name: outName(in.Name, "exp"), Elem: codec.Byte, Len: n},
+		{Name: outName(in.Name, "sm"), Elem: codec.Byte, Len: sm},
+	}, nil
+}
+
+// outName names output part of segment in: "exp" for data, "val.exp"
+// for val.
+func outName(in, part string) string {
+	if in == "data" {
+		return part
+	}
+	return in + "." + part
+}
+
+func (o fsplitOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, error) {
+	outs, err := o.Outputs(codec.SegInfo{Name: in.Name, Elem: in.Elem, Len: len(in.Data)})
+	if err != nil {
+		return nil, err
+	}
+	var a *codec.Arena
+	if ctx != nil {
+		a = ctx.Arena
+	}
+	src := in.Data
+	n := outs[0].Len
+	exp, sm := a.Alloc(n), a.Alloc(outs[1].Len)
+	switch in.Elem {
+	case codec.F32:
+		for i := range n {
+			v := binary.LittleEndian.Uint32(src[4*i:])
+			exp[i] = byte(v >> 23)
+			s := v>>8&0x800000 | v&0x7fffff
+			sm[3*i], sm[3*i+1], sm[3*i+2] = byte(s), byte(s>>8), byte(s>>16)
+		}
+	case codec.BF16:
+		fsplitBF16(exp, sm, src)
+	case codec.F16:
+		for i := range n {
+			v := binary.LittleEndian.Uint16(src[2*i:])
+			exp[i] = byte(v >> 10 & 0x1f)
+			binary.LittleEndian.PutUint16(sm[2*i:], v>>5&0x400|v&0x3ff)
+		}
+	}
+	outs[0].Len, outs[1].Len = len(exp), len(sm)
+	return []codec.Segment{{SegInfo: outs[0], Data: exp}, {SegInfo: outs[1], Data: sm}}, nil
+}
+
+func (fsplitOp) Decode(_ *codec.Ctx, dst []byte, parts []codec.Segment, in codec.SegInfo) ([]byte, error) {
+	smb := fsplitSM(in.Elem)
+	size := in.Elem.Size()
+	if len(parts) != 2 || smb == 0 || in.Len < 0 || in.Len%size != 0 {
+		return nil, fmt.Errorf("%w: fsplit: want 2 segments and whole %v elements", codec.ErrCorrupt, in.Elem)
+	}
+	n := in.Len / size
+	exp, sm := parts[0].Data, parts[1].Data
+	if len(exp) != n || len(sm) != n*smb {
+		return nil, fmt.Errorf("%w: fsplit: %d exponents and %d bytes of sign and mantissa for %d elements", codec.ErrCorrupt, len(exp), len(sm), n)
+	}
+	start := len(dst)
+	dst = slices.Grow(dst, in.Len)[:start+in.Len]
+	out := dst[start:]
+	switch in.Elem {
+	case codec.F32:
+		for i := range n {
+			s := uint32(sm[3*i]) | uint32(sm[3*i+1])<<8 | uint32(sm[3*i+2])<<16
+			binary.LittleEndian.PutUint32(out[4*i:], s<<8&0x80000000|uint32(exp[i])<<23|s&0x7fffff)
+		}
+	case codec.BF16:
+		fjoinBF16(out, exp, sm)
+	case codec.F16:
+		for i := range n {
+			s := binary.LittleEndian.Uint16(sm[2*i:])
+			if exp[i] > 0x1f || s > 0x7ff {
+				return nil, fmt.Errorf("%w: fsplit: float16 element %d: exponent %d, sign and mantissa %#x", codec.ErrCorrupt, i, exp[i], s)
+			}
+			binary.LittleEndian.PutUint16(out[2*i:], s<<5&0x8000|uint16(exp[i])<<10|s&0x3ff)
+		}
+	}
+	return dst, nil
+}
+
+// SWAR over four bfloat16 values a uint64 (lanes of 16 bits): the
+// exponent is bits 7-14 of a lane, sign and mantissa bits 15 and 0-6.
+const (
+	lanesLow8  = 0x00ff00ff00ff00ff
+	lanesSign  = 0x0080008000800080
+	lanesMant7 = 0x007f007f007f007f
+)
+
+// packLanes gathers the low byte of each 16-bit lane of x into 4 bytes.
+func packLanes(x uint64) uint32 {
+	x = (x | x>>8) & 0x0000ffff0000ffff
+	return uint32(x | x>>16)
+}
+
+// spreadLanes puts the 4 bytes of w into the low bytes of 16-bit lanes.
+func spreadLanes(w uint32) uint64 {
+	x := uint64(w)
+	x = (x | x<<16) & 0x0000ffff0000ffff
+	return (x | x<<8) & lanesLow8
+}
+
+// fsplitBF16 splits the bfloat16 values of src into exp and sm.
+func fsplitBF16(exp, sm, src []byte) {
+	n := len(exp)
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		x := binary.LittleEndian.Uint64(src[2*i:])
+		binary.LittleEndian.PutUint32(exp[i:], packLanes(x>>7&lanesLow8))
+		binary.LittleEndian.PutUint32(sm[i:], packLanes(x>>8&lanesSign|x&lanesMant7))
+	}
+	for ; i < n; i++ {
+		lo, hi := src[2*i], src[2*i+1]
+		exp[i] = hi<<1 | lo>>7
+		sm[i] = hi&0x80 | lo&0x7f
+	}
+}
+
+// fjoinBF16 is fsplitBF16 undone.
+func fjoinBF16(out, exp, sm []byte) {
+	n := len(exp)
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		e := spreadLanes(binary.LittleEndian.Uint32(exp[i:]))
+		s := spreadLanes(binary.LittleEndian.Uint32(sm[i:]))
+		binary.LittleEndian.PutUint64(out[2*i:], (s&lanesSign)<<8|e<<7|s&lanesMant7)
+	}
+	for ; i < n; i++ {
+		e, s := exp[i], sm[i]
+		out[2*i], out[2*i+1] = e<<7|s&0x7f, s&0x80|e>>1
+	}
+}
