@@ -166,54 +166,56 @@ func (fsplitOp) Decode(_ *codec.Ctx, dst []byte, parts []codec.Segment, in codec
 	return dst, nil
 }
 
-// SWAR over four bfloat16 values a uint64 (lanes of 16 bits): the
-// exponent is bits 7-14 of a lane, sign and mantissa bits 15 and 0-6.
+// bfloat16 in blocks of fsplitBlock elements: shuffle2 (AVX2 where the
+// CPU has it) cuts a block into its low and high byte planes, and byte-lane
+// SWAR over 8 bytes a uint64 moves the exponent's low bit between them:
+// exp = hi<<1 | lo>>7, sm = hi&0x80 | lo&0x7f; joining runs the same
+// backwards, then unshuffle2.
+const fsplitBlock = 8 << 10
+
 const (
-	lanesLow8  = 0x00ff00ff00ff00ff
-	lanesSign  = 0x0080008000800080
-	lanesMant7 = 0x007f007f007f007f
+	bytesTop  = 0x8080808080808080
+	bytesLow7 = 0x7f7f7f7f7f7f7f7f
+	bytesLow1 = 0x0101010101010101
+	bytesHi7  = 0xfefefefefefefefe
 )
-
-// packLanes gathers the low byte of each 16-bit lane of x into 4 bytes.
-func packLanes(x uint64) uint32 {
-	x = (x | x>>8) & 0x0000ffff0000ffff
-	return uint32(x | x>>16)
-}
-
-// spreadLanes puts the 4 bytes of w into the low bytes of 16-bit lanes.
-func spreadLanes(w uint32) uint64 {
-	x := uint64(w)
-	x = (x | x<<16) & 0x0000ffff0000ffff
-	return (x | x<<8) & lanesLow8
-}
 
 // fsplitBF16 splits the bfloat16 values of src into exp and sm.
 func fsplitBF16(exp, sm, src []byte) {
-	n := len(exp)
-	i := 0
-	for ; i+4 <= n; i += 4 {
-		x := binary.LittleEndian.Uint64(src[2*i:])
-		binary.LittleEndian.PutUint32(exp[i:], packLanes(x>>7&lanesLow8))
-		binary.LittleEndian.PutUint32(sm[i:], packLanes(x>>8&lanesSign|x&lanesMant7))
-	}
-	for ; i < n; i++ {
-		lo, hi := src[2*i], src[2*i+1]
-		exp[i] = hi<<1 | lo>>7
-		sm[i] = hi&0x80 | lo&0x7f
+	var lo, hi [fsplitBlock]byte
+	for base := 0; base < len(exp); base += fsplitBlock {
+		m := min(fsplitBlock, len(exp)-base)
+		shuffle([][]byte{lo[:m], hi[:m]}, src[2*base:2*(base+m)])
+		e, s := exp[base:base+m], sm[base:base+m]
+		i := 0
+		for ; i+8 <= m; i += 8 {
+			l, h := binary.LittleEndian.Uint64(lo[i:]), binary.LittleEndian.Uint64(hi[i:])
+			binary.LittleEndian.PutUint64(e[i:], h<<1&bytesHi7|l>>7&bytesLow1)
+			binary.LittleEndian.PutUint64(s[i:], h&bytesTop|l&bytesLow7)
+		}
+		for ; i < m; i++ {
+			e[i] = hi[i]<<1 | lo[i]>>7
+			s[i] = hi[i]&0x80 | lo[i]&0x7f
+		}
 	}
 }
 
 // fjoinBF16 is fsplitBF16 undone.
 func fjoinBF16(out, exp, sm []byte) {
-	n := len(exp)
-	i := 0
-	for ; i+4 <= n; i += 4 {
-		e := spreadLanes(binary.LittleEndian.Uint32(exp[i:]))
-		s := spreadLanes(binary.LittleEndian.Uint32(sm[i:]))
-		binary.LittleEndian.PutUint64(out[2*i:], (s&lanesSign)<<8|e<<7|s&lanesMant7)
-	}
-	for ; i < n; i++ {
-		e, s := exp[i], sm[i]
-		out[2*i], out[2*i+1] = e<<7|s&0x7f, s&0x80|e>>1
+	var lo, hi [fsplitBlock]byte
+	for base := 0; base < len(exp); base += fsplitBlock {
+		m := min(fsplitBlock, len(exp)-base)
+		e, s := exp[base:base+m], sm[base:base+m]
+		i := 0
+		for ; i+8 <= m; i += 8 {
+			x, y := binary.LittleEndian.Uint64(e[i:]), binary.LittleEndian.Uint64(s[i:])
+			binary.LittleEndian.PutUint64(lo[i:], x<<7&bytesTop|y&bytesLow7)
+			binary.LittleEndian.PutUint64(hi[i:], y&bytesTop|x>>1&bytesLow7)
+		}
+		for ; i < m; i++ {
+			lo[i] = e[i]<<7 | s[i]&0x7f
+			hi[i] = s[i]&0x80 | e[i]>>1
+		}
+		unshuffle(out[2*base:2*(base+m)], [][]byte{lo[:m], hi[:m]})
 	}
 }
