@@ -861,7 +861,7 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 		data        []byte
 		want, wrong string
 	}{
-		{codec.BF16, view.Of(bf), "fsplit | exp:huff0b(13)", "shuffle4"},
+		{codec.BF16, view.Of(bf), "fsplit | exp:huff0b(14)", "shuffle4"},
 		{codec.F16, view.Of(hf), "shuffle2 | plane1:huff0 | plane0:raw", "fsplit"},
 		{codec.F32, w, "shuffle4", "shuffle2"},
 	} {
@@ -881,7 +881,7 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 	f32 := candidate{r: codec.MustParseRecipe("shuffle4 | *:huff0")}
 	free := candidate{r: codec.MustParseRecipe("shuffle | *:huff0")}
 	width4 := candidate{r: codec.MustParseRecipe("width(4) | sparse | *:zstd(1)")}
-	fields := candidate{r: codec.MustParseRecipe("fsplit | exp:huff0b(13)")}
+	fields := candidate{r: codec.MustParseRecipe("fsplit | exp:huff0b(14)")}
 	for _, c := range []struct {
 		cd    candidate
 		class Class

@@ -340,6 +340,7 @@ var weightsChains = []defChain{
 	{"shuffle4 | plane2..3:huff0 | plane0..1:raw", isF32},
 	{"shuffle2 | plane1:huff0 | plane0:raw", is16},
 	{"fsplit | exp:huff0b(13)", isBF16},
+	{"fsplit | exp:huff0b(14)", isBF16},
 	{"fsplit | exp:huff0b(13) | sm:shuffle2 | sm.plane1:huff0", isF32},
 }
 
