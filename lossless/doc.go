@@ -1,5 +1,7 @@
 // Package lossless holds the lossless stages of tensorpress: byte-shuffle,
-// bytedelta, and the coders zstd, s2, xz and huff0. Importing the package
+// bytedelta, fsplit (a float's exponent apart from its sign and mantissa),
+// and the coders zstd, s2, xz, huff0 and huff0b (huff0 with smaller
+// blocks). Importing the package
 // registers them with codec under their permanent wire IDs (see ids.go and
 // docs/FORMAT.md); store-raw is built into codec.
 //

@@ -20,8 +20,9 @@ import (
 // It takes float32, bfloat16 and float16 segments. Every bit pattern
 // splits and joins exactly (NaN payloads, -0, subnormals: the fields are
 // only bits). Decoding refuses fields out of range (a float16 exponent
-// above 31, sign and mantissa above 2^11) and lengths that are not n and
-// n times the sm size. Recipe: "fsplit"; e.g. for bfloat16 weights
+// of 32 or more, sign and mantissa of 2^11 or more) and lengths that are
+// not n and n times the sm size. The outputs are stored in that order,
+// exp then sm. Recipe: "fsplit"; e.g. for bfloat16 weights
 // "fsplit | exp:huff0b(14)" (sm, near random, stays as it is).
 var fsplitStage = &codec.Stage{
 	ID:     FsplitID,

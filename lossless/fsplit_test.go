@@ -164,3 +164,17 @@ func TestHuff0bBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestHuff0MinimalHeaders: a block header must be a minimal uvarint (in
+// huff0 and huff0b alike); the same block with a longer one is corrupt.
+func TestHuff0MinimalHeaders(t *testing.T) {
+	in := codec.SegInfo{Name: "exp", Elem: codec.Byte, Len: 1}
+	for _, op := range []huff0Op{{}, {log2: 12}} {
+		if got, err := op.Decode(nil, make([]byte, 0, 1), []codec.Segment{{Data: []byte{0x01, 'A'}}}, in); err != nil || string(got) != "A" {
+			t.Errorf("%s: minimal RLE block: %q, %v", op, got, err)
+		}
+		if _, err := op.Decode(nil, make([]byte, 0, 1), []codec.Segment{{Data: []byte{0x81, 0x00, 'A'}}}, in); !errors.Is(err, codec.ErrCorrupt) {
+			t.Errorf("%s: non-minimal header: %v, want ErrCorrupt", op, err)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/float16"
 )
 
 // Case is one golden frame: a deterministic input and the recipe that
@@ -65,9 +66,10 @@ func Cases() []Case {
 		{Name: "huff0-planes", Recipe: "shuffle4 | plane3:huff0 | plane0..2:raw", Exact: true, Tensor: w},
 		{Name: "huff0-all", Recipe: "shuffle | *:huff0", Exact: true, Tensor: grad},
 		{Name: "huff0-bytes", Recipe: "*:huff0", Exact: true, Bytes: text},
-		{Name: "fsplit-bf16", Recipe: "fsplit | exp:huff0b(12)", Exact: true, Tensor: bf16},
-		{Name: "fsplit-f32", Recipe: "fsplit | exp:huff0b(12) | sm:shuffle2 | sm.plane1:huff0", Exact: true, Tensor: w},
-		{Name: "fsplit-f16", Recipe: "fsplit", Exact: true, Tensor: f16},
+		// More exponents than a huff0b(12) block, of both parities.
+		{Name: "fsplit-bf16", Recipe: "fsplit | exp:huff0b(12)", Exact: true, Tensor: Half("wb", codec.BF16, 6000, 21)},
+		{Name: "fsplit-f32", Recipe: "fsplit | exp:huff0b(12) | sm:shuffle(3) | sm.plane2:huff0", Exact: true, Tensor: Normal("wf", 5000, 0.02, 22)},
+		{Name: "fsplit-f16", Recipe: "fsplit | exp:huff0b(12) | sm:shuffle2 | sm.plane1:huff0", Exact: true, Tensor: Half("wh", codec.F16, 5000, 23)},
 		{Name: "s2-text", Recipe: "*:s2", Exact: true, Bytes: text},
 		{Name: "s2-better-i64", Recipe: "shuffle8 | *:s2(better)", Exact: true, Tensor: i64},
 		{Name: "zstd1-f32", Recipe: "shuffle4 | *:zstd(1)", Exact: false, Tensor: w},
@@ -95,6 +97,29 @@ func Cases() []Case {
 		{Name: "ternary", Recipe: "ternary(64)", Exact: true, Lossy: true, Tensor: grad},
 		{Name: "fp16-f64", Recipe: "fp16", Exact: true, Lossy: true, Tensor: Normal64("d64", 100, 1, 12)},
 	}
+}
+
+// Half returns n N(0, 1) values, scaled by a power of two that changes
+// every 500 elements, as bfloat16 or float16 (dt), rounded to nearest
+// even.
+func Half(name string, dt codec.DType, n int, seed uint64) *codec.Tensor {
+	r := rand.New(rand.NewPCG(seed, 5))
+	b := make([]byte, 2*n)
+	s := 1.0
+	for i := range n {
+		if i%500 == 0 {
+			s = math.Pow(2, float64(r.IntN(8)-4))
+		}
+		v := float32(r.NormFloat64() * s)
+		var h uint16
+		if dt == codec.BF16 {
+			h = float16.BF16FromF32(v)
+		} else {
+			h = float16.F16FromF32(v)
+		}
+		binary.LittleEndian.PutUint16(b[2*i:], h)
+	}
+	return &codec.Tensor{Name: name, DType: dt, Shape: []int64{int64(n)}, Data: b}
 }
 
 // Normal64 returns a float64 tensor of n values drawn from N(0, sd²) with
