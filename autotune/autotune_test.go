@@ -837,16 +837,22 @@ func TestTunerFollowsTheDataAfterTheFirstFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := drive(t, tu, frames, codec.F32)
-	at := slices.IndexFunc(rs, func(r string) bool { return strings.HasPrefix(r, "shuffle4") })
-	if at < 0 || at > 5 || slices.ContainsFunc(rs[at:], func(r string) bool { return !strings.HasPrefix(r, "shuffle4") }) {
-		t.Fatalf("recipes %v: want a shuffle4 recipe from frame 5 at the latest, and kept", rs)
+	at := slices.IndexFunc(rs, floatRecipe)
+	if at < 0 || at > 5 || slices.ContainsFunc(rs[at:], func(r string) bool { return !floatRecipe(r) }) {
+		t.Fatalf("recipes %v: want a float recipe (shuffle4's planes, fsplit's fields) from frame 5 at the latest, and kept", rs)
 	}
-	t.Logf("plane recipe from frame %d: %v", at, rs)
+	t.Logf("float recipe from frame %d: %v", at, rs)
 }
 
-// fp16 tensors get the 2-byte plane recipe, float32 the 4-byte ones: a
-// shuffle of the wrong width is not weighed; bf16 tensors get their
-// exponents apart (fsplit), weighed on them only.
+// floatRecipe reports whether r is one of the default candidates for
+// float32 weights: shuffle4's planes or fsplit's fields.
+func floatRecipe(r string) bool {
+	return strings.HasPrefix(r, "shuffle4") || strings.HasPrefix(r, "fsplit | exp:huff0b(13) | sm:shuffle(3)")
+}
+
+// fp16 tensors get the 2-byte plane recipe: a shuffle of the wrong width
+// is not weighed; bf16 and float32 tensors get their exponents apart
+// (fsplit), each with the recipe of its width, weighed on it only.
 func TestTunerWidthOfTheShuffle(t *testing.T) {
 	w := weights(1<<18, 3)
 	x, _ := view.As[float32](w)
@@ -863,7 +869,8 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 	}{
 		{codec.BF16, view.Of(bf), "fsplit | exp:huff0b(14)", "shuffle4"},
 		{codec.F16, view.Of(hf), "shuffle2 | plane1:huff0 | plane0:raw", "fsplit"},
-		{codec.F32, w, "shuffle4", "shuffle2"},
+		{codec.F32, w, "fsplit | exp:huff0b(13) | sm:shuffle(3)", "shuffle2"},
+		{codec.F32, w, "fsplit | exp:huff0b(13) | sm:shuffle(3)", "fsplit | exp:huff0b(14)"}, // nor bfloat16's fsplit
 	} {
 		tu, err := New(WithLink(pinned(12.5e6)), WithCores(2))
 		if err != nil {
@@ -882,6 +889,7 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 	free := candidate{r: codec.MustParseRecipe("shuffle | *:huff0")}
 	width4 := candidate{r: codec.MustParseRecipe("width(4) | sparse | *:zstd(1)")}
 	fields := candidate{r: codec.MustParseRecipe("fsplit | exp:huff0b(14)")}
+	fields32 := candidate{r: codec.MustParseRecipe("fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)")}
 	for _, c := range []struct {
 		cd    candidate
 		class Class
@@ -901,6 +909,9 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 		{width4, Class{DType: codec.U8, Period: 1, Sparse: true}, true},
 		{fields, Class{DType: codec.BF16, Period: 2}, true},
 		{fields, Class{DType: codec.Byte, Period: 2}, false}, // bytes: fsplit takes float elements only
+		{fields, Class{DType: codec.F32, Period: 4}, false},  // bfloat16's recipe
+		{fields32, Class{DType: codec.F32, Period: 4}, true},
+		{fields32, Class{DType: codec.BF16, Period: 2}, false},
 	} {
 		if got := fitsWidth(c.cd, c.class); got != c.want {
 			t.Errorf("fitsWidth(%v, %v) = %v, want %v", c.cd.r, c.class, got, c.want)

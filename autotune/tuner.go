@@ -33,6 +33,7 @@ func DefaultCandidates() []*codec.Recipe {
 		codec.MustParseRecipe("shuffle4 | *:huff0"),
 		codec.MustParseRecipe("shuffle2 | plane1:huff0 | plane0:raw"),
 		codec.MustParseRecipe("fsplit | exp:huff0b(14)"),
+		codec.MustParseRecipe("fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)"),
 		codec.MustParseRecipe("*:s2"),
 		codec.MustParseRecipe("*:zstd(1)"),
 		codec.MustParseRecipe("sparse | *:zstd(1)"),

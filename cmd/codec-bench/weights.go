@@ -341,7 +341,7 @@ var weightsChains = []defChain{
 	{"shuffle2 | plane1:huff0 | plane0:raw", is16},
 	{"fsplit | exp:huff0b(13)", isBF16},
 	{"fsplit | exp:huff0b(14)", isBF16},
-	{"fsplit | exp:huff0b(13) | sm:shuffle2 | sm.plane1:huff0", isF32},
+	{"fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)", isF32},
 }
 
 func isBF16(d codec.DType) bool { return d == codec.BF16 }
