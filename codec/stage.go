@@ -68,6 +68,16 @@ type SegInfo struct {
 	Len  int    // length in bytes; -1 when only known after encoding
 }
 
+// OutputName names output part of a split of segment in, as recipes
+// address it: part itself on the root segment "data" ("idx", "plane3"),
+// in.part on any other ("val.idx", "val.plane3").
+func OutputName(in, part string) string {
+	if in == "data" {
+		return part
+	}
+	return in + "." + part
+}
+
 // Segment is a named run of bytes with an element type.
 type Segment struct {
 	SegInfo

@@ -255,8 +255,8 @@ func (o bloomOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 		return nil, err
 	}
 	return []codec.SegInfo{
-		{Name: outName(in.Name, "bloom"), Elem: codec.Byte, Len: -1},
-		{Name: outName(in.Name, "val"), Elem: codec.F32, Len: -1},
+		{Name: codec.OutputName(in.Name, "bloom"), Elem: codec.Byte, Len: -1},
+		{Name: codec.OutputName(in.Name, "val"), Elem: codec.F32, Len: -1},
 	}, nil
 }
 
@@ -392,8 +392,8 @@ func (o bloomOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, erro
 		copy(val[4*i:4*i+4], in.Data[4*p:])
 	}
 	return []codec.Segment{
-		{SegInfo: codec.SegInfo{Name: outName(in.Name, "bloom"), Elem: codec.Byte}, Data: bits},
-		{SegInfo: codec.SegInfo{Name: outName(in.Name, "val"), Elem: codec.F32}, Data: val},
+		{SegInfo: codec.SegInfo{Name: codec.OutputName(in.Name, "bloom"), Elem: codec.Byte}, Data: bits},
+		{SegInfo: codec.SegInfo{Name: codec.OutputName(in.Name, "val"), Elem: codec.F32}, Data: val},
 	}, nil
 }
 

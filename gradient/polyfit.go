@@ -146,8 +146,8 @@ func (o polyfitOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 		return nil, err
 	}
 	return []codec.SegInfo{
-		{Name: outName(in.Name, "perm"), Elem: codec.U32, Len: in.Len},
-		{Name: outName(in.Name, "coef"), Elem: codec.Byte, Len: -1},
+		{Name: codec.OutputName(in.Name, "perm"), Elem: codec.U32, Len: in.Len},
+		{Name: codec.OutputName(in.Name, "coef"), Elem: codec.Byte, Len: -1},
 	}, nil
 }
 
@@ -205,8 +205,8 @@ func (o polyfitOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, er
 		start += l
 	}
 	return []codec.Segment{
-		{SegInfo: codec.SegInfo{Name: outName(in.Name, "perm"), Elem: codec.U32}, Data: view.Of(perm)},
-		{SegInfo: codec.SegInfo{Name: outName(in.Name, "coef"), Elem: codec.Byte}, Data: coef},
+		{SegInfo: codec.SegInfo{Name: codec.OutputName(in.Name, "perm"), Elem: codec.U32}, Data: view.Of(perm)},
+		{SegInfo: codec.SegInfo{Name: codec.OutputName(in.Name, "coef"), Elem: codec.Byte}, Data: coef},
 	}, nil
 }
 

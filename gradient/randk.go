@@ -102,7 +102,7 @@ func (o randkOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 		return nil, err
 	}
 	n := in.Len / 4
-	return []codec.SegInfo{{Name: outName(in.Name, "val"), Elem: codec.F32, Len: 4 * K(o.ratio, n)}}, nil
+	return []codec.SegInfo{{Name: codec.OutputName(in.Name, "val"), Elem: codec.F32, Len: 4 * K(o.ratio, n)}}, nil
 }
 
 // positions calls f with every kept position of a chunk of n elements
@@ -141,7 +141,7 @@ func (o randkOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, erro
 	o.positions(n, chunkOffset(ctx), func(j int, p uint32) {
 		copy(out[4*j:4*j+4], in.Data[4*p:])
 	})
-	return []codec.Segment{{SegInfo: codec.SegInfo{Name: outName(in.Name, "val"), Elem: codec.F32}, Data: out}}, nil
+	return []codec.Segment{{SegInfo: codec.SegInfo{Name: codec.OutputName(in.Name, "val"), Elem: codec.F32}, Data: out}}, nil
 }
 
 func (o randkOp) values(ctx *codec.Ctx, parts []codec.Segment, in codec.SegInfo) ([]float32, error) {

@@ -260,15 +260,6 @@ func (o selectOp) AppendParams(dst []byte) []byte {
 	return binary.LittleEndian.AppendUint32(append(dst, 0), math.Float32bits(o.ratio))
 }
 
-// outName names an output of a split of segment in: "idx" on data,
-// "g.idx" on a segment g.
-func outName(in, name string) string {
-	if in == "data" {
-		return name
-	}
-	return in + "." + name
-}
-
 func checkF32(stage string, in codec.SegInfo) error {
 	if in.Elem != codec.F32 || in.Len%4 != 0 {
 		return fmt.Errorf("%s: want an f32 segment, got %v of %d bytes", stage, in.Elem, in.Len)
@@ -285,8 +276,8 @@ func (o selectOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 		return nil, err
 	}
 	return []codec.SegInfo{
-		{Name: outName(in.Name, "idx"), Elem: codec.U32, Len: -1},
-		{Name: outName(in.Name, "val"), Elem: codec.F32, Len: -1},
+		{Name: codec.OutputName(in.Name, "idx"), Elem: codec.U32, Len: -1},
+		{Name: codec.OutputName(in.Name, "val"), Elem: codec.F32, Len: -1},
 	}, nil
 }
 
@@ -353,8 +344,8 @@ func (o selectOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, err
 		return nil, fmt.Errorf("%s: %d preselected values for %d positions", o, len(val), len(pos))
 	}
 	return []codec.Segment{
-		{SegInfo: codec.SegInfo{Name: outName(in.Name, "idx"), Elem: codec.U32}, Data: view.Of(pos)},
-		{SegInfo: codec.SegInfo{Name: outName(in.Name, "val"), Elem: codec.F32}, Data: view.Of(val)},
+		{SegInfo: codec.SegInfo{Name: codec.OutputName(in.Name, "idx"), Elem: codec.U32}, Data: view.Of(pos)},
+		{SegInfo: codec.SegInfo{Name: codec.OutputName(in.Name, "val"), Elem: codec.F32}, Data: view.Of(val)},
 	}, nil
 }
 

@@ -86,18 +86,9 @@ func (fsplitOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 		sm = n * smb
 	}
 	return []codec.SegInfo{
-		{Name: outName(in.Name, "exp"), Elem: codec.Byte, Len: n},
-		{Name: outName(in.Name, "sm"), Elem: codec.Byte, Len: sm},
+		{Name: codec.OutputName(in.Name, "exp"), Elem: codec.Byte, Len: n},
+		{Name: codec.OutputName(in.Name, "sm"), Elem: codec.Byte, Len: sm},
 	}, nil
-}
-
-// outName names output part of segment in: "exp" for data, "val.exp"
-// for val.
-func outName(in, part string) string {
-	if in == "data" {
-		return part
-	}
-	return in + "." + part
 }
 
 func (o fsplitOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, error) {

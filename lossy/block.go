@@ -279,15 +279,6 @@ func loadBlockOp(k *blockKind, p []byte) (codec.Op, error) {
 	return o, nil
 }
 
-// blockSegName names output suffix of a segment called in: "q" on "data",
-// "val.q" on "val".
-func blockSegName(in, suffix string) string {
-	if in == "data" {
-		return suffix
-	}
-	return in + "." + suffix
-}
-
 // qLen is the byte length of n codes.
 func (o *blockOp) qLen(n int) int { return (n*o.kind.bits + 7) / 8 }
 
@@ -318,8 +309,8 @@ func (o *blockOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 		return nil, err
 	}
 	return []codec.SegInfo{
-		{Name: blockSegName(in.Name, "q"), Elem: o.kind.elem, Len: o.qLen(n)},
-		{Name: blockSegName(in.Name, "scale"), Elem: codec.F32, Len: 4 * o.numBlocks(n)},
+		{Name: codec.OutputName(in.Name, "q"), Elem: o.kind.elem, Len: o.qLen(n)},
+		{Name: codec.OutputName(in.Name, "scale"), Elem: codec.F32, Len: 4 * o.numBlocks(n)},
 	}, nil
 }
 

@@ -93,22 +93,13 @@ func (o sparseOp) String() string {
 
 func (o sparseOp) AppendParams(dst []byte) []byte { return append(dst, byte(o.layout)) }
 
-// outName names an output of a split of segment in: "idx" on data,
-// "val.idx" on val.
-func outName(in, name string) string {
-	if in == "data" {
-		return name
-	}
-	return in + "." + name
-}
-
 func (o sparseOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 	if _, err := elemWidth(in); err != nil {
 		return nil, err
 	}
 	return []codec.SegInfo{
-		{Name: outName(in.Name, "idx"), Elem: codec.Byte, Len: -1},
-		{Name: outName(in.Name, "val"), Elem: in.Elem, Len: -1},
+		{Name: codec.OutputName(in.Name, "idx"), Elem: codec.Byte, Len: -1},
+		{Name: codec.OutputName(in.Name, "val"), Elem: in.Elem, Len: -1},
 	}, nil
 }
 
@@ -118,7 +109,7 @@ func (o sparseOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, err
 		return nil, err
 	}
 	n := in.Len / w
-	idxName, valName := outName(in.Name, "idx"), outName(in.Name, "val")
+	idxName, valName := codec.OutputName(in.Name, "idx"), codec.OutputName(in.Name, "val")
 	dense := func() []codec.Segment {
 		return []codec.Segment{
 			{SegInfo: codec.SegInfo{Name: idxName, Elem: codec.Byte}, Data: []byte{byte(Dense)}},

@@ -100,8 +100,8 @@ func (cooOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 		return nil, err
 	}
 	return []codec.SegInfo{
-		{Name: outName(in.Name, "idx"), Elem: codec.U32, Len: -1},
-		{Name: outName(in.Name, "val"), Elem: in.Elem, Len: -1},
+		{Name: codec.OutputName(in.Name, "idx"), Elem: codec.U32, Len: -1},
+		{Name: codec.OutputName(in.Name, "val"), Elem: in.Elem, Len: -1},
 	}, nil
 }
 
@@ -114,8 +114,8 @@ func (cooOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, error) {
 	pos, val := scratchU32(ctx, n), ctx.Arena.Alloc(in.Len)[:0]
 	pos, val = gather(in.Data, w, pos, val)
 	return []codec.Segment{
-		{SegInfo: codec.SegInfo{Name: outName(in.Name, "idx"), Elem: codec.U32}, Data: view.Of(pos)},
-		{SegInfo: codec.SegInfo{Name: outName(in.Name, "val"), Elem: in.Elem}, Data: val},
+		{SegInfo: codec.SegInfo{Name: codec.OutputName(in.Name, "idx"), Elem: codec.U32}, Data: view.Of(pos)},
+		{SegInfo: codec.SegInfo{Name: codec.OutputName(in.Name, "val"), Elem: in.Elem}, Data: val},
 	}, nil
 }
 

@@ -78,8 +78,8 @@ func (o widthOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 		return nil, fmt.Errorf("%s: segment %q holds %v; it takes bytes", o, in.Name, in.Elem)
 	}
 	return []codec.SegInfo{
-		{Name: outName(in.Name, "w"), Elem: o.elem, Len: -1},
-		{Name: outName(in.Name, "rest"), Elem: codec.Byte, Len: -1},
+		{Name: codec.OutputName(in.Name, "w"), Elem: o.elem, Len: -1},
+		{Name: codec.OutputName(in.Name, "rest"), Elem: codec.Byte, Len: -1},
 	}, nil
 }
 
@@ -155,8 +155,8 @@ func (o widthOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, erro
 	rest = append(rest, b[:p]...)
 	rest = append(rest, b[p+n:]...)
 	return []codec.Segment{
-		{SegInfo: codec.SegInfo{Name: outName(in.Name, "w"), Elem: o.elem, Len: n}, Data: b[p : p+n]},
-		{SegInfo: codec.SegInfo{Name: outName(in.Name, "rest"), Elem: codec.Byte, Len: len(rest)}, Data: rest},
+		{SegInfo: codec.SegInfo{Name: codec.OutputName(in.Name, "w"), Elem: o.elem, Len: n}, Data: b[p : p+n]},
+		{SegInfo: codec.SegInfo{Name: codec.OutputName(in.Name, "rest"), Elem: codec.Byte, Len: len(rest)}, Data: rest},
 	}, nil
 }
 
