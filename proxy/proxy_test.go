@@ -735,15 +735,7 @@ func TestHopCompression(t *testing.T) {
 // both ways: ByClass reads the floats as 4-byte elements (width) before
 // the sparse layout, where byte by byte it reached 76-77x.
 func TestHopSparse(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
-	msg := append(make([]byte, 0, 8<<20+4), 0x0a, 0x80, 0x80, 0x04) // field 1, 8 MiB
-	for range 2 << 20 {
-		v := float32(0)
-		if r.IntN(100) == 0 {
-			v = float32(r.NormFloat64() * 0.02)
-		}
-		msg = binary.LittleEndian.AppendUint32(msg, math.Float32bits(v))
-	}
+	msg := grpctest.SparseMessage(2 << 20)
 	up, down := hopBytes(t, msg)
 	t.Logf("payload %d bytes; on the hop: %d bytes out (%.1fx), %d back (%.1fx)",
 		len(msg), up, float64(len(msg))/float64(up), down, float64(len(msg))/float64(down))

@@ -2,14 +2,12 @@ package rpc
 
 import (
 	"bytes"
-	"encoding/binary"
-	"math"
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/tensorpress/tensorpress/autotune"
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/grpctest"
 	"github.com/tensorpress/tensorpress/sniff"
 )
 
@@ -21,15 +19,7 @@ import (
 //
 //	go test -run '^$' -bench SparseMessage -benchtime 8x ./rpc
 func BenchmarkSparseMessage(b *testing.B) {
-	r := rand.New(rand.NewPCG(5, 6))
-	msg := append(make([]byte, 0, 8<<20+4), 0x0a, 0x80, 0x80, 0x04)
-	for range 2 << 20 {
-		v := float32(0)
-		if r.IntN(100) == 0 {
-			v = float32(r.NormFloat64() * 0.02)
-		}
-		msg = binary.LittleEndian.AppendUint32(msg, math.Float32bits(v))
-	}
+	msg := grpctest.SparseMessage(2 << 20)
 	for _, c := range []struct {
 		name string
 		pol  func() codec.Policy

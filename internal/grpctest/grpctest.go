@@ -6,7 +6,10 @@ package grpctest
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"net"
 	"testing"
 
@@ -103,4 +106,21 @@ func Serve(t testing.TB, s *grpc.Server, opts ...grpc.DialOption) *grpc.ClientCo
 		s.Stop()
 	})
 	return conn
+}
+
+// SparseMessage returns a message of float32 values, 99% of them zero
+// (the others N(0, 0.02), seeded), after four header bytes that start a
+// protobuf field (0x0a, then a length prefix that is not checked): a
+// sparse gradient as an opaque message.
+func SparseMessage(floats int) []byte {
+	r := rand.New(rand.NewPCG(5, 6))
+	msg := append(make([]byte, 0, 4+4*floats), 0x0a, 0x80, 0x80, 0x04)
+	for range floats {
+		v := float32(0)
+		if r.IntN(100) == 0 {
+			v = float32(r.NormFloat64() * 0.02)
+		}
+		msg = binary.LittleEndian.AppendUint32(msg, math.Float32bits(v))
+	}
+	return msg
 }
