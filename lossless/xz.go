@@ -25,8 +25,9 @@ import (
 // writes; the container is walked and bounded here (xzDecode) before
 // either sees a block. liblzma's encoder (preset 6: a binary-tree match
 // finder) takes about 11 times its dictionary, outside Go's heap, for
-// each encode running: 93 MiB at the default 8 MiB, 673 MiB at 64 MiB
-// (dict=26); a Writer with n encoder workers may hold n of them. The
+// each encode running (XZ Utils documents 94 MiB for `xz -6`, whose
+// dictionary is our default 8 MiB); a Writer with n encoder workers may
+// hold n of them. The
 // encoder is the sender's choice (its recipe), never a peer's.
 //
 // Wire parameters: 1 byte, the base-2 logarithm of the largest LZMA2
