@@ -513,11 +513,7 @@ func (m *ONNX) Tensors() []TensorInfo {
 // Read reads the named initializer; see ReadIndex. A name the model lacks
 // gives an error wrapping ErrNotFound.
 func (m *ONNX) Read(name string) (*codec.Tensor, error) {
-	i, ok := m.index[name]
-	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
-	}
-	return m.ReadIndex(i)
+	return readNamed(m.index, name, m.ReadIndex)
 }
 
 // ReadIndex reads initializer i of file order into a new tensor whose Data

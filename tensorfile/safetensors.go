@@ -241,14 +241,20 @@ func (s *Safetensors) Size() int64 { return s.size }
 // documentation for the canonical layout.
 func (s *Safetensors) Canonical() bool { return s.canonical }
 
-// Read reads the named tensor; see ReadIndex. A name the file lacks gives an
-// error wrapping ErrNotFound.
-func (s *Safetensors) Read(name string) (*codec.Tensor, error) {
-	i, ok := s.index[name]
+// readNamed reads the entry called name through readIndex, or gives an
+// error wrapping ErrNotFound: the Read of every reader.
+func readNamed(index map[string]int, name string, readIndex func(int) (*codec.Tensor, error)) (*codec.Tensor, error) {
+	i, ok := index[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
-	return s.ReadIndex(i)
+	return readIndex(i)
+}
+
+// Read reads the named tensor; see ReadIndex. A name the file lacks gives an
+// error wrapping ErrNotFound.
+func (s *Safetensors) Read(name string) (*codec.Tensor, error) {
+	return readNamed(s.index, name, s.ReadIndex)
 }
 
 // ReadIndex reads tensor i of file order into a new tensor whose Data is a

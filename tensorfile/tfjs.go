@@ -215,11 +215,7 @@ func (m *TFJS) Tensors() []TensorInfo {
 // Read reads the named weight; see ReadIndex. A name the manifest lacks
 // gives an error wrapping ErrNotFound.
 func (m *TFJS) Read(name string) (*codec.Tensor, error) {
-	i, ok := m.index[name]
-	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
-	}
-	return m.ReadIndex(i)
+	return readNamed(m.index, name, m.ReadIndex)
 }
 
 // ReadIndex reads weight i of manifest order, as stored (DType of
