@@ -44,7 +44,7 @@ func TestFetchSurvivesHubKill(t *testing.T) { testHubFault(t, syscall.SIGKILL) }
 func TestFetchSurvivesHubDrain(t *testing.T) { testHubFault(t, syscall.SIGTERM) }
 
 func testHubFault(t *testing.T, sig syscall.Signal) {
-	bin := buildBinary(t)
+	bin := buildTensorpress(t)
 	dir := t.TempDir()
 	models := filepath.Join(dir, "models")
 	want := writeModel(t, models, 1, 16, 1<<20, seedIndex)
@@ -87,7 +87,7 @@ func testHubFault(t *testing.T, sig syscall.Signal) {
 // first's record on disk, and the two together make the hub send at most
 // 15% more than one whole fetch.
 func TestFetchResumesAcrossRuns(t *testing.T) {
-	bin := buildBinary(t)
+	bin := buildTensorpress(t)
 	dir := t.TempDir()
 	models := filepath.Join(dir, "models")
 	want := writeModel(t, models, 1, 32, 4<<20, seedIndex) // 128 MiB
@@ -143,7 +143,7 @@ func TestFetchResumesAcrossRuns(t *testing.T) {
 // safetensors file and to .npy files: no file under a final name is ever
 // incomplete or wrong, and a last run finishes the fetch.
 func TestFetchKilledAnyMoment(t *testing.T) {
-	bin := buildBinary(t)
+	bin := buildTensorpress(t)
 	dir := t.TempDir()
 	models := filepath.Join(dir, "models")
 	want := writeModel(t, models, 1, 12, 1<<20, seedIndex)
@@ -204,7 +204,7 @@ func TestFetchKilledAnyMoment(t *testing.T) {
 // version 2 bit for bit, those three fetched whole, with one warning that
 // names the base file.
 func TestFetchWrongBase(t *testing.T) {
-	bin := buildBinary(t)
+	bin := buildTensorpress(t)
 	dir := t.TempDir()
 	models := filepath.Join(dir, "models")
 	const n, size = 8, 256 << 10
@@ -251,7 +251,7 @@ func btoi(b bool) int {
 // fetch's peak RSS (/usr/bin/time -v): under 64 MiB. The model is 128 MiB;
 // 2 GiB with TENSORPRESS_BIG=1.
 func TestFetchMemory(t *testing.T) {
-	bin := buildBinary(t)
+	bin := buildTensorpress(t)
 	if _, err := os.Stat("/usr/bin/time"); err != nil {
 		t.Skip("no /usr/bin/time")
 	}
@@ -288,7 +288,7 @@ func TestFetchMemory(t *testing.T) {
 // TestFetchOneWriter: a second fetch to the --out a first is writing is
 // refused, for a safetensors file and for a directory of .npy files.
 func TestFetchOneWriter(t *testing.T) {
-	bin := buildBinary(t)
+	bin := buildTensorpress(t)
 	dir := t.TempDir()
 	models := filepath.Join(dir, "models")
 	writeModel(t, models, 1, 4, 1<<20, seedIndex)
@@ -312,7 +312,7 @@ func TestFetchOneWriter(t *testing.T) {
 // ends it after --stall with a clear error, and no final file; --deadline
 // 0 (the default) set no limit before.
 func TestFetchStallEnds(t *testing.T) {
-	bin := buildBinary(t)
+	bin := buildTensorpress(t)
 	dir := t.TempDir()
 	models := filepath.Join(dir, "models")
 	writeModel(t, models, 1, 8, 1<<20, seedIndex)

@@ -26,20 +26,6 @@ import (
 	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
-// buildBinary builds the tensorpress command into a temporary directory.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the binary and runs processes")
-	}
-	bin := filepath.Join(t.TempDir(), "tensorpress")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // digests are a model's tensors' SHA-256s by name.
 type digests map[string][32]byte
 

@@ -8,10 +8,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +25,49 @@ import (
 	"github.com/tensorpress/tensorpress/testvectors"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain fails the run if a goroutine is left behind, and removes the
+// command built for the tests of real processes.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if built.dir != "" {
+			os.RemoveAll(built.dir)
+		}
+		os.Exit(code)
+	}))
+}
+
+// built is the tensorpress command the tests of real processes run,
+// built once for the run (a build per test linked the same binary 14
+// times).
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// buildTensorpress returns the path of the command built from this
+// package (on the first call), or skips the test under -short: make test
+// runs the tests of real processes once, in its race pass.
+func buildTensorpress(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: no tests of real processes (make test runs them in its race pass)")
+	}
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "tensorpress-test-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "tensorpress")
+		if out, err := exec.Command("go", "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.bin
+}
 
 // syncBuffer is a log safe for a writer and a reader at once.
 type syncBuffer = syncbuf.Buffer

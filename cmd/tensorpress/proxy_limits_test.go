@@ -5,7 +5,6 @@ import (
 	"context"
 	"net"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sync"
 	"syscall"
@@ -22,21 +21,6 @@ import (
 	"github.com/tensorpress/tensorpress/internal/grpctest"
 	"github.com/tensorpress/tensorpress/rpc"
 )
-
-// buildTensorpress builds the command into a temporary directory and
-// returns the binary's path.
-func buildTensorpress(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: no tests of real processes (make test runs them in its race pass)")
-	}
-	bin := filepath.Join(t.TempDir(), "tensorpress")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // proxyProcess is a `tensorpress proxy` process.
 type proxyProcess struct {
