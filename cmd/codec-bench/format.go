@@ -33,6 +33,13 @@ type row struct {
 	// the bound is unbounded (every plane constant).
 	EntropyBound float64   `json:"entropy_bound"`
 	PlaneBits    []float64 `json:"plane_bits,omitempty"` // bits per byte of plane 0 (least significant) up
+	// FieldBound and FieldBoundCtx are the best ratios of coders of a
+	// float's fields, chunk by chunk: the exponent with an order-0 model
+	// (FieldBound) or given the element before's exponent (order 1,
+	// FieldBoundCtx), the sign with the mantissa as byte planes with
+	// order-0 models; 0 for other types (see fieldBounds).
+	FieldBound    float64 `json:"field_bound,omitempty"`
+	FieldBoundCtx float64 `json:"field_bound_ctx,omitempty"`
 	// Density is the fraction of elements (bytes for byte streams) whose
 	// bits are not all zero.
 	Density float64 `json:"density"`
@@ -89,7 +96,8 @@ func newRowWriter(format string, w io.Writer, sum *summary) (rowWriter, error) {
 	case "csv":
 		cw := csv.NewWriter(w)
 		err := cw.Write([]string{"tensor", "dtype", "chain", "external", "bytes_in", "bytes_out", "frames", "ratio",
-			"compress_mbps", "decompress_mbps", "entropy_bound", "plane_bits", "density", "lossy", "max_abs_err", "rel_l2_err"})
+			"compress_mbps", "decompress_mbps", "entropy_bound", "plane_bits", "density", "lossy", "max_abs_err", "rel_l2_err",
+			"field_bound", "field_bound_ctx"})
 		return csvWriter{cw}, err
 	}
 	return nil, usagef("unknown --format %q (want summary, table, json or csv)", format)
@@ -142,7 +150,7 @@ type tableWriter struct{ tw *tabwriter.Writer }
 // newTableWriter writes the header of the full table.
 func newTableWriter(w io.Writer) tableWriter {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENSOR\tDTYPE\tBYTES\tDENSITY\tCHAIN\tOUT\tRATIO\tCOMP MB/s\tDECOMP MB/s\tBOUND\tPLANE BITS\tMAX ERR\tREL L2\tEXTERNAL")
+	fmt.Fprintln(tw, "TENSOR\tDTYPE\tBYTES\tDENSITY\tCHAIN\tOUT\tRATIO\tCOMP MB/s\tDECOMP MB/s\tBOUND\tPLANE BITS\tFIELD BOUND\tMAX ERR\tREL L2\tEXTERNAL")
 	return tableWriter{tw}
 }
 
@@ -162,12 +170,16 @@ func (t tableWriter) write(r row) error {
 	if pb == "" {
 		pb = "-"
 	}
+	fields := "-"
+	if r.FieldBound > 0 {
+		fields = fmt.Sprintf("%.3fx/%.3fx", r.FieldBound, r.FieldBoundCtx)
+	}
 	maxErr, rel := "-", "-"
 	if r.Lossy {
 		maxErr, rel = fmt.Sprintf("%.3g", r.MaxAbsErr), fmt.Sprintf("%.3g", r.RelL2Err)
 	}
-	_, err := fmt.Fprintf(t.tw, "%s\t%s\t%d\t%s\t%s\t%d\t%.3fx\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-		r.Tensor, r.DType, r.BytesIn, density(r.Density), chain, r.BytesOut, r.Ratio, mbpsCell(r.CompressMBps), mbpsCell(r.DecompressMBps), bound, pb, maxErr, rel, ext)
+	_, err := fmt.Fprintf(t.tw, "%s\t%s\t%d\t%s\t%s\t%d\t%.3fx\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		r.Tensor, r.DType, r.BytesIn, density(r.Density), chain, r.BytesOut, r.Ratio, mbpsCell(r.CompressMBps), mbpsCell(r.DecompressMBps), bound, pb, fields, maxErr, rel, ext)
 	return err
 }
 
@@ -186,7 +198,8 @@ func (c csvWriter) write(r row) error {
 	c.w.Write([]string{r.Tensor, r.DType, r.Chain, r.External,
 		strconv.FormatInt(r.BytesIn, 10), strconv.FormatInt(r.BytesOut, 10), strconv.Itoa(r.Frames),
 		f(r.Ratio), f(float64(r.CompressMBps)), f(float64(r.DecompressMBps)), f(r.EntropyBound), planeBits(r.PlaneBits),
-		f(r.Density), strconv.FormatBool(r.Lossy), f(float64(r.MaxAbsErr)), f(float64(r.RelL2Err))})
+		f(r.Density), strconv.FormatBool(r.Lossy), f(float64(r.MaxAbsErr)), f(float64(r.RelL2Err)),
+		f(r.FieldBound), f(r.FieldBoundCtx)})
 	return c.flush()
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -104,8 +105,13 @@ frame bytes, headers included. BOUND is the best ratio a coder of each byte
 plane on its own (order-0 entropy over the whole tensor) can reach on a
 float tensor; PLANE BITS lists the planes' bits per byte from the least
 significant byte up. Coders that model runs or context (zstd on sparse
-data) can beat it. DENSITY is the share of elements whose bits are not all
-zero (-0.0 counts as non-zero).
+data) can beat it. FIELD BOUND (field_bound, field_bound_ctx) is the best
+ratio of coders of a float's fields, per --chunk as frames adapt: the
+exponent, then the sign with the mantissa in byte planes, each with an
+order-0 model of the chunk; after the slash, the exponent given the element
+before's exponent (order 1). Neither counts the models' tables; coders that
+adapt within a chunk (huff0b's small blocks) can beat them. DENSITY is the
+share of elements whose bits are not all zero (-0.0 counts as non-zero).
 
 Lossy chains (fp16, int8, nf4, ...) are checked for the size and shape of
 what they decode instead of its bytes, and report MAX ERR, the largest
@@ -312,9 +318,11 @@ func (b *bench) measureSample(s *sample, i, n int, o *runOptions, exts []externa
 	}
 	p.tensor(i, n, s.name, fmt.Sprintf("%v, %d bytes", s.dtype, len(s.data)))
 	bits, bound := planeStats(s)
+	f0, f1 := fieldBounds(s.dtype, s.data, o.chunk)
 	dens := sampleDensity(s)
 	emit := func(r row) error {
 		r.EntropyBound, r.PlaneBits, r.Density = bound, bits, dens
+		r.FieldBound, r.FieldBoundCtx = f0, f1
 		return rw.write(r)
 	}
 	measured, err := b.runSample(s, o.chains, emit, p)
@@ -442,6 +450,74 @@ func planeStats(s *sample) ([]float64, float64) {
 		bound = 0
 	}
 	return bits, bound
+}
+
+// fieldBounds returns the best ratios that coders of a float's fields
+// can reach on data (float32, bfloat16 or float16; 0, 0 for any other
+// type), chunk by chunk as frames are coded: the exponent (a symbol per
+// element) and the sign with the mantissa as fsplit stores them (f32: 3
+// bytes, bf16: 1, f16: 2, little-endian; each byte position a plane of
+// its own). bound0 codes each field with an order-0 model of the chunk;
+// ctx codes the exponent given the exponent of the element before (order
+// 1), the other planes as in bound0. Neither counts the models' tables,
+// so both are bounds.
+func fieldBounds(dt codec.DType, data []byte, chunk int) (bound0, ctx float64) {
+	var smBytes int
+	switch dt {
+	case codec.F32:
+		smBytes = 3
+	case codec.BF16:
+		smBytes = 1
+	case codec.F16:
+		smBytes = 2
+	default:
+		return 0, 0
+	}
+	size := dt.Size()
+	chunk -= chunk % size
+	n := len(data) / size
+	if n == 0 {
+		return 0, 0
+	}
+	exp := make([]byte, chunk/size)
+	sm := make([][]byte, smBytes)
+	for p := range sm {
+		sm[p] = make([]byte, chunk/size)
+	}
+	var bits0, bits1 float64
+	for off := 0; off < n*size; off += chunk {
+		c := data[off:min(off+chunk, n*size)]
+		m := len(c) / size
+		for i := range m {
+			var e, v uint32
+			switch dt {
+			case codec.F32:
+				x := binary.LittleEndian.Uint32(c[4*i:])
+				e, v = x>>23&0xff, x>>8&0x800000|x&0x7fffff
+			case codec.BF16:
+				x := uint32(binary.LittleEndian.Uint16(c[2*i:]))
+				e, v = x>>7&0xff, x>>8&0x80|x&0x7f
+			case codec.F16:
+				x := uint32(binary.LittleEndian.Uint16(c[2*i:]))
+				e, v = x>>10&0x1f, x>>5&0x400|x&0x3ff
+			}
+			exp[i] = byte(e)
+			for p := range sm {
+				sm[p][i] = byte(v >> (8 * p))
+			}
+		}
+		smBits := 0.0
+		for p := range sm {
+			smBits += entropy.Order0(sm[p][:m])
+		}
+		bits0 += float64(m) * (entropy.Order0(exp[:m]) + smBits)
+		bits1 += float64(m) * (entropy.Order1(exp[:m]) + smBits)
+	}
+	total := float64(8 * size * n)
+	if bits0 == 0 || bits1 == 0 {
+		return 0, 0
+	}
+	return total / bits0, total / bits1
 }
 
 func displayChain(text string) string {

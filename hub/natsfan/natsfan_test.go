@@ -400,6 +400,8 @@ func TestRelayFanOut(t *testing.T) {
 // publishes a large version; the publish completes (retrying where it
 // must) and every relay gets every version whole, never a part of one.
 func TestKillNodeMidPublish(t *testing.T) {
+	// Mostly waiting on elections and timeouts: beside the other kill test.
+	t.Parallel()
 	nodes := startCluster(t, 3)
 	// The node that dies is the one the origin talks to, so that it must
 	// reconnect too (the clients learn the cluster's other nodes).
@@ -474,6 +476,8 @@ func TestKillNodeMidPublish(t *testing.T) {
 // again. Every object stored reads back whole (its digest matches), and
 // the relay serves every version bit for bit.
 func TestKillStreamLeaderMidPublish(t *testing.T) {
+	// Mostly waiting on elections and timeouts: beside the other kill test.
+	t.Parallel()
 	nodes := startCluster(t, 3)
 	_, ajs := connect(t, urls(nodes))
 	ast := openStore(t, ajs, 3)

@@ -64,3 +64,33 @@ func PlaneBound(data []byte, width int) (planeBits []float64, ratio float64) {
 	}
 	return planeBits, 8 * float64(width) / sum
 }
+
+// Order1 returns the order-1 empirical entropy of b in bits per byte: the
+// first byte at 8 bits, each later byte at the entropy of the bytes that
+// follow its predecessor's value (the bits a static order-1 model of b
+// itself needs, its tables not counted). 0 for empty input; at most
+// Order0(b) plus 8 bits over len(b).
+func Order1(b []byte) float64 {
+	if len(b) == 0 {
+		return 0
+	}
+	pairs := make([]int32, 256*256)
+	var ctx [256]int
+	for i := 1; i < len(b); i++ {
+		pairs[int(b[i-1])<<8|int(b[i])]++
+		ctx[b[i-1]]++
+	}
+	bits := 8.0
+	for c, n := range ctx {
+		if n == 0 {
+			continue
+		}
+		fn := float64(n)
+		for _, k := range pairs[c<<8 : c<<8+256] {
+			if k != 0 {
+				bits -= float64(k) * math.Log2(float64(k)/fn)
+			}
+		}
+	}
+	return bits / float64(len(b))
+}

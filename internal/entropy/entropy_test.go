@@ -30,6 +30,35 @@ func TestOrder0(t *testing.T) {
 	}
 }
 
+func TestOrder1(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want float64 // bits in all
+	}{
+		{"empty", nil, 0},
+		{"one byte", []byte("a"), 8},
+		{"alternating", []byte("abababab"), 8}, // each byte follows from the one before
+		{"constant", []byte("aaaa"), 8},
+		// After a: b, c (1 bit each); after b: a; after c: a.
+		{"abaca", []byte("abaca"), 8 + 2},
+	} {
+		if got := Order1(tc.in) * float64(len(tc.in)); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: Order1 x n = %v bits, want %v", tc.name, got, tc.want)
+		}
+	}
+	// Random bytes: order 1 is no better than order 0 but for the tables
+	// it leaves out (about 255 x 255 / (2 ln 2) bits of bias).
+	rng := rand.New(rand.NewPCG(3, 4))
+	b := make([]byte, 1<<20)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	if o0, o1 := Order0(b), Order1(b); o1 > o0 || o0-o1 > 0.06 {
+		t.Fatalf("random: order 0 %.4f, order 1 %.4f bits a byte", o0, o1)
+	}
+}
+
 func TestPlaneBound(t *testing.T) {
 	// Plane 0 uniform over 256 values, plane 1 constant, plane 2 two values.
 	data := make([]byte, 0, 3*512)
