@@ -854,8 +854,8 @@ const fedSumTolerance = 1e-5
 // acknowledged frame must be counted (none lost); every update counted
 // must be a frame its client sent, acknowledged or, for a client killed
 // before the acknowledgement came, the last it sent of that tensor in
-// that round (the hub counts one per peer, tensor and round: never
-// twice); and the sums of those frames, decoded, must be the hub's, to
+// that round and the hub did not refuse (the hub counts one per peer,
+// tensor and round: never twice); and the sums of those frames, decoded, must be the hub's, to
 // float32 rounding. A mismatch is the run's error.
 func fedCheckSums(dir string, clients int, res *fedResult) error {
 	type key struct {
@@ -869,6 +869,7 @@ func fedCheckSums(dir string, clients int, res *fedResult) error {
 			return fmt.Errorf("sum check: %w", err)
 		}
 		m := map[key]fedRecord{}
+		cands := map[key][][]byte{}
 		for _, r := range recs {
 			k := key{r.round, r.name}
 			if old, ok := m[k]; ok && old.kind == 'c' {
@@ -879,8 +880,16 @@ func fedCheckSums(dir string, clients int, res *fedResult) error {
 			}
 			if r.kind == 'c' {
 				res.CommittedUpdates++
+				m[k] = r
+				continue
 			}
-			m[k] = r
+			// Not acknowledged (yet): the last frame sent and not refused.
+			cands[k] = sentCandidates(cands[k], r)
+			if c := cands[k]; len(c) > 0 {
+				m[k] = fedRecord{kind: 's', round: r.round, weight: r.weight, frame: c[len(c)-1], name: r.name}
+			} else {
+				delete(m, k)
+			}
 		}
 		logs[id] = m
 	}
@@ -906,6 +915,7 @@ func fedCheckSums(dir string, clients int, res *fedResult) error {
 		return fmt.Errorf("sum check: %w", err)
 	}
 	var maxDiff, maxVal float64
+	var worst string // where maxDiff is
 	counted := map[key]map[int]bool{}
 	for _, e := range ents {
 		var round uint64
@@ -950,7 +960,9 @@ func fedCheckSums(dir string, clients int, res *fedResult) error {
 				res.CountedUpdates++
 			}
 			for i, x := range hub {
-				maxDiff = max(maxDiff, math.Abs(float64(x)-sum[i]))
+				if d := math.Abs(float64(x) - sum[i]); d > maxDiff {
+					maxDiff, worst = d, fmt.Sprintf("round %d, %q (peers %s)", round, t.Name, meta["peers."+t.Name])
+				}
 				maxVal = max(maxVal, math.Abs(sum[i]))
 			}
 		}
@@ -967,7 +979,7 @@ func fedCheckSums(dir string, clients int, res *fedResult) error {
 		res.SumError = maxDiff / maxVal
 	}
 	if res.SumError > fedSumTolerance {
-		return fmt.Errorf("sum check: the hub's sums differ from the updates counted by %.2e of the largest value", res.SumError)
+		return fmt.Errorf("sum check: the hub's sums differ from the updates counted by %.2e of the largest value (the most at %s)", res.SumError, worst)
 	}
 	return nil
 }

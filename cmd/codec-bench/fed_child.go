@@ -492,7 +492,11 @@ func fedUpload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, row 
 	for tries := 0; len(pending) > 0; tries++ {
 		acked := 0
 		var name string
-		req.OnSend = func(f []byte) { log.write('s', round, req.Weight, f) }
+		var sent [][]byte // this attempt's frames, in the order sent
+		req.OnSend = func(f []byte) {
+			log.write('s', round, req.Weight, f)
+			sent = append(sent, f)
+		}
 		req.OnCommit = func(f []byte) {
 			log.write('c', round, req.Weight, f)
 			acked++
@@ -506,7 +510,15 @@ func fedUpload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, row 
 			return false, nil
 		}
 		pending = pending[acked:]
-		switch status.Code(err) {
+		code := status.Code(err)
+		if code == codes.FailedPrecondition || code == codes.AlreadyExists {
+			// The hub refused the first frame not acknowledged and
+			// read no further: none of those frames was counted.
+			for _, f := range sent[acked:] {
+				log.write('r', round, req.Weight, f)
+			}
+		}
+		switch code {
 		case codes.FailedPrecondition:
 			return true, nil
 		case codes.AlreadyExists:
@@ -753,7 +765,9 @@ func fedLogPath(dir string, id int) string {
 }
 
 // fedLog is a client's record of its updates: each frame when it is sent
-// ('s') and when the hub acknowledged it ('c'), as records of a kind
+// ('s'), when the hub acknowledged it ('c') and when the hub refused it
+// ('r': the round had closed, or the tensor was counted from an earlier
+// frame; the hub did not count it), as records of a kind
 // byte, the round (uint64), the weight (float32), the frame's length
 // (uint32) and the frame, little-endian. Written as they happen, so a
 // killed client's log holds all but what it was writing.
@@ -835,14 +849,35 @@ func (l *fedLog) committed(r uint64) map[string]bool {
 }
 
 // sent returns the last frame of tensor name the log holds as sent in
-// round r (by the process before).
+// round r (by the process before) and not refused.
 func (l *fedLog) sent(r uint64, name string) ([]byte, bool) {
-	for i := len(l.recs) - 1; i >= 0; i-- {
-		if rec := l.recs[i]; rec.kind == 's' && rec.round == r && rec.name == name {
-			return rec.frame, true
+	var cands [][]byte
+	for _, rec := range l.recs {
+		if rec.round == r && rec.name == name {
+			cands = sentCandidates(cands, rec)
 		}
 	}
-	return nil, false
+	if len(cands) == 0 {
+		return nil, false
+	}
+	return cands[len(cands)-1], true
+}
+
+// sentCandidates adds a record of one tensor in one round to the frames of
+// it the hub may have counted, in the order sent: a sent frame joins
+// them, a refused one leaves them.
+func sentCandidates(cands [][]byte, rec fedRecord) [][]byte {
+	switch rec.kind {
+	case 's':
+		return append(cands, rec.frame)
+	case 'r':
+		for i := len(cands) - 1; i >= 0; i-- {
+			if bytes.Equal(cands[i], rec.frame) {
+				return slices.Delete(cands, i, i+1)
+			}
+		}
+	}
+	return cands
 }
 
 func (l *fedLog) close() {
