@@ -172,8 +172,14 @@ const (
 	bytesHi7  = 0xfefefefefefefefe
 )
 
-// fsplitBF16 splits the bfloat16 values of src into exp and sm.
+// fsplitBF16 splits the bfloat16 values of src into exp and sm: the AVX2
+// kernel where there is one, fsplitBF16Go for what it leaves.
 func fsplitBF16(exp, sm, src []byte) {
+	k := fsplitBF16Asm(exp, sm, src)
+	fsplitBF16Go(exp[k:], sm[k:], src[2*k:])
+}
+
+func fsplitBF16Go(exp, sm, src []byte) {
 	var lo, hi [fsplitBlock]byte
 	for base := 0; base < len(exp); base += fsplitBlock {
 		m := min(fsplitBlock, len(exp)-base)
@@ -194,6 +200,11 @@ func fsplitBF16(exp, sm, src []byte) {
 
 // fjoinBF16 is fsplitBF16 undone.
 func fjoinBF16(out, exp, sm []byte) {
+	k := fjoinBF16Asm(out, exp, sm)
+	fjoinBF16Go(out[2*k:], exp[k:], sm[k:])
+}
+
+func fjoinBF16Go(out, exp, sm []byte) {
 	var lo, hi [fsplitBlock]byte
 	for base := 0; base < len(exp); base += fsplitBlock {
 		m := min(fsplitBlock, len(exp)-base)

@@ -70,6 +70,37 @@ func TestFsplitRoundTrip(t *testing.T) {
 	codectest.Lossless(t, &codec.Tensor{Name: "f", DType: codec.F32, Shape: []int64{256 * 64}, Data: f}, "fsplit")
 }
 
+// TestFsplitBF16Kernels: the AVX2 kernels (where the CPU has AVX2) split
+// and join as the pure-Go loops do, at every length around their 32-element
+// steps, every bit pattern included.
+func TestFsplitBF16Kernels(t *testing.T) {
+	all := make([]byte, 2<<16)
+	for v := range 1 << 16 {
+		binary.LittleEndian.PutUint16(all[2*v:], uint16(v))
+	}
+	r := rand.New(rand.NewPCG(2, 3))
+	r.Shuffle(1<<16, func(i, j int) {
+		a, b := binary.LittleEndian.Uint16(all[2*i:]), binary.LittleEndian.Uint16(all[2*j:])
+		binary.LittleEndian.PutUint16(all[2*i:], b)
+		binary.LittleEndian.PutUint16(all[2*j:], a)
+	})
+	for _, n := range []int{0, 1, 31, 32, 33, 63, 64, 65, 95, 1000, 1 << 16} {
+		src := all[:2*n]
+		exp, sm, wantExp, wantSM := make([]byte, n), make([]byte, n), make([]byte, n), make([]byte, n)
+		fsplitBF16(exp, sm, src)
+		fsplitBF16Go(wantExp, wantSM, src)
+		if !bytes.Equal(exp, wantExp) || !bytes.Equal(sm, wantSM) {
+			t.Fatalf("n %d: the split differs from the pure-Go loop's", n)
+		}
+		out, want := make([]byte, 2*n), make([]byte, 2*n)
+		fjoinBF16(out, exp, sm)
+		fjoinBF16Go(want, exp, sm)
+		if !bytes.Equal(out, want) || !bytes.Equal(out, src) {
+			t.Fatalf("n %d: the join differs from the pure-Go loop's or the input", n)
+		}
+	}
+}
+
 // TestFsplitFields: the segments hold the fields where FORMAT.md puts them.
 func TestFsplitFields(t *testing.T) {
 	ctx := &codec.Ctx{Arena: &codec.Arena{}}
@@ -176,5 +207,37 @@ func TestHuff0MinimalHeaders(t *testing.T) {
 		if _, err := op.Decode(nil, make([]byte, 0, 1), []codec.Segment{{Data: []byte{0x81, 0x00, 'A'}}}, in); !errors.Is(err, codec.ErrCorrupt) {
 			t.Errorf("%s: non-minimal header: %v, want ErrCorrupt", op, err)
 		}
+	}
+}
+
+// BenchmarkFsplitBF16: the split and the join of 1 MiB of bfloat16, the
+// kernels used (AVX2 where the CPU has it) against the pure-Go loops.
+//
+//	go test -run '^$' -bench FsplitBF16 -cpu 1 ./lossless
+func BenchmarkFsplitBF16(b *testing.B) {
+	const n = 1 << 19
+	src := fsplitTestBits(codec.BF16, n, 1)
+	exp, sm, out := make([]byte, n), make([]byte, n), make([]byte, 2*n)
+	for _, k := range []struct {
+		name        string
+		split, join func()
+	}{
+		{"kernel", func() { fsplitBF16(exp, sm, src) }, func() { fjoinBF16(out, exp, sm) }},
+		{"go", func() { fsplitBF16Go(exp, sm, src) }, func() { fjoinBF16Go(out, exp, sm) }},
+	} {
+		b.Run("split/"+k.name, func(b *testing.B) {
+			b.SetBytes(2 * n)
+			b.ReportAllocs()
+			for b.Loop() {
+				k.split()
+			}
+		})
+		b.Run("join/"+k.name, func(b *testing.B) {
+			b.SetBytes(2 * n)
+			b.ReportAllocs()
+			for b.Loop() {
+				k.join()
+			}
+		})
 	}
 }
