@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/tensorpress/tensorpress/codec"
@@ -335,11 +333,9 @@ type stHeader struct {
 	total   int64 // data bytes the tensors cover, set by checkLayout
 }
 
-// stParser walks the header's JSON tokens. encoding/json's Decoder.Token
-// checks the syntax; the parser checks the structure, and catches the
-// duplicate keys that decoding into a map would silently merge.
+// stParser walks the header's JSON tokens (jsonTokens).
 type stParser struct {
-	dec    *json.Decoder
+	jsonTokens
 	limits Limits
 }
 
@@ -357,9 +353,9 @@ func parseSTHeader(header []byte, limits Limits) (*stHeader, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(header))
 	dec.UseNumber()
-	p := &stParser{dec: dec, limits: limits}
+	p := &stParser{jsonTokens: jsonTokens{dec: dec, format: fmtST, base: stLenSize, doc: "header JSON"}, limits: limits}
 	h := &stHeader{index: make(map[string]int)}
-	if _, err := p.delim('{', "the header"); err != nil {
+	if err := p.delim('{', "the header"); err != nil {
 		return nil, err
 	}
 	metaSeen := false
@@ -394,7 +390,7 @@ func parseSTHeader(header []byte, limits Limits) (*stHeader, error) {
 		h.index[key] = len(h.tensors)
 		h.tensors = append(h.tensors, ti)
 	}
-	if _, err := p.delim('}', "the header"); err != nil {
+	if err := p.delim('}', "the header"); err != nil {
 		return nil, err
 	}
 	if tok, err := dec.Token(); err != io.EOF {
@@ -404,60 +400,6 @@ func parseSTHeader(header []byte, limits Limits) (*stHeader, error) {
 		return nil, p.corrupt("unexpected %v after the header object", tok)
 	}
 	return h, nil
-}
-
-func (p *stParser) offset() int64 { return stLenSize + p.dec.InputOffset() }
-
-func (p *stParser) corrupt(msg string, args ...any) error {
-	return formatErr(fmtST, p.offset(), isCorrupt, msg, args...)
-}
-
-// syntax turns a json error into a FormatError.
-func (p *stParser) syntax(err error) error {
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		// se.Offset counts from where the Decoder last resumed, not from
-		// the start of the header; InputOffset is the failing token's.
-		return p.corrupt("bad JSON in header: %v", se)
-	}
-	if err == io.EOF || err == io.ErrUnexpectedEOF {
-		return p.corrupt("header JSON ends early")
-	}
-	return p.corrupt("bad JSON in header: %v", err)
-}
-
-// next returns the next token.
-func (p *stParser) next() (json.Token, error) {
-	tok, err := p.dec.Token()
-	if err != nil {
-		return nil, p.syntax(err)
-	}
-	return tok, nil
-}
-
-// delim reads the delimiter d, opening or closing what.
-func (p *stParser) delim(d json.Delim, what string) (json.Token, error) {
-	tok, err := p.next()
-	if err != nil {
-		return nil, err
-	}
-	if tok != d {
-		return nil, p.corrupt("%s: want %v, got %s", what, d, describe(tok))
-	}
-	return tok, nil
-}
-
-// key reads an object key (Token returns keys as strings).
-func (p *stParser) key(what string) (string, error) {
-	tok, err := p.next()
-	if err != nil {
-		return "", err
-	}
-	s, ok := tok.(string)
-	if !ok {
-		return "", p.corrupt("%s: want a key, got %s", what, describe(tok))
-	}
-	return s, nil
 }
 
 // describe names a token for an error message.
@@ -511,7 +453,7 @@ func (p *stParser) metadata() (map[string]string, error) {
 		}
 		m[k] = v
 	}
-	if _, err := p.delim('}', metadataKey); err != nil {
+	if err := p.delim('}', metadataKey); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -570,7 +512,7 @@ func (p *stParser) tensor(name string) (TensorInfo, error) {
 			}
 			ti.DType = dt
 		case "shape":
-			if _, err := p.delim('[', what+": shape"); err != nil {
+			if err := p.delim('[', what+": shape"); err != nil {
 				return ti, err
 			}
 			ti.Shape = []int64{}
@@ -584,11 +526,11 @@ func (p *stParser) tensor(name string) (TensorInfo, error) {
 				}
 				ti.Shape = append(ti.Shape, d)
 			}
-			if _, err := p.delim(']', what+": shape"); err != nil {
+			if err := p.delim(']', what+": shape"); err != nil {
 				return ti, err
 			}
 		case "data_offsets":
-			if _, err := p.delim('[', what+": data_offsets"); err != nil {
+			if err := p.delim('[', what+": data_offsets"); err != nil {
 				return ti, err
 			}
 			var offs [2]int64
@@ -603,13 +545,13 @@ func (p *stParser) tensor(name string) (TensorInfo, error) {
 			if p.dec.More() {
 				return ti, p.corrupt("%s: data_offsets has more than 2 numbers", what)
 			}
-			if _, err := p.delim(']', what+": data_offsets"); err != nil {
+			if err := p.delim(']', what+": data_offsets"); err != nil {
 				return ti, err
 			}
 			ti.Begin, ti.End = offs[0], offs[1]
 		}
 	}
-	if _, err := p.delim('}', what); err != nil {
+	if err := p.delim('}', what); err != nil {
 		return ti, err
 	}
 	switch {
@@ -633,30 +575,6 @@ func (p *stParser) tensor(name string) (TensorInfo, error) {
 			what, ti.Begin, ti.End, ti.Size(), ti.Shape, dtName, want)
 	}
 	return ti, nil
-}
-
-// uint reads a non-negative integer that fits an int64.
-func (p *stParser) uint(what string) (int64, error) {
-	tok, err := p.next()
-	if err != nil {
-		return 0, err
-	}
-	num, ok := tok.(json.Number)
-	if !ok {
-		return 0, p.corrupt("%s: want a number, got %s", what, describe(tok))
-	}
-	s := num.String()
-	if strings.HasPrefix(s, "-") {
-		return 0, p.corrupt("%s: %s is negative", what, s)
-	}
-	if strings.ContainsAny(s, ".eE") {
-		return 0, p.corrupt("%s: %s is not an integer", what, s)
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, p.corrupt("%s: %s does not fit in 63 bits", what, s)
-	}
-	return v, nil
 }
 
 // byteSize is the product of shape times the element size, with ok=false on

@@ -329,7 +329,7 @@ func tfjsQuantDType(name string) (codec.DType, bool) {
 // header: encoding/json checks the syntax, the parser the structure and
 // the duplicate keys that decoding into a map would merge silently.
 type tfjsParser struct {
-	dec    *json.Decoder
+	jsonTokens
 	limits Limits
 	shards int // shard paths seen, all groups together
 }
@@ -342,7 +342,7 @@ func parseTFJS(data []byte, limits Limits) (*TFJS, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	p := &tfjsParser{dec: dec, limits: limits}
+	p := &tfjsParser{jsonTokens: jsonTokens{dec: dec, format: fmtTFJS, doc: "model JSON"}, limits: limits}
 	m := &TFJS{index: make(map[string]int)}
 	const what = "the model JSON"
 	if err := p.delim('{', what); err != nil {
@@ -409,56 +409,6 @@ func parseTFJS(data []byte, limits Limits) (*TFJS, error) {
 	return m, nil
 }
 
-func (p *tfjsParser) fail(kind []error, msg string, args ...any) error {
-	return formatErr(fmtTFJS, p.dec.InputOffset(), kind, msg, args...)
-}
-
-func (p *tfjsParser) corrupt(msg string, args ...any) error {
-	return p.fail(isCorrupt, msg, args...)
-}
-
-// syntax turns a json error into a FormatError.
-func (p *tfjsParser) syntax(err error) error {
-	if err == io.EOF || err == io.ErrUnexpectedEOF {
-		return p.corrupt("model JSON ends early")
-	}
-	return p.corrupt("bad JSON: %v", err)
-}
-
-// next returns the next token.
-func (p *tfjsParser) next() (json.Token, error) {
-	tok, err := p.dec.Token()
-	if err != nil {
-		return nil, p.syntax(err)
-	}
-	return tok, nil
-}
-
-// delim reads the delimiter d, opening or closing what.
-func (p *tfjsParser) delim(d json.Delim, what string) error {
-	tok, err := p.next()
-	if err != nil {
-		return err
-	}
-	if tok != d {
-		return p.corrupt("%s: want %v, got %s", what, d, describe(tok))
-	}
-	return nil
-}
-
-// key reads an object key (Token returns keys as strings).
-func (p *tfjsParser) key(what string) (string, error) {
-	tok, err := p.next()
-	if err != nil {
-		return "", err
-	}
-	s, ok := tok.(string)
-	if !ok {
-		return "", p.corrupt("%s: want a key, got %s", what, describe(tok))
-	}
-	return s, nil
-}
-
 // str reads a string.
 func (p *tfjsParser) str(what string) (string, error) {
 	tok, err := p.next()
@@ -470,30 +420,6 @@ func (p *tfjsParser) str(what string) (string, error) {
 		return "", p.corrupt("%s is %s, want a string", what, describe(tok))
 	}
 	return s, nil
-}
-
-// uint reads a non-negative integer that fits an int64.
-func (p *tfjsParser) uint(what string) (int64, error) {
-	tok, err := p.next()
-	if err != nil {
-		return 0, err
-	}
-	num, ok := tok.(json.Number)
-	if !ok {
-		return 0, p.corrupt("%s: want a number, got %s", what, describe(tok))
-	}
-	s := num.String()
-	if strings.HasPrefix(s, "-") {
-		return 0, p.corrupt("%s: %s is negative", what, s)
-	}
-	if strings.ContainsAny(s, ".eE") {
-		return 0, p.corrupt("%s: %s is not an integer", what, s)
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, p.corrupt("%s: %s does not fit in 63 bits", what, s)
-	}
-	return v, nil
 }
 
 // float reads a finite number.
