@@ -44,11 +44,25 @@ func BenchmarkHubDeltasFL(b *testing.B) {
 		b.Fatal(err)
 	}
 	var bfull, bdelta float64
+	var lens [3]float64 // deltaLenBits of each context
+	var sorted int64    // the differences in base-exponent order, shuffle4 | *:zstd(1)
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		b.Fatal(err)
+	}
 	for r := 0; r+1 < len(models); r++ {
 		for i, t := range models[r+1] {
 			f, d := entropyBits(t.Data, models[r][i].Data)
 			bfull += f
 			bdelta += d
+			for c := range lens {
+				lens[c] += deltaLenBits(t.Data, models[r][i].Data, c)
+			}
+			n, err := sortedDeltaBytes(enc, t, models[r][i].Data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sorted += n
 		}
 	}
 	var full, delta, frozen int64
@@ -82,6 +96,10 @@ func BenchmarkHubDeltasFL(b *testing.B) {
 	b.ReportMetric(float64(full)/float64(delta), "full/delta")
 	b.ReportMetric(float64(frozen)/float64(full), "frozen/full")
 	b.ReportMetric(bfull/bdelta, "bound-full/delta")
+	b.ReportMetric(float64(full)/(lens[0]/8), "full/len-o0")
+	b.ReportMetric(float64(full)/(lens[1]/8), "full/len-prev")
+	b.ReportMetric(float64(full)/(lens[2]/8), "full/len-base-exp")
+	b.ReportMetric(float64(full)/float64(sorted), "full/sorted-zstd1")
 	b.Logf("rounds 10-20: full %d bytes, deltas %d (%.3fx smaller); frozen first layer: %d bytes, %.1f%% of full",
 		full, delta, float64(full)/float64(delta), frozen, 100*float64(frozen)/float64(full))
 	b.Logf("entropy bounds, each element coded given its base and the element before it: full %.0f bytes, deltas %.0f (%.3fx smaller)",
@@ -130,4 +148,72 @@ func entropyBits(cur, base []byte) (full, delta float64) {
 		delta += h(v, deltaCtx[[2]uint32{k[0], k[1]}])
 	}
 	return full, delta
+}
+
+// deltaLenBits is what coding the hub's delta of cur against base as the
+// bit length L of each zigzag difference and the L-1 bits below its
+// leading one needs, in bits, with L's counts over the whole tensor
+// (tables not counted: a bound) in one of three contexts: none (ctx 0),
+// the element before's L (1), the base element's exponent (2).
+func deltaLenBits(cur, base []byte, ctx int) float64 {
+	n := len(cur) / 4
+	joint := map[[2]uint32]float64{}
+	marg := map[uint32]float64{}
+	var total float64
+	var prevLen uint32
+	for i := range n {
+		bs := binary.LittleEndian.Uint32(base[4*i:])
+		x := binary.LittleEndian.Uint32(cur[4*i:]) - bs
+		z := x<<1 ^ uint32(int32(x)>>31)
+		l := uint32(bits.Len32(z))
+		var c uint32
+		switch ctx {
+		case 1:
+			c = prevLen
+		case 2:
+			c = bs >> 23 & 0xff
+		}
+		joint[[2]uint32{c, l}]++
+		marg[c]++
+		prevLen = l
+		total += float64(max(int(l)-1, 0))
+	}
+	for k, v := range joint {
+		total -= v * math.Log2(v/marg[k[0]])
+	}
+	return total
+}
+
+// sortedDeltaBytes is the size of the frames of t's delta against base
+// (as the hub makes it: zigzag differences of the bits) with the elements
+// in the order of their base element's exponent (stable), coded with
+// shuffle4 | *:zstd(1) in chunks of the default size: what ordering by a
+// context both ends hold gives today's chain.
+func sortedDeltaBytes(enc *codec.Encoder, t *codec.Tensor, base []byte) (int64, error) {
+	n := len(t.Data) / 4
+	var byExp [256][]int
+	for i := range n {
+		e := binary.LittleEndian.Uint32(base[4*i:]) >> 23 & 0xff
+		byExp[e] = append(byExp[e], i)
+	}
+	d := codec.AlignedBytes(4 * n)
+	k := 0
+	for _, idx := range byExp {
+		for _, i := range idx {
+			x := binary.LittleEndian.Uint32(t.Data[4*i:]) - binary.LittleEndian.Uint32(base[4*i:])
+			binary.LittleEndian.PutUint32(d[4*k:], x<<1^uint32(int32(x)>>31))
+			k++
+		}
+	}
+	r := codec.MustParseRecipe("shuffle4 | *:zstd(1)")
+	var total int64
+	for off := 0; off < len(d); off += codec.DefaultChunkSize {
+		c := &codec.Tensor{Name: t.Name, DType: codec.U32, Shape: []int64{int64(n)}, Offset: int64(off / 4), Data: d[off:min(off+codec.DefaultChunkSize, len(d))]}
+		f, err := enc.AppendTensor(nil, c, r)
+		if err != nil {
+			return 0, err
+		}
+		total += int64(len(f))
+	}
+	return total, nil
 }
