@@ -414,8 +414,9 @@ func canSeek(s io.Seeker) bool {
 // skipPayload steps over the n bytes of payload that start at the
 // buffered reader's position, returning their offset in r.at for a
 // worker to read: the bytes buffered already are dropped, the rest
-// seeked over. A payload that runs past the end of the input is found
-// short by the worker's read.
+// seeked over. A payload that runs past the end of the input is
+// io.ErrUnexpectedEOF here, as reading it would be, so that the frame is
+// not counted as read.
 func (r *Reader) skipPayload(n int64) (off, length int64, err error) {
 	pos, err := r.at.Seek(0, io.SeekCurrent)
 	if err != nil {
@@ -427,10 +428,20 @@ func (r *Reader) skipPayload(n int64) (off, length int64, err error) {
 		_, err = r.br.Discard(int(n))
 		return off, n, err
 	}
+	end, err := r.at.Seek(0, io.SeekEnd)
+	if err != nil {
+		return 0, 0, err
+	}
+	if end-off < n {
+		// Leave the input where a read of the payload would have.
+		r.br.Discard(int(b))
+		r.at.Seek(end, io.SeekStart)
+		return 0, 0, io.ErrUnexpectedEOF
+	}
 	if _, err := r.br.Discard(int(b)); err != nil {
 		return 0, 0, err
 	}
-	if _, err := r.at.Seek(n-b, io.SeekCurrent); err != nil {
+	if _, err := r.at.Seek(off+n, io.SeekStart); err != nil {
 		return 0, 0, err
 	}
 	return off, n, nil
