@@ -639,20 +639,3 @@ func TestAtDensity(t *testing.T) {
 		t.Errorf("original DGC changed: %v", d)
 	}
 }
-
-// K: ceil(r*n) with the ratio's decimal meaning, never a whole element
-// less than the product.
-func TestK(t *testing.T) {
-	for _, c := range []struct {
-		r    float32
-		n, k int
-	}{
-		{0.1, 100, 10}, {0.3, 1000, 300}, {0.001, 1, 1}, {0.5, 0, 0}, {0.5, 3, 2},
-		{1, 1, 1}, {1, 2_000_000, 2_000_000}, {1, 1 << 30, 1 << 30}, {0.5, 4_000_000, 2_000_000},
-		{0.1, 1_000_000, 100_000}, {0.25, 100_000_000, 25_000_000},
-	} {
-		if got := K(c.r, c.n); got != c.k {
-			t.Errorf("K(%v, %d) = %d, want %d", c.r, c.n, got, c.k)
-		}
-	}
-}

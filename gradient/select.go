@@ -284,15 +284,13 @@ func (o selectOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 // K is how many elements a ratio r keeps of n: ceil(r*n), at least 1 when
 // n > 0 (the rounding of DGC's reference implementation). The product is
 // taken with a relative tolerance of 1e-6, so that a ratio stored as
-// float32 keeps its decimal meaning (0.1 of 100 is 10, not 11), and of at
-// most half an element, so that a whole product is never cut (K(1, n) is
-// n for every n; a tolerance of 1e-6 alone kept 1999998 of 2000000).
+// float32 keeps its decimal meaning (0.1 of 100 is 10, not 11).
 func K(r float32, n int) int {
 	if n == 0 {
 		return 0
 	}
 	x := float64(r) * float64(n)
-	k := int(math.Ceil(x - min(x*1e-6, 0.5)))
+	k := int(math.Ceil(x - x*1e-6))
 	return min(max(k, 1), n)
 }
 
