@@ -639,3 +639,20 @@ func TestAtDensity(t *testing.T) {
 		t.Errorf("original DGC changed: %v", d)
 	}
 }
+
+// K is part of the wire format (randk's decoder computes it): these
+// counts, large products included, must not change.
+func TestKFormat(t *testing.T) {
+	for _, c := range []struct {
+		r    float32
+		n, k int
+	}{
+		{0.1, 100, 10}, {0.3, 1000, 300}, {0.001, 1, 1}, {0.5, 0, 0}, {0.5, 3, 2},
+		{1, 1, 1}, {1, 999_999, 999_999}, {1, 1_000_000, 999_999}, {1, 2_000_000, 1_999_998}, {0.5, 4_000_000, 1_999_998},
+		{0.1, 1_000_000, 100_000}, {0.3, 100_000_000, 29_999_972},
+	} {
+		if got := K(c.r, c.n); got != c.k {
+			t.Errorf("K(%v, %d) = %d, want %d", c.r, c.n, got, c.k)
+		}
+	}
+}

@@ -285,6 +285,11 @@ func (o selectOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 // n > 0 (the rounding of DGC's reference implementation). The product is
 // taken with a relative tolerance of 1e-6, so that a ratio stored as
 // float32 keeps its decimal meaning (0.1 of 100 is 10, not 11).
+//
+// K is part of the wire format (docs/FORMAT.md, "Gradient stages"): randk's
+// decoder computes the count from the ratio, so the rule cannot change
+// without one. From r·n = 1e6 on the tolerance can take whole elements off
+// (K(1, 2000000) is 1999998).
 func K(r float32, n int) int {
 	if n == 0 {
 		return 0
