@@ -94,6 +94,40 @@ func TestBudgetUploads(t *testing.T) {
 	}
 }
 
+// TestUploadOneTensorAFrame: a frame of two tensors is refused before any
+// of it is added. Were it decoded, a second tensor the peer's update of
+// which the round had counted (AlreadyExists) would leave the first in the
+// sum, and the update counted nowhere.
+func TestUploadOneTensorAFrame(t *testing.T) {
+	h, _ := New()
+	c, _ := serve(t, h)
+	req := UploadRequest{Round: 1, Peer: "p"}
+	b := []*codec.Tensor{codec.FromFloat32("b", []float32{1, 2}, 2)}
+	if err := Upload(context.Background(), c, gradient.NewOutbox(nil), req, b); err != nil {
+		t.Fatal(err)
+	}
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame, err := enc.AppendTensors(nil, []*codec.Tensor{codec.FromFloat32("a", []float32{5, 5}, 2), b[0]}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Upload(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Send(&hubpb.UploadMessage{Round: 1, Peer: "p", Frame: frame})
+	if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a frame of two tensors: %v", err)
+	}
+	sum, _ := h.Sum(1)
+	if len(sum.Tensors) != 1 || sum.Tensors[0].Name != "b" {
+		t.Fatalf("after the refused frame the round holds %d sums (%v)", len(sum.Tensors), sum.Counts)
+	}
+}
+
 // TestLimits: the defaults are valid and each bad value is refused.
 func TestLimits(t *testing.T) {
 	if _, err := DefaultLimits().ServerOptions(); err != nil {

@@ -380,8 +380,8 @@ func weightOf(m *hubpb.UploadMessage) float32 {
 }
 
 // oneFrame checks, from its header alone, that an upload message is one
-// frame: a message of several is refused (InvalidArgument) before any of
-// it is decoded.
+// frame of one tensor: a message of several frames, or a frame of several
+// tensors, is refused (InvalidArgument) before any of it is decoded.
 func oneFrame(frame []byte) error {
 	r := bytes.NewReader(frame)
 	h, _, err := codec.ReadFrameHeader(r, r, codec.Limits{}, nil)
@@ -390,6 +390,11 @@ func oneFrame(frame []byte) error {
 	}
 	if n := h.FrameLen(); n != int64(len(frame)) {
 		return fmt.Errorf("%w: hub: an update is one frame; this message holds %d bytes, its first frame %d", codec.ErrCorrupt, len(frame), n)
+	}
+	if len(h.Entries) != 1 {
+		// An entry refused after another was added would leave that one
+		// in the sum, the update not counted.
+		return fmt.Errorf("%w: hub: an update is one tensor; this frame holds %d", codec.ErrCorrupt, len(h.Entries))
 	}
 	return nil
 }
