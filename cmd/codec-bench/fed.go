@@ -361,7 +361,7 @@ func fedRun(cfg fedConfig, test *fl.Dataset, stderr io.Writer) (*fedResult, erro
 	if err := hub.WriteVersionDir(dir, 1, m0.Snapshot()); err != nil {
 		return nil, err
 	}
-	self, err := os.Executable()
+	self, err := childExe()
 	if err != nil {
 		return nil, err
 	}

@@ -453,10 +453,15 @@ func writeHubRows(stdout io.Writer, format string, rows []*hubRow) error {
 	return tw.Flush()
 }
 
+// childExe is the program that fed and hub start as their processes of
+// servers and clients: this one, which takes those roles from its
+// environment (fedChild, hubChild).
+var childExe = os.Executable
+
 // hubRun starts a server process for mode and a process of clients that
 // fetch the model from it at once, over link.
 func hubRun(mode string, tensors, clients int, link hubLink) (*hubRow, error) {
-	exe, err := os.Executable()
+	exe, err := childExe()
 	if err != nil {
 		return nil, err
 	}

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
 // TestMain lets this test binary serve as the server and the clients'
-// processes that 'hub' starts (os.Executable is the test binary here).
+// processes that 'hub' and 'fed' start, unless childExe is the command
+// built for the tests (raceChildren).
 func TestMain(m *testing.M) {
 	if ok, err := fedChild(); ok {
 		if err != nil {
@@ -27,7 +30,42 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	if raceEnabled {
+		childExe = plainChild
+	}
+	code := m.Run()
+	if plain.dir != "" {
+		os.RemoveAll(plain.dir)
+	}
+	os.Exit(code)
+}
+
+// plain is the command built without the race detector, once per run.
+var plain struct {
+	once sync.Once
+	dir  string
+	exe  string
+	err  error
+}
+
+// plainChild returns the command built without the race detector, for
+// the processes that 'fed' and 'hub' start under a race test run: the
+// race detector made their training and serving several times slower (a
+// good part of the race pass's time), and the hub's and the clients'
+// code they run is raced in process by the hub package's own tests.
+// What runs only in those processes (fed_child.go's loops, hubChild) is
+// no longer run under the race detector.
+func plainChild() (string, error) {
+	plain.once.Do(func() {
+		if plain.dir, plain.err = os.MkdirTemp("", "codec-bench-test-"); plain.err != nil {
+			return
+		}
+		plain.exe = filepath.Join(plain.dir, "codec-bench")
+		if out, err := exec.Command("go", "build", "-o", plain.exe, ".").CombinedOutput(); err != nil {
+			plain.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	return plain.exe, plain.err
 }
 
 func TestHubCommand(t *testing.T) {
