@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/tensorpress/tensorpress/internal/testbin"
 )
 
 // TestMain lets this test binary serve as the server and the clients'
@@ -34,19 +34,12 @@ func TestMain(m *testing.M) {
 		childExe = plainChild
 	}
 	code := m.Run()
-	if plain.dir != "" {
-		os.RemoveAll(plain.dir)
-	}
+	plain.Remove()
 	os.Exit(code)
 }
 
 // plain is the command built without the race detector, once per run.
-var plain struct {
-	once sync.Once
-	dir  string
-	exe  string
-	err  error
-}
+var plain testbin.Binary
 
 // plainChild returns the command built without the race detector, for
 // the processes that 'fed' and 'hub' start under a race test run: the
@@ -55,18 +48,7 @@ var plain struct {
 // code they run is raced in process by the hub package's own tests.
 // What runs only in those processes (fed_child.go's loops, hubChild) is
 // no longer run under the race detector.
-func plainChild() (string, error) {
-	plain.once.Do(func() {
-		if plain.dir, plain.err = os.MkdirTemp("", "codec-bench-test-"); plain.err != nil {
-			return
-		}
-		plain.exe = filepath.Join(plain.dir, "codec-bench")
-		if out, err := exec.Command("go", "build", "-o", plain.exe, ".").CombinedOutput(); err != nil {
-			plain.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	return plain.exe, plain.err
-}
+func plainChild() (string, error) { return plain.Path(".", "codec-bench") }
 
 func TestHubCommand(t *testing.T) {
 	var out, errb strings.Builder

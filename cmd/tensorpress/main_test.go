@@ -8,12 +8,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/syncbuf"
+	"github.com/tensorpress/tensorpress/internal/testbin"
 	"github.com/tensorpress/tensorpress/tensorfile"
 	"github.com/tensorpress/tensorpress/testvectors"
 )
@@ -29,9 +28,7 @@ import (
 // command built for the tests of real processes.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if built.dir != "" {
-			os.RemoveAll(built.dir)
-		}
+		built.Remove()
 		os.Exit(code)
 	}))
 }
@@ -39,12 +36,7 @@ func TestMain(m *testing.M) {
 // built is the tensorpress command the tests of real processes run,
 // built once for the run (a build per test linked the same binary 14
 // times).
-var built struct {
-	once sync.Once
-	dir  string
-	bin  string
-	err  error
-}
+var built testbin.Binary
 
 // buildTensorpress returns the path of the command built from this
 // package (on the first call), or skips the test under -short: make test
@@ -54,19 +46,11 @@ func buildTensorpress(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("-short: no tests of real processes (make test runs them in its race pass)")
 	}
-	built.once.Do(func() {
-		if built.dir, built.err = os.MkdirTemp("", "tensorpress-test-"); built.err != nil {
-			return
-		}
-		built.bin = filepath.Join(built.dir, "tensorpress")
-		if out, err := exec.Command("go", "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
-			built.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if built.err != nil {
-		t.Fatal(built.err)
+	bin, err := built.Path(".", "tensorpress")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return built.bin
+	return bin
 }
 
 // syncBuffer is a log safe for a writer and a reader at once.

@@ -24,6 +24,7 @@ import (
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub"
 	"github.com/tensorpress/tensorpress/hub/hubpb"
+	"github.com/tensorpress/tensorpress/internal/testbin"
 )
 
 // patterned is tensor k of a generated version: n float32 whose values
@@ -75,9 +76,11 @@ func TestRelayMemory(t *testing.T) {
 	}
 	const limit = 128 << 20
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "relayproc")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/relayproc").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	var relayproc testbin.Binary
+	t.Cleanup(relayproc.Remove)
+	bin, err := relayproc.Path("./testdata/relayproc", "relayproc")
+	if err != nil {
+		t.Fatal(err)
 	}
 	nodes := startCluster(t, 1)
 	onc, ojs := connect(t, nodes[0].url)
