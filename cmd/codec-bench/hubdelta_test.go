@@ -44,7 +44,8 @@ func BenchmarkHubDeltasFL(b *testing.B) {
 		b.Fatal(err)
 	}
 	var bfull, bdelta float64
-	var lens [3]float64 // deltaLenBits of each context
+	lenCtx := []func(e, prev uint32) uint32{lenGivenNothing, lenGivenPrev, lenGivenBaseExp}
+	var lens [3]float64 // deltaLenBits in each of lenCtx
 	var sorted int64    // the differences in base-exponent order, shuffle4 | *:zstd(1)
 	enc, err := codec.NewEncoder()
 	if err != nil {
@@ -55,8 +56,8 @@ func BenchmarkHubDeltasFL(b *testing.B) {
 			f, d := entropyBits(t.Data, models[r][i].Data)
 			bfull += f
 			bdelta += d
-			for c := range lens {
-				lens[c] += deltaLenBits(t.Data, models[r][i].Data, c)
+			for c, ctx := range lenCtx {
+				lens[c] += deltaLenBits(t.Data, models[r][i].Data, ctx)
 			}
 			n, err := sortedDeltaBytes(enc, t, models[r][i].Data)
 			if err != nil {
@@ -112,50 +113,42 @@ func BenchmarkHubDeltasFL(b *testing.B) {
 // exponent given the previous element's, and its 23 mantissa bits; as the
 // hub's delta against base, the bit length of the zigzag difference given
 // the base element's exponent and the previous difference's bit length,
-// and the bits below the leading one. The counts are of the whole tensor
-// (a static model that costs nothing to send), so both are lower bounds
-// for coders of this kind; their ratio is what modelling the elements one
-// by one can reach.
+// and the bits below the leading one (deltaLenBits, lenGivenBoth). The
+// counts are of the whole tensor (a static model that costs nothing to
+// send), so both are lower bounds for coders of this kind; their ratio is
+// what modelling the elements one by one can reach.
 func entropyBits(cur, base []byte) (full, delta float64) {
 	n := len(cur) / 4
 	fullCtx := map[[2]uint32]float64{}
 	fullSym := map[uint32]float64{}
-	deltaCtx := map[[2]uint32]float64{}
-	deltaSym := map[[3]uint32]float64{}
-	var prevSE, prevLen uint32
+	var prevSE uint32
 	for i := range n {
-		c := binary.LittleEndian.Uint32(cur[4*i:])
-		bs := binary.LittleEndian.Uint32(base[4*i:])
-		se := c >> 23
+		se := binary.LittleEndian.Uint32(cur[4*i:]) >> 23
 		fullCtx[[2]uint32{prevSE, se}]++
 		fullSym[prevSE]++
 		prevSE = se
 		full += 23
-		x := c - bs
-		z := x<<1 ^ uint32(int32(x)>>31)
-		l := uint32(bits.Len32(z))
-		e := bs >> 23 & 0xff
-		deltaSym[[3]uint32{e, prevLen, l}]++
-		deltaCtx[[2]uint32{e, prevLen}]++
-		prevLen = l
-		delta += float64(max(int(l)-1, 0))
 	}
-	h := func(joint, ctx float64) float64 { return -joint * math.Log2(joint/ctx) }
 	for k, v := range fullCtx {
-		full += h(v, fullSym[k[0]])
+		full -= v * math.Log2(v/fullSym[k[0]])
 	}
-	for k, v := range deltaSym {
-		delta += h(v, deltaCtx[[2]uint32{k[0], k[1]}])
-	}
-	return full, delta
+	return full, deltaLenBits(cur, base, lenGivenBoth)
 }
+
+// The contexts of deltaLenBits: from the base element's exponent e and
+// the bit length of the difference before, prev.
+var (
+	lenGivenNothing = func(e, prev uint32) uint32 { return 0 }
+	lenGivenPrev    = func(e, prev uint32) uint32 { return prev }
+	lenGivenBaseExp = func(e, prev uint32) uint32 { return e }
+	lenGivenBoth    = func(e, prev uint32) uint32 { return e<<8 | prev }
+)
 
 // deltaLenBits is what coding the hub's delta of cur against base as the
 // bit length L of each zigzag difference and the L-1 bits below its
 // leading one needs, in bits, with L's counts over the whole tensor
-// (tables not counted: a bound) in one of three contexts: none (ctx 0),
-// the element before's L (1), the base element's exponent (2).
-func deltaLenBits(cur, base []byte, ctx int) float64 {
+// (tables not counted: a bound) in the context ctx gives.
+func deltaLenBits(cur, base []byte, ctx func(e, prev uint32) uint32) float64 {
 	n := len(cur) / 4
 	joint := map[[2]uint32]float64{}
 	marg := map[uint32]float64{}
@@ -163,16 +156,8 @@ func deltaLenBits(cur, base []byte, ctx int) float64 {
 	var prevLen uint32
 	for i := range n {
 		bs := binary.LittleEndian.Uint32(base[4*i:])
-		x := binary.LittleEndian.Uint32(cur[4*i:]) - bs
-		z := x<<1 ^ uint32(int32(x)>>31)
-		l := uint32(bits.Len32(z))
-		var c uint32
-		switch ctx {
-		case 1:
-			c = prevLen
-		case 2:
-			c = bs >> 23 & 0xff
-		}
+		l := uint32(bits.Len32(zigzagDiff(binary.LittleEndian.Uint32(cur[4*i:]), bs)))
+		c := ctx(bs>>23&0xff, prevLen)
 		joint[[2]uint32{c, l}]++
 		marg[c]++
 		prevLen = l
@@ -182,6 +167,13 @@ func deltaLenBits(cur, base []byte, ctx int) float64 {
 		total -= v * math.Log2(v/marg[k[0]])
 	}
 	return total
+}
+
+// zigzagDiff is the hub's delta of a 4-byte element (docs/FORMAT.md,
+// "Delta updates"): the wrapping difference, zigzag-mapped.
+func zigzagDiff(cur, base uint32) uint32 {
+	x := cur - base
+	return x<<1 ^ uint32(int32(x)>>31)
 }
 
 // sortedDeltaBytes is the size of the frames of t's delta against base
@@ -200,8 +192,7 @@ func sortedDeltaBytes(enc *codec.Encoder, t *codec.Tensor, base []byte) (int64, 
 	k := 0
 	for _, idx := range byExp {
 		for _, i := range idx {
-			x := binary.LittleEndian.Uint32(t.Data[4*i:]) - binary.LittleEndian.Uint32(base[4*i:])
-			binary.LittleEndian.PutUint32(d[4*k:], x<<1^uint32(int32(x)>>31))
+			binary.LittleEndian.PutUint32(d[4*k:], zigzagDiff(binary.LittleEndian.Uint32(t.Data[4*i:]), binary.LittleEndian.Uint32(base[4*i:])))
 			k++
 		}
 	}
