@@ -915,7 +915,8 @@ func fedCheckSums(dir string, clients int, res *fedResult) error {
 		return fmt.Errorf("sum check: %w", err)
 	}
 	var maxDiff, maxVal float64
-	var worst string // where maxDiff is
+	var worstRound uint64 // where maxDiff is
+	var worstTensor, worstPeers string
 	counted := map[key]map[int]bool{}
 	for _, e := range ents {
 		var round uint64
@@ -961,7 +962,7 @@ func fedCheckSums(dir string, clients int, res *fedResult) error {
 			}
 			for i, x := range hub {
 				if d := math.Abs(float64(x) - sum[i]); d > maxDiff {
-					maxDiff, worst = d, fmt.Sprintf("round %d, %q (peers %s)", round, t.Name, meta["peers."+t.Name])
+					maxDiff, worstRound, worstTensor, worstPeers = d, round, t.Name, meta["peers."+t.Name]
 				}
 				maxVal = max(maxVal, math.Abs(sum[i]))
 			}
@@ -979,7 +980,7 @@ func fedCheckSums(dir string, clients int, res *fedResult) error {
 		res.SumError = maxDiff / maxVal
 	}
 	if res.SumError > fedSumTolerance {
-		return fmt.Errorf("sum check: the hub's sums differ from the updates counted by %.2e of the largest value (the most at %s)", res.SumError, worst)
+		return fmt.Errorf("sum check: the hub's sums differ from the updates counted by %.2e of the largest value (the most at round %d, %q, peers %s)", res.SumError, worstRound, worstTensor, worstPeers)
 	}
 	return nil
 }
