@@ -202,7 +202,7 @@ func TestFetchOverTLS(t *testing.T) {
 			raw += int64(len(x.Data))
 		}
 		for i := range plan {
-			f, err := h.frames(nil, ver, &plan[i], nil, false)
+			f, err := h.frames(nil, ver, &plan[i], nil, false, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,8 +7,12 @@
 // A client that holds an earlier version (Request.Base) gets the tensors
 // that version also has as lossless deltas against it: the zigzag-coded
 // difference of the bits, element by element (docs/FORMAT.md, "Delta
-// updates"), shuffled and zstd-coded, a few bytes for a tensor that did
-// not change; a base the hub no longer keeps
+// updates"), a few bytes for a tensor that did not change. The fetch says
+// which coding of deltas the client decodes (DeltaCoding): this release's
+// clients ask for lenbits (each difference's bit length, Huffman-coded
+// given the one before, and the bits below its leading one); older ones,
+// which ask for none, get the differences shuffled and zstd-coded. A base
+// the hub no longer keeps
 // gives full copies, and the trailer BaseTrailer says why.
 //
 // Lossy coding is the hub's policy's to choose (WithPolicy: an

@@ -144,7 +144,7 @@ func BenchmarkFanOut(b *testing.B) {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	var encoded int64
 	for _, it := range h.plan(ver.tensors) {
-		f, err := h.frames(nil, ver, &it, nil, false)
+		f, err := h.frames(nil, ver, &it, nil, false, 0)
 		if err != nil {
 			b.Fatal(err)
 		}

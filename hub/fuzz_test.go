@@ -51,7 +51,7 @@ func FuzzFetch(f *testing.F) {
 	h.Publish(1, m)
 	h.Publish(2, model(6, 52)[:3])
 	for _, it := range h.plan(m) {
-		b, err := h.frames(nil, h.versions[1], &it, nil, false)
+		b, err := h.frames(nil, h.versions[1], &it, nil, false, 0)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func FuzzFetch(f *testing.F) {
 	}
 	v2 := h.versions[2]
 	for _, it := range h.plan(v2.tensors) {
-		b, _ := h.frames(nil, v2, &it, h.versions[1], false)
+		b, _ := h.frames(nil, v2, &it, h.versions[1], false, DeltaCoding)
 		f.Add(b, uint8(2))
 	}
 	f.Add([]byte{}, uint8(0))

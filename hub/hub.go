@@ -552,7 +552,8 @@ func (h *Hub) Versions() []VersionInfo {
 
 // FrameBytes returns what a Hub made with opts sends for a fetch of all of
 // model, in frame bytes (before gRPC's framing): full copies when base is
-// nil, else deltas against base. It measures; it serves nothing.
+// nil, else deltas against base, in the coding this release's clients ask
+// for (DeltaCoding). It measures; it serves nothing.
 func FrameBytes(model, base []*codec.Tensor, opts ...Option) (int64, error) {
 	h, err := New(append(opts, WithCacheBytes(0))...)
 	if err != nil {
@@ -576,7 +577,7 @@ func FrameBytes(model, base []*codec.Tensor, opts ...Option) (int64, error) {
 	}
 	var n int64
 	for _, it := range h.plan(v.tensors) {
-		f, err := h.frames(nil, v, &it, bv, false)
+		f, err := h.frames(nil, v, &it, bv, false, DeltaCoding)
 		if err != nil {
 			return 0, err
 		}

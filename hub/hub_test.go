@@ -302,7 +302,7 @@ func TestDeltas(t *testing.T) {
 				bv, _ = h.get(b)
 			}
 			cur, _ := h.get(2)
-			f, _ := h.frames(nil, cur, &it, bv, false)
+			f, _ := h.frames(nil, cur, &it, bv, false, DeltaCoding)
 			n += int64(len(f))
 		}
 		return res, n
@@ -325,7 +325,7 @@ func TestDeltas(t *testing.T) {
 	var same int64
 	for _, it := range h2.plan(v1) {
 		cur2, _ := h2.get(2)
-		f, err := h2.frames(nil, cur2, &it, b1, false)
+		f, err := h2.frames(nil, cur2, &it, b1, false, DeltaCoding)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -55,9 +55,9 @@ func (it *item) rawBytes() int64 {
 }
 
 // key names the item's encoded frames in the cache.
-func (it *item) key(v, base uint64, lossless bool) string {
+func (it *item) key(v, base uint64, lossless bool, coding uint32) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d|%d|%t|%d|%d", v, base, lossless, it.offset, it.count)
+	fmt.Fprintf(&b, "%d|%d|%t|%d|%d|%d", v, base, lossless, coding, it.offset, it.count)
 	for _, t := range it.tensors {
 		b.WriteByte('|')
 		b.WriteString(t.Name)
@@ -105,8 +105,8 @@ func (h *Hub) plan(ts []*codec.Tensor) []item {
 // not nil) the tensors it holds with the same dtype and shape go as
 // deltas. Unless lossless, a tensor for which the policy chose a lossy
 // recipe (lossyRecipe) goes through it: whole, or as the arithmetic
-// difference from its base.
-func (h *Hub) encode(cur *version, it *item, base *version, lossless bool) ([]byte, error) {
+// difference from its base. Lossless deltas go in coding (a DeltaCoding).
+func (h *Hub) encode(cur *version, it *item, base *version, lossless bool, coding uint32) ([]byte, error) {
 	h.encodes.Add(1)
 	defer func(t0 time.Time) { h.encodeNanos.Add(int64(time.Since(t0))) }(time.Now())
 	var s scratch
@@ -127,9 +127,9 @@ func (h *Hub) encode(cur *version, it *item, base *version, lossless bool) ([]by
 		case lr != nil && kind != bitDelta:
 			return d, lr, nil
 		case kind == unchanged:
-			return d, deltaRecipes[1], nil // all zeros: one segment, a few bytes
+			return d, deltaRecipe(1, DeltaCodingZstd), nil // all zeros: one segment, a few bytes
 		case kind == bitDelta:
-			return d, deltaRecipe(t.DType.Size()), nil
+			return d, deltaRecipe(t.DType.Size(), coding), nil
 		}
 		r := h.policy.Choose(codec.FrameInfo{Type: codec.FrameTensor, Name: d.Name, DType: d.DType, Shape: d.Shape,
 			Tags: d.Tags, Offset: d.Offset, Len: len(d.Data), First: off == 0, Data: d.Data})
@@ -242,12 +242,15 @@ func (h *Hub) lossyRecipe(cur *version, t *codec.Tensor, s *scratch) (*codec.Rec
 // frames returns the item's encoded frames: from the cache, or encoded
 // once for every request that asks for them meanwhile, what encoding
 // holds charged meanwhile (charge; nil: not counted).
-func (h *Hub) frames(charge func(n int64) (*budget.Charge, error), cur *version, it *item, base *version, lossless bool) ([]byte, error) {
+func (h *Hub) frames(charge func(n int64) (*budget.Charge, error), cur *version, it *item, base *version, lossless bool, coding uint32) ([]byte, error) {
 	var b uint64
 	if base != nil {
 		b = base.id
+	} else {
+		coding = 0 // no deltas: one cache entry for every coding
 	}
-	return h.cache.get(cur.id, it.key(cur.id, b, lossless), func() ([]byte, error) {
+	coding = min(coding, DeltaCoding)
+	return h.cache.get(cur.id, it.key(cur.id, b, lossless, coding), func() ([]byte, error) {
 		if charge != nil {
 			// What encoding holds: the elements read (or the delta),
 			// the base's, and the frames made.
@@ -259,7 +262,7 @@ func (h *Hub) frames(charge func(n int64) (*budget.Charge, error), cur *version,
 		}
 		h.encoding <- struct{}{}
 		defer func() { <-h.encoding }()
-		return h.encode(cur, it, base, lossless)
+		return h.encode(cur, it, base, lossless, coding)
 	})
 }
 
@@ -433,7 +436,7 @@ func (f *fetchStream) awaitCredit() error {
 func (f *fetchStream) chunk(seq, last uint64) (*hubpb.FetchChunk, error) {
 	c := &hubpb.FetchChunk{Seq: seq, Version: f.ver.id, Last: seq == last}
 	if len(f.plan) > 0 {
-		frames, err := f.h.frames(f.charge, f.ver, &f.plan[seq-1], f.base, f.req.RequireLossless)
+		frames, err := f.h.frames(f.charge, f.ver, &f.plan[seq-1], f.base, f.req.RequireLossless, f.req.DeltaCoding)
 		if err != nil {
 			return nil, fetchError(f.ctx, seq, err)
 		}

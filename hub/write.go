@@ -25,7 +25,7 @@ func (h *Hub) WriteVersion(ctx context.Context, v uint64, w io.Writer) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		f, err := h.frames(charge, ver, &it, nil, true)
+		f, err := h.frames(charge, ver, &it, nil, true, 0)
 		if err != nil {
 			return err
 		}

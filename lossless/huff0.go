@@ -193,13 +193,26 @@ func (o huff0Op) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, erro
 	if ctx != nil {
 		a = ctx.Arena
 	}
-	out := a.Alloc(n)[:0]
+	out, err := huff0AppendBlocks(a.Alloc(n)[:0], src, o.block(), n)
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		return unchanged(), nil // not smaller: store raw
+	}
+	return []codec.Segment{{SegInfo: codec.SegInfo{Name: in.Name, Elem: codec.Byte, Len: len(out)}, Data: out}}, nil
+}
+
+// huff0AppendBlocks appends src to dst in the block layout above, in
+// blocks of bs bytes, the first with a table of its own. It gives up and
+// returns nil when dst would grow by limit bytes or more.
+func huff0AppendBlocks(dst, src []byte, bs, limit int) ([]byte, error) {
 	s := huff0Scratches.Get().(*huff0.Scratch)
 	defer huff0Scratches.Put(s)
 	s.Reuse = huff0.ReusePolicyNone // forget tables from earlier segments
-	bs := o.block()
-	for off := 0; off < n; off += bs {
-		blk := src[off:min(off+bs, n)]
+	start := len(dst)
+	for off := 0; off < len(src); off += bs {
+		blk := src[off:min(off+bs, len(src))]
 		var tag uint64
 		var payload []byte
 		comp, reused, err := huff0.Compress4X(blk, s)
@@ -215,14 +228,14 @@ func (o huff0Op) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, erro
 		default:
 			return nil, fmt.Errorf("huff0: block at %d: %w", off, err)
 		}
-		if len(out)+binary.MaxVarintLen64+len(payload) >= n {
-			return unchanged(), nil // not smaller: store raw
+		if len(dst)-start+binary.MaxVarintLen64+len(payload) >= limit {
+			return nil, nil
 		}
-		out = binary.AppendUvarint(out, tag)
-		out = append(out, payload...)
+		dst = binary.AppendUvarint(dst, tag)
+		dst = append(dst, payload...)
 		s.Reuse = huff0ReusePolicy
 	}
-	return []codec.Segment{{SegInfo: codec.SegInfo{Name: in.Name, Elem: codec.Byte, Len: len(out)}, Data: out}}, nil
+	return dst, nil
 }
 
 // Decode decodes the blocks straight into dst. Every length is checked

@@ -49,6 +49,12 @@ func Cases() []Case {
 			clumps.Data[i] = 0 // runs of 30 non-zeros (at most) every 100 elements
 		}
 	}
+	runs := Zigzag("dr", codec.U32, 4000, 34) // unchanged in runs: a zstd stream
+	for i := range runs.Data {
+		if i/4%1000 >= 100 {
+			runs.Data[i] = 0
+		}
+	}
 	text := []byte("tensorpress golden vector: the quick brown fox jumps over the lazy dog. ")
 	for len(text) < 3000 {
 		text = append(text, text[:min(len(text), 97)]...)
@@ -70,6 +76,11 @@ func Cases() []Case {
 		{Name: "fsplit-bf16", Recipe: "fsplit | exp:huff0b(12)", Exact: true, Tensor: Half("wb", codec.BF16, 6000, 21)},
 		{Name: "fsplit-f32", Recipe: "fsplit | exp:huff0b(12) | sm:shuffle(3) | sm.plane2:huff0", Exact: true, Tensor: Normal("wf", 5000, 0.02, 22)},
 		{Name: "fsplit-f16", Recipe: "fsplit | exp:huff0b(12) | sm:shuffle2 | sm.plane1:huff0", Exact: true, Tensor: Half("wh", codec.F16, 5000, 23)},
+		// Contexts with streams of their own and the pool; a tail; 64-bit lengths.
+		{Name: "lenbits-u32", Recipe: "lenbits", Exact: true, Tensor: Zigzag("dz", codec.U32, 6000, 31)},
+		{Name: "lenbits-u16-tail", Recipe: "lenbits(2)", Exact: true, Bytes: append(Zigzag("dh", codec.U16, 2000, 32).Data, 0x5a)},
+		{Name: "lenbits-u64", Recipe: "lenbits", Exact: true, Tensor: Zigzag("dd", codec.U64, 700, 33)},
+		{Name: "lenbits-runs", Recipe: "lenbits", Exact: false, Tensor: runs},
 		{Name: "s2-text", Recipe: "*:s2", Exact: true, Bytes: text},
 		{Name: "s2-better-i64", Recipe: "shuffle8 | *:s2(better)", Exact: true, Tensor: i64},
 		{Name: "zstd1-f32", Recipe: "shuffle4 | *:zstd(1)", Exact: false, Tensor: w},
@@ -97,6 +108,31 @@ func Cases() []Case {
 		{Name: "ternary", Recipe: "ternary(64)", Exact: true, Lossy: true, Tensor: grad},
 		{Name: "fp16-f64", Recipe: "fp16", Exact: true, Lossy: true, Tensor: Normal64("d64", 100, 1, 12)},
 	}
+}
+
+// Zigzag returns n hub deltas (docs/FORMAT.md, "Delta updates") between
+// N(0, 0.02) weights and the same weights moved by about 3% of their
+// value, as dt (U16: the bits of bfloat16, U32: float32, U64: float64):
+// the zigzag-mapped wrapping difference of the bits.
+func Zigzag(name string, dt codec.DType, n int, seed uint64) *codec.Tensor {
+	t := codec.NewTensor(name, dt, int64(n))
+	r := rand.New(rand.NewPCG(seed, 0x2162))
+	for i := range n {
+		x := r.NormFloat64() * 0.02
+		y := x * (1 + 0.03*r.NormFloat64())
+		switch dt {
+		case codec.U16:
+			d := float16.BF16FromF32(float32(y)) - float16.BF16FromF32(float32(x))
+			binary.LittleEndian.PutUint16(t.Data[2*i:], d<<1^uint16(int16(d)>>15))
+		case codec.U32:
+			d := math.Float32bits(float32(y)) - math.Float32bits(float32(x))
+			binary.LittleEndian.PutUint32(t.Data[4*i:], d<<1^uint32(int32(d)>>31))
+		default:
+			d := math.Float64bits(y) - math.Float64bits(x)
+			binary.LittleEndian.PutUint64(t.Data[8*i:], d<<1^uint64(int64(d)>>63))
+		}
+	}
+	return t
 }
 
 // Half returns n N(0, 1) values, scaled by a power of two that changes

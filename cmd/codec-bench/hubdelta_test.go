@@ -16,9 +16,11 @@ import (
 // models of a FedAvg run (Fashion-MNIST, the MLP, 10 clients, IID, 20
 // rounds of one local epoch, batch 64, lr 0.05, momentum 0.9, seed 1: the
 // testvectors/fl run): for rounds 10 to 19, the frames of version r+1 as
-// deltas against version r, against the hub's full lossless frames of
-// version r+1; and a fine-tune that freezes the first layer (92% of the
-// bytes), where only fc2 and fc3 change. About a minute:
+// deltas against version r (in the coding this release's clients ask for,
+// hub.DeltaCoding; full/zstd1 is the coding older clients get), against
+// the hub's full lossless frames of version r+1; and a fine-tune that
+// freezes the first layer (92% of the bytes), where only fc2 and fc3
+// change. About a minute:
 //
 //	go test -run '^$' -bench HubDeltasFL -benchtime 1x ./cmd/codec-bench
 func BenchmarkHubDeltasFL(b *testing.B) {
@@ -46,6 +48,7 @@ func BenchmarkHubDeltasFL(b *testing.B) {
 	var bfull, bdelta float64
 	lenCtx := []func(e, prev uint32) uint32{lenGivenNothing, lenGivenPrev, lenGivenBaseExp}
 	var lens [3]float64 // deltaLenBits in each of lenCtx
+	var zstd1 int64     // the differences coded as the hub codes them for older clients
 	var sorted int64    // the differences in base-exponent order, shuffle4 | *:zstd(1)
 	enc, err := codec.NewEncoder()
 	if err != nil {
@@ -59,8 +62,12 @@ func BenchmarkHubDeltasFL(b *testing.B) {
 			for c, ctx := range lenCtx {
 				lens[c] += deltaLenBits(t.Data, models[r][i].Data, ctx)
 			}
-			n, err := sortedDeltaBytes(enc, t, models[r][i].Data)
+			n, err := deltaBytes(enc, t, models[r][i].Data, false)
 			if err != nil {
+				b.Fatal(err)
+			}
+			zstd1 += n
+			if n, err = deltaBytes(enc, t, models[r][i].Data, true); err != nil {
 				b.Fatal(err)
 			}
 			sorted += n
@@ -100,9 +107,10 @@ func BenchmarkHubDeltasFL(b *testing.B) {
 	b.ReportMetric(float64(full)/(lens[0]/8), "full/len-o0")
 	b.ReportMetric(float64(full)/(lens[1]/8), "full/len-prev")
 	b.ReportMetric(float64(full)/(lens[2]/8), "full/len-base-exp")
+	b.ReportMetric(float64(full)/float64(zstd1), "full/zstd1")
 	b.ReportMetric(float64(full)/float64(sorted), "full/sorted-zstd1")
-	b.Logf("rounds 10-20: full %d bytes, deltas %d (%.3fx smaller); frozen first layer: %d bytes, %.1f%% of full",
-		full, delta, float64(full)/float64(delta), frozen, 100*float64(frozen)/float64(full))
+	b.Logf("rounds 10-20: full %d bytes, deltas %d (%.3fx smaller; in the coding older clients get, %d: %.3fx); frozen first layer: %d bytes, %.1f%% of full",
+		full, delta, float64(full)/float64(delta), zstd1, float64(full)/float64(zstd1), frozen, 100*float64(frozen)/float64(full))
 	b.Logf("entropy bounds, each element coded given its base and the element before it: full %.0f bytes, deltas %.0f (%.3fx smaller)",
 		bfull/8, bdelta/8, bfull/bdelta)
 }
@@ -176,16 +184,20 @@ func zigzagDiff(cur, base uint32) uint32 {
 	return x<<1 ^ uint32(int32(x)>>31)
 }
 
-// sortedDeltaBytes is the size of the frames of t's delta against base
-// (as the hub makes it: zigzag differences of the bits) with the elements
-// in the order of their base element's exponent (stable), coded with
-// shuffle4 | *:zstd(1) in chunks of the default size: what ordering by a
-// context both ends hold gives today's chain.
-func sortedDeltaBytes(enc *codec.Encoder, t *codec.Tensor, base []byte) (int64, error) {
+// deltaBytes is the size of the frames of t's delta against base (as the
+// hub makes it: zigzag differences of the bits) coded as the hub codes
+// them for clients that ask for no delta coding, shuffle4 | *:zstd(1), in
+// chunks of the default size. With sorted, the elements go in the order
+// of their base element's exponent (stable): what ordering by a context
+// both ends hold gives that chain.
+func deltaBytes(enc *codec.Encoder, t *codec.Tensor, base []byte, sorted bool) (int64, error) {
 	n := len(t.Data) / 4
 	var byExp [256][]int
 	for i := range n {
 		e := binary.LittleEndian.Uint32(base[4*i:]) >> 23 & 0xff
+		if !sorted {
+			e = 0
+		}
 		byExp[e] = append(byExp[e], i)
 	}
 	d := codec.AlignedBytes(4 * n)

@@ -232,8 +232,11 @@ type FetchRequest struct {
 	Base            uint64                 `protobuf:"varint,4,opt,name=base,proto3" json:"base,omitempty"`                                              // the version the client holds (0: none): deltas against it
 	ResumeAfter     uint64                 `protobuf:"varint,5,opt,name=resume_after,json=resumeAfter,proto3" json:"resume_after,omitempty"`             // chunks up to this sequence number arrived before: skip them
 	Credit          uint32                 `protobuf:"varint,6,opt,name=credit,proto3" json:"credit,omitempty"`                                          // chunks the client takes before its next grant (0: a default)
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The newest coding of lossless deltas the client decodes: 0 (what
+	// clients that do not send it get), shuffle | zstd; 1, lenbits.
+	DeltaCoding   uint32 `protobuf:"varint,7,opt,name=delta_coding,json=deltaCoding,proto3" json:"delta_coding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FetchRequest) Reset() {
@@ -304,6 +307,13 @@ func (x *FetchRequest) GetResumeAfter() uint64 {
 func (x *FetchRequest) GetCredit() uint32 {
 	if x != nil {
 		return x.Credit
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetDeltaCoding() uint32 {
+	if x != nil {
+		return x.DeltaCoding
 	}
 	return 0
 }
@@ -663,14 +673,15 @@ const file_hub_hubpb_hub_proto_rawDesc = "" +
 	"\x04tags\x18\x02 \x03(\v2(.tensorpress.hub.v1.TensorSpec.TagsEntryR\x04tags\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd8\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfb\x01\n" +
 	"\fFetchRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x124\n" +
 	"\x05specs\x18\x02 \x03(\v2\x1e.tensorpress.hub.v1.TensorSpecR\x05specs\x12)\n" +
 	"\x10require_lossless\x18\x03 \x01(\bR\x0frequireLossless\x12\x12\n" +
 	"\x04base\x18\x04 \x01(\x04R\x04base\x12!\n" +
 	"\fresume_after\x18\x05 \x01(\x04R\vresumeAfter\x12\x16\n" +
-	"\x06credit\x18\x06 \x01(\rR\x06credit\"m\n" +
+	"\x06credit\x18\x06 \x01(\rR\x06credit\x12!\n" +
+	"\fdelta_coding\x18\a \x01(\rR\vdeltaCoding\"m\n" +
 	"\fFetchMessage\x12<\n" +
 	"\arequest\x18\x01 \x01(\v2 .tensorpress.hub.v1.FetchRequestH\x00R\arequest\x12\x18\n" +
 	"\x06credit\x18\x02 \x01(\rH\x00R\x06creditB\x05\n" +
