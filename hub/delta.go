@@ -192,8 +192,9 @@ const (
 	// DeltaCodingLenbits codes elements of 2, 4 and 8 bytes with the
 	// lenbits stage (lossless, ID 10): each difference's bit length,
 	// Huffman-coded given the one before, and the bits below its leading
-	// one. 2.3% fewer bytes than DeltaCodingZstd between FedAvg rounds, at
-	// about a fifth of its speed (docs/BENCHMARKS.md).
+	// one. 2.3% fewer bytes than DeltaCodingZstd between FedAvg rounds of
+	// float32 weights, 4-8% as bfloat16, float16 or float64, at a quarter
+	// to a seventh of its speed (docs/BENCHMARKS.md).
 	DeltaCodingLenbits = 1
 
 	// DeltaCoding is the newest coding, what this release's clients ask for.

@@ -68,6 +68,62 @@ func TestLenbitsRoundTrip(t *testing.T) {
 	}
 }
 
+// lenbitsTestWiden returns the deltas of w-byte elements that hold
+// values of half their width (bfloat16 values in float32, float32 in
+// float64: the low half of their bits zero) as the hub makes them: the
+// zigzag-coded difference, whose low half is all zeros or all ones.
+func lenbitsTestWiden(n, w int, seed uint64) []byte {
+	h := w / 2
+	half := lenbitsTestDeltas(n, h, seed)
+	b := make([]byte, n*w)
+	for i := range n {
+		z := elem(half[i*h:], h)
+		v := z<<(8*h) | -(z&1)&(1<<(8*h)-1)
+		for k := range w {
+			b[i*w+k] = byte(v >> (8 * k))
+		}
+	}
+	return b
+}
+
+// TestLenbitsShift: elements whose low bits all repeat the bit above them
+// (deltas of values of half the width) cost what the narrower deltas do,
+// not the repeated bits; shuffle | zstd drops them as zero planes.
+func TestLenbitsShift(t *testing.T) {
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := func(data []byte, dt codec.DType, r string) int {
+		f, err := enc.AppendTensor(nil, fastTestTensor("d", dt, data), codec.MustParseRecipe(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := new(codec.Decoder).DecodeFrame(f)
+		if err != nil || !bytes.Equal(got.Tensors[0].Data, data) {
+			t.Fatalf("%s: round trip: %v", r, err)
+		}
+		return len(f)
+	}
+	const n = 50000
+	for _, w := range []int{4, 8} {
+		wide := lenbitsTestWiden(n, w, 11)
+		wdt := map[int]codec.DType{4: codec.U32, 8: codec.U64}[w]
+		ndt := map[int]codec.DType{4: codec.U16, 8: codec.U32}[w]
+		lw := size(wide, wdt, "lenbits")
+		ln := size(lenbitsTestDeltas(n, w/2, 11), ndt, "lenbits")
+		zw := size(wide, wdt, "shuffle | *:zstd(1)")
+		t.Logf("w=%d: lenbits %d bytes, on the narrow deltas %d; shuffle | *:zstd(1) %d", w, lw, ln, zw)
+		if lw > ln+16 {
+			t.Errorf("w=%d: lenbits %d bytes, %d on the narrow deltas", w, lw, ln)
+		}
+	}
+	// One element that does not repeat its low bits: no shift, still exact.
+	wide := lenbitsTestWiden(1000, 4, 12)
+	wide[0] ^= 2
+	size(wide, codec.U32, "lenbits")
+}
+
 // TestLenbitsBind: plain lenbits takes its width from the element type and
 // refuses one-byte elements; frames record the width.
 func TestLenbitsBind(t *testing.T) {
@@ -129,9 +185,10 @@ func TestLenbitsCorrupt(t *testing.T) {
 	cases := map[string][]byte{
 		"cut":           enc[:len(enc)-1],
 		"extra":         append(bytes.Clone(enc), 0),
-		"no contexts":   append([]byte{0}, enc[1:]...),
-		"66 contexts":   append([]byte{66}, enc[1:]...),
-		"count too big": append([]byte{enc[0], 0xff, 0xff, 0x03}, enc[2:]...),
+		"shift 32":      append([]byte{32}, enc[1:]...),
+		"no contexts":   append([]byte{enc[0], 0}, enc[2:]...),
+		"66 contexts":   append([]byte{enc[0], 66}, enc[2:]...),
+		"count too big": append([]byte{enc[0], enc[1], 0xff, 0xff, 0x03}, enc[3:]...),
 		"padding set": func() []byte {
 			b := bytes.Clone(enc)
 			b[len(b)-3] |= 0x80 // the last byte of the bits, before the 2-byte tail
@@ -153,9 +210,9 @@ func TestLenbitsCorrupt(t *testing.T) {
 	// Counts that sum right but tell the wrong contexts: move one element
 	// from one context with a stream of its own to another; the streams
 	// then run out or decode to the wrong lengths.
-	k, m := binary.Uvarint(enc)
+	k, m := binary.Uvarint(enc[1:])
 	counts := make([]uint64, k)
-	rest := enc[m:]
+	rest := enc[1+m:]
 	var own []int
 	for c := range counts {
 		counts[c], m = binary.Uvarint(rest)
@@ -169,7 +226,7 @@ func TestLenbitsCorrupt(t *testing.T) {
 	}
 	counts[own[0]]--
 	counts[own[1]]++
-	moved := binary.AppendUvarint(nil, k)
+	moved := binary.AppendUvarint([]byte{enc[0]}, k)
 	for _, c := range counts {
 		moved = binary.AppendUvarint(moved, c)
 	}

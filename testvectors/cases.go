@@ -55,6 +55,12 @@ func Cases() []Case {
 			runs.Data[i] = 0
 		}
 	}
+	narrow := Zigzag("dn", codec.U16, 1500, 35) // as deltas of bfloat16 values in float32: shift 16
+	widened := codec.NewTensor("dw", codec.U32, 1500)
+	for i := range 1500 {
+		z := uint32(binary.LittleEndian.Uint16(narrow.Data[2*i:]))
+		binary.LittleEndian.PutUint32(widened.Data[4*i:], z<<16|-(z&1)&0xffff)
+	}
 	text := []byte("tensorpress golden vector: the quick brown fox jumps over the lazy dog. ")
 	for len(text) < 3000 {
 		text = append(text, text[:min(len(text), 97)]...)
@@ -81,6 +87,7 @@ func Cases() []Case {
 		{Name: "lenbits-u16-tail", Recipe: "lenbits(2)", Exact: true, Bytes: append(Zigzag("dh", codec.U16, 2000, 32).Data, 0x5a)},
 		{Name: "lenbits-u64", Recipe: "lenbits", Exact: true, Tensor: Zigzag("dd", codec.U64, 700, 33)},
 		{Name: "lenbits-runs", Recipe: "lenbits", Exact: false, Tensor: runs},
+		{Name: "lenbits-shift", Recipe: "lenbits", Exact: true, Tensor: widened},
 		{Name: "s2-text", Recipe: "*:s2", Exact: true, Bytes: text},
 		{Name: "s2-better-i64", Recipe: "shuffle8 | *:s2(better)", Exact: true, Tensor: i64},
 		{Name: "zstd1-f32", Recipe: "shuffle4 | *:zstd(1)", Exact: false, Tensor: w},

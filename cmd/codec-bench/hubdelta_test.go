@@ -10,6 +10,7 @@ import (
 	"github.com/tensorpress/tensorpress/cmd/codec-bench/internal/fl"
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/hub"
+	"github.com/tensorpress/tensorpress/internal/float16"
 )
 
 // BenchmarkHubDeltasFL measures the hub's lossless deltas on the global
@@ -111,6 +112,35 @@ func BenchmarkHubDeltasFL(b *testing.B) {
 	b.ReportMetric(float64(full)/float64(sorted), "full/sorted-zstd1")
 	b.Logf("rounds 10-20: full %d bytes, deltas %d (%.3fx smaller; in the coding older clients get, %d: %.3fx); frozen first layer: %d bytes, %.1f%% of full",
 		full, delta, float64(full)/float64(delta), zstd1, float64(full)/float64(zstd1), frozen, 100*float64(frozen)/float64(full))
+	// The same models in other float types: as bfloat16 and float16
+	// (rounded), and as float64 (float32 values, their low 29 bits zero).
+	for _, dt := range []codec.DType{codec.BF16, codec.F16, codec.F64} {
+		var full, delta, zstd1 int64
+		for r := 0; r+1 < len(models); r++ {
+			prev, cur := asDType(models[r], dt), asDType(models[r+1], dt)
+			f, err := hub.FrameBytes(cur, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			d, err := hub.FrameBytes(cur, prev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			full += f
+			delta += d
+			for i, t := range cur {
+				n, err := zigzagZstd1Bytes(enc, t, prev[i].Data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				zstd1 += n
+			}
+		}
+		b.ReportMetric(float64(full)/float64(delta), dt.String()+"-full/delta")
+		b.ReportMetric(float64(full)/float64(zstd1), dt.String()+"-full/zstd1")
+		b.Logf("as %v: full %d bytes, deltas %d (%.3fx smaller; in the coding older clients get, %d: %.3fx)",
+			dt, full, delta, float64(full)/float64(delta), zstd1, float64(full)/float64(zstd1))
+	}
 	b.Logf("entropy bounds, each element coded given its base and the element before it: full %.0f bytes, deltas %.0f (%.3fx smaller)",
 		bfull/8, bdelta/8, bfull/bdelta)
 }
@@ -219,4 +249,49 @@ func deltaBytes(enc *codec.Encoder, t *codec.Tensor, base []byte, sorted bool) (
 		total += int64(len(f))
 	}
 	return total, nil
+}
+
+// asDType converts float32 tensors to dt: bfloat16 or float16 rounded to
+// nearest even, or float64.
+func asDType(m []*codec.Tensor, dt codec.DType) []*codec.Tensor {
+	out := make([]*codec.Tensor, len(m))
+	for i, t := range m {
+		c := codec.NewTensor(t.Name, dt, t.Shape...)
+		for j := range len(t.Data) / 4 {
+			f := math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*j:]))
+			switch dt {
+			case codec.BF16:
+				binary.LittleEndian.PutUint16(c.Data[2*j:], float16.BF16FromF32(f))
+			case codec.F16:
+				binary.LittleEndian.PutUint16(c.Data[2*j:], float16.F16FromF32(f))
+			default:
+				binary.LittleEndian.PutUint64(c.Data[8*j:], math.Float64bits(float64(f)))
+			}
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// zigzagZstd1Bytes is the size of the frame of t's delta against base,
+// for elements of 2 or 8 bytes, coded as the hub codes it for clients
+// that ask for no delta coding: shuffle | *:zstd(1) (t fits one chunk).
+func zigzagZstd1Bytes(enc *codec.Encoder, t *codec.Tensor, base []byte) (int64, error) {
+	d := codec.AlignedBytes(len(t.Data))
+	switch t.DType.Size() {
+	case 2:
+		for j := 0; j < len(d); j += 2 {
+			x := binary.LittleEndian.Uint16(t.Data[j:]) - binary.LittleEndian.Uint16(base[j:])
+			binary.LittleEndian.PutUint16(d[j:], x<<1^uint16(int16(x)>>15))
+		}
+	case 8:
+		for j := 0; j < len(d); j += 8 {
+			x := binary.LittleEndian.Uint64(t.Data[j:]) - binary.LittleEndian.Uint64(base[j:])
+			binary.LittleEndian.PutUint64(d[j:], x<<1^uint64(int64(x)>>63))
+		}
+	}
+	c := *t
+	c.Data = d
+	f, err := enc.AppendTensor(nil, &c, codec.MustParseRecipe("shuffle | *:zstd(1)"))
+	return int64(len(f)), err
 }
