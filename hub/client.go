@@ -464,6 +464,24 @@ func undoDelta(t, b *codec.Tensor, off int64, base uint64) (bool, error) {
 			t.Tags.Extra = nil
 		}
 	} else {
+		i, k, err := orderRun(t.Tags.Extra)
+		if err != nil {
+			return false, err
+		}
+		if i >= 0 {
+			if w, _ := expField(t.DType); w == 0 || off%int64(k) != 0 {
+				return false, fmt.Errorf("%w: hub: tensor %q: a delta of %v elements in exponent order, in runs of %d, at element %d", codec.ErrCorrupt, t.Name, t.DType, k, off)
+			}
+			var s scratch
+			d := s.get(len(t.Data))
+			inRuns(d, t.Data, bd, t.DType, k, true)
+			copy(t.Data, d)
+			s.release()
+			t.Tags.Extra = slices.Delete(t.Tags.Extra, i, i+1)
+			if len(t.Tags.Extra) == 0 {
+				t.Tags.Extra = nil
+			}
+		}
 		undiff(t.Data, bd, int(esz))
 	}
 	t.Base = 0

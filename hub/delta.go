@@ -2,8 +2,11 @@ package hub
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/float16"
@@ -22,12 +25,44 @@ const (
 // lossy recipe; deltas without it are the lossless diff of the bits.
 var DeltaTag = codec.Tag{Key: "tensorpress.delta", Value: "sub"}
 
+// A lossless delta of floats whose elements go in the order of their base
+// element's exponent (DeltaCodingOrdered) is tagged tensorpress.delta =
+// exp:K: the order is kept within runs of K elements from the tensor's
+// first (the hub's chunks, so that each chunk decodes on its own, and a
+// tensor joined from its chunks as well).
+const orderPrefix = "exp:"
+
+// orderTag is the tag of a delta ordered in runs of k elements.
+func orderTag(k int) codec.Tag {
+	return codec.Tag{Key: DeltaTag.Key, Value: orderPrefix + strconv.Itoa(k)}
+}
+
+// orderRun finds the tag of an ordered delta in tags: its index (-1 for
+// none) and its run length, or an error for a malformed one.
+func orderRun(tags []codec.Tag) (int, int, error) {
+	for i, tg := range tags {
+		if tg.Key != DeltaTag.Key || !strings.HasPrefix(tg.Value, orderPrefix) {
+			continue
+		}
+		v := tg.Value[len(orderPrefix):]
+		k, err := strconv.Atoi(v)
+		if err != nil || k <= 0 || strconv.Itoa(k) != v {
+			return -1, 0, fmt.Errorf("%w: hub: delta tag %q: want exp:K, K a positive number", codec.ErrCorrupt, tg.Value)
+		}
+		return i, k, nil
+	}
+	return -1, 0, nil
+}
+
 // deltaOf returns elements [off, off+count) of t: as they are, or, when
 // base holds a tensor of the same name, dtype and shape, as a delta
 // against it (Base set to the base version): the arithmetic difference
 // when sub and the dtype is a float (tagged DeltaTag), from the base's
-// shadow where it has one (shadow.go), else the lossless diff of the bits.
-func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int, sub bool, s *scratch) (*codec.Tensor, int, error) {
+// shadow where it has one (shadow.go), else the lossless diff of the bits,
+// of floats in the order of their base element's exponent in runs of
+// order elements where order > 0 (DeltaCodingOrdered; off a multiple of
+// it).
+func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int, sub bool, order int, s *scratch) (*codec.Tensor, int, error) {
 	c := *t
 	data, err := cur.read(t, off, count, s)
 	if err != nil {
@@ -58,7 +93,83 @@ func deltaOf(cur *version, t *codec.Tensor, base *version, off, count int, sub b
 	if !diff(d, data, bd, t.DType.Size()) {
 		return &c, unchanged, nil
 	}
+	if w, _ := expField(t.DType); order > 0 && w > 0 {
+		c.Data = s.get(len(d))
+		inRuns(c.Data, d, bd, t.DType, order, false)
+		c.Tags.Extra = append(slices.Clip(c.Tags.Extra), orderTag(order))
+	}
 	return &c, bitDelta, nil
+}
+
+// expField gives the bits of a float's biased exponent field: its width
+// (0 for types other than f16, bf16, f32 and f64) and its shift.
+func expField(dt codec.DType) (width, shift uint) {
+	switch dt {
+	case codec.F16:
+		return 5, 10
+	case codec.BF16:
+		return 8, 7
+	case codec.F32:
+		return 8, 23
+	case codec.F64:
+		return 11, 52
+	}
+	return 0, 0
+}
+
+// inRuns applies byExponent to each run of k elements of src (the last
+// one shorter).
+func inRuns(dst, src, base []byte, dt codec.DType, k int, back bool) {
+	run := min(k, len(src)/dt.Size()) * dt.Size()
+	if run == 0 {
+		return
+	}
+	for o := 0; o < len(src); o += run {
+		e := min(o+run, len(src))
+		byExponent(dst[o:e], src[o:e], base[o:e], dt, back)
+	}
+}
+
+// byExponent moves the elements of src (floats of dt, or their deltas)
+// into dst in the order of the exponent of the same element of base,
+// exponents ascending, keeping the order of elements with the same one:
+// a stable counting sort on base's exponents, which a receiver that holds
+// base undoes. With back, it undoes it: src is in that order, dst gets
+// the elements back in theirs.
+func byExponent(dst, src, base []byte, dt codec.DType, back bool) {
+	width, shift := expField(dt)
+	esz := dt.Size()
+	n := len(src) / esz
+	exp := func(i int) int {
+		var u uint64
+		switch esz {
+		case 2:
+			u = uint64(binary.LittleEndian.Uint16(base[2*i:]))
+		case 4:
+			u = uint64(binary.LittleEndian.Uint32(base[4*i:]))
+		default:
+			u = binary.LittleEndian.Uint64(base[8*i:])
+		}
+		return int(u >> shift & (1<<width - 1))
+	}
+	var next [1 << 11]int // where the next element of each exponent goes
+	for i := range n {
+		next[exp(i)]++
+	}
+	at := 0
+	for e := range next[:1<<width] {
+		next[e], at = at, at+next[e]
+	}
+	for i := range n {
+		e := exp(i)
+		j := next[e]
+		next[e]++
+		if back {
+			copy(dst[i*esz:(i+1)*esz], src[j*esz:(j+1)*esz])
+		} else {
+			copy(dst[j*esz:(j+1)*esz], src[i*esz:(i+1)*esz])
+		}
+	}
 }
 
 // subtract sets d to cur − base element by element, rounded to dt, and
@@ -196,9 +307,14 @@ const (
 	// float32 weights, 4-8% as bfloat16, float16 or float64, at a quarter
 	// to a seventh of its speed (docs/BENCHMARKS.md).
 	DeltaCodingLenbits = 1
+	// DeltaCodingOrdered is DeltaCodingLenbits with the differences of
+	// floats in the order of their base element's exponent (tagged
+	// tensorpress.delta=exp): elements of one magnitude move by similar
+	// amounts, and lenbits' contexts see them side by side.
+	DeltaCodingOrdered = 2
 
 	// DeltaCoding is the newest coding, what this release's clients ask for.
-	DeltaCoding = DeltaCodingLenbits
+	DeltaCoding = DeltaCodingOrdered
 )
 
 var deltaRecipes = [...]map[int]*codec.Recipe{
@@ -208,11 +324,14 @@ var deltaRecipes = [...]map[int]*codec.Recipe{
 		4: codec.MustParseRecipe("shuffle4 | *:zstd(1)"),
 		8: codec.MustParseRecipe("shuffle8 | *:zstd(1)"),
 	},
-	DeltaCodingLenbits: {
-		2: codec.MustParseRecipe("lenbits(2)"),
-		4: codec.MustParseRecipe("lenbits(4)"),
-		8: codec.MustParseRecipe("lenbits(8)"),
-	},
+	DeltaCodingLenbits: lenbitsRecipes,
+	DeltaCodingOrdered: lenbitsRecipes,
+}
+
+var lenbitsRecipes = map[int]*codec.Recipe{
+	2: codec.MustParseRecipe("lenbits(2)"),
+	4: codec.MustParseRecipe("lenbits(4)"),
+	8: codec.MustParseRecipe("lenbits(8)"),
 }
 
 // deltaRecipe is the recipe of a lossless delta of esz-byte elements in

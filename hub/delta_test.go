@@ -17,7 +17,7 @@ import (
 // of several releases ask: one that sends no delta coding (an older
 // release) gets shuffle | zstd, which it decodes; one that asks for
 // lenbits gets it; one from a later release gets the newest this hub has.
-// The decoded deltas are the same bits in every coding.
+// Every coding decodes to version 2, given version 1.
 func TestDeltaCoding(t *testing.T) {
 	h, _ := New(WithRetention(2))
 	v1 := model(12, 3)
@@ -60,6 +60,9 @@ func TestDeltaCoding(t *testing.T) {
 					if x.Base != 1 {
 						t.Fatalf("coding %d: %q is not a delta against version 1", coding, x.Name)
 					}
+					if ok, err := undoDelta(x, v1[slices.IndexFunc(v1, func(b *codec.Tensor) bool { return b.Name == x.Name })], x.Offset, 1); !ok || err != nil {
+						t.Fatalf("coding %d: %q: %v", coding, x.Name, err)
+					}
 					deltas[x.Name] = append(deltas[x.Name], x.Data...)
 				}
 			}
@@ -74,7 +77,12 @@ func TestDeltaCoding(t *testing.T) {
 			}
 		}))
 	}
-	for _, coding := range []uint32{DeltaCodingLenbits, DeltaCoding + 7} {
+	for _, x := range v2 {
+		if !bytes.Equal(old[x.Name], x.Data) {
+			t.Fatalf("coding 0: %q differs from version 2", x.Name)
+		}
+	}
+	for _, coding := range []uint32{DeltaCodingLenbits, DeltaCodingOrdered, DeltaCoding + 7} {
 		got, stages, size := fetch(coding)
 		if !stages[lossless.LenbitsID] {
 			t.Errorf("coding %d: no lenbits in the frames", coding)
@@ -84,12 +92,52 @@ func TestDeltaCoding(t *testing.T) {
 		}
 		for name, d := range got {
 			if !bytes.Equal(d, old[name]) {
-				t.Fatalf("coding %d: the delta of %q differs from shuffle | zstd's", coding, name)
+				t.Fatalf("coding %d: %q differs from version 2", coding, name)
 			}
 		}
 		t.Logf("coding %d: %d bytes, shuffle | zstd %d", coding, size, oldSize)
 		if size >= oldSize {
 			t.Errorf("coding %d: %d bytes, shuffle | zstd %d", coding, size, oldSize)
+		}
+	}
+}
+
+// TestOrderTag: a client refuses a delta in exponent order whose tag is
+// malformed, whose chunk does not start a run, or whose elements are not
+// floats, as corrupt; it undoes a good one chunk by chunk or whole.
+func TestOrderTag(t *testing.T) {
+	base := model(1, 7)[0]
+	cur := evolve([]*codec.Tensor{base}, 8, func(int) bool { return true })[0]
+	n := int(base.NumElements())
+	mk := func(tag string, dt codec.DType, off, count int) *codec.Tensor {
+		d := make([]byte, 4*count)
+		diff(d, cur.Data[4*off:4*(off+count)], base.Data[4*off:4*(off+count)], 4)
+		o := make([]byte, len(d))
+		inRuns(o, d, base.Data[4*off:4*(off+count)], codec.F32, 1000, false)
+		x := &codec.Tensor{Name: base.Name, DType: dt, Shape: base.Shape, Offset: int64(off), Data: o, Base: 1}
+		x.Tags.Extra = []codec.Tag{{Key: DeltaTag.Key, Value: tag}}
+		return x
+	}
+	for _, c := range []struct {
+		tag string
+		dt  codec.DType
+		off int
+	}{{"exp:0", codec.F32, 0}, {"exp:01000", codec.F32, 0}, {"exp:x", codec.F32, 0}, {"exp:-5", codec.F32, 0},
+		{"exp:1000", codec.U32, 0}, {"exp:1000", codec.F32, 500}} {
+		x := mk(c.tag, c.dt, c.off, 1000)
+		b := *base
+		b.DType = c.dt
+		if _, err := undoDelta(x, &b, x.Offset, 1); !errors.Is(err, codec.ErrCorrupt) {
+			t.Errorf("%s on %v at %d: %v, want ErrCorrupt", c.tag, c.dt, c.off, err)
+		}
+	}
+	for _, count := range []int{1000, 3000, n} {
+		for off := 0; off < n; off += count {
+			k := min(count, n-off)
+			x := mk("exp:1000", codec.F32, off, k)
+			if ok, err := undoDelta(x, base, x.Offset, 1); !ok || err != nil || !bytes.Equal(x.Data, cur.Data[4*off:4*(off+k)]) || x.Tags.Extra != nil {
+				t.Fatalf("chunks of %d, at %d: %v, %v", count, off, ok, err)
+			}
 		}
 	}
 }

@@ -10,8 +10,9 @@
 // updates"), a few bytes for a tensor that did not change. The fetch says
 // which coding of deltas the client decodes (DeltaCoding): this release's
 // clients ask for lenbits (each difference's bit length, Huffman-coded
-// given the one before, and the bits below its leading one); older ones,
-// which ask for none, get the differences shuffled and zstd-coded. A base
+// given the one before, and the bits below its leading one), with the
+// differences of floats in the order of their base element's exponent;
+// older ones, which ask for none, get them shuffled and zstd-coded. A base
 // the hub no longer keeps
 // gives full copies, and the trailer BaseTrailer says why.
 //

@@ -119,7 +119,11 @@ func (h *Hub) encode(cur *version, it *item, base *version, lossless bool, codin
 				return nil, nil, err
 			}
 		}
-		d, kind, err := deltaOf(cur, t, base, off, count, lr != nil, &s)
+		order := 0
+		if coding >= DeltaCodingOrdered {
+			order = max(1, h.chunk/t.DType.Size()) // plan's chunks
+		}
+		d, kind, err := deltaOf(cur, t, base, off, count, lr != nil, order, &s)
 		if err != nil {
 			return nil, nil, err
 		}

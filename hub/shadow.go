@@ -91,7 +91,7 @@ func (h *Hub) makeShadow(ver, prev *version) {
 				if count == 0 {
 					count = int(t.NumElements())
 				}
-				d, kind, err := deltaOf(ver, t, prev, off, count, true, &s)
+				d, kind, err := deltaOf(ver, t, prev, off, count, true, 0, &s)
 				if err != nil {
 					return err
 				}
