@@ -63,7 +63,8 @@ import (
 //	                             the padding bits of the last byte are zero
 //	tail                         the t bytes, as they are
 //
-// The decoder rejects a shift of 8w or more, a length above 8w-s, a count past n, a stream that
+// The decoder rejects a shift of 8w or more, a count that is not the
+// number of elements in its context, a length above 8w-s, a stream that
 // runs out or decodes to another length, and any byte left over.
 const (
 	lenbitsMinCtx = 512 // contexts with fewer elements share the pool's stream
@@ -461,8 +462,10 @@ func (o lenbitsOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in 
 		na -= k
 		return v
 	}
+	var seen [lenbitsMaxK]int // elements met in each context
 	prev := uint8(0)
 	for i := range n {
+		seen[prev]++
 		sl := slot[prev]
 		j := next[sl]
 		if j >= end[sl] {
@@ -490,6 +493,13 @@ func (o lenbitsOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in 
 			binary.LittleEndian.PutUint32(out[i*4:], uint32(v))
 		default:
 			binary.LittleEndian.PutUint64(out[i*8:], v)
+		}
+	}
+	// Contexts with streams of their own had their counts checked by
+	// their streams running out; those of the pool must match too.
+	for c, m := range seen {
+		if want := count[c]; m != want { // count[c] is 0 from k on
+			return nil, corrupt("context %d holds %d elements, its count says %d", c, m, want)
 		}
 	}
 	copy(out[n*w:], src[nbytes:])

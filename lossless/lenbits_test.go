@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/tensorpress/tensorpress/codec"
@@ -60,6 +61,12 @@ func TestLenbitsRoundTrip(t *testing.T) {
 			for _, n := range []int{0, 1, w - 1, w, w + 1, 100 * w, lenbitsMinCtx*w - 1, 5000*w + 3, 300000 * w} {
 				in := gen(n)
 				outs := fastTestOpRoundTrip(t, op, "data", elem, in)
+				if len(outs[0].Data) >= len(in) { // stored raw by the codec: decode it here
+					got, err := op.Decode(&codec.Ctx{Arena: &codec.Arena{}}, make([]byte, 0, len(in)), outs, codec.SegInfo{Name: "data", Elem: elem, Len: len(in)})
+					if err != nil || !bytes.Equal(got, in) {
+						t.Fatalf("%s %s %d bytes: %v", op, name, n, err)
+					}
+				}
 				if name == "deltas" && n == 300000*w {
 					t.Logf("w=%d deltas: %d bytes to %d (%.3fx)", w, n, len(outs[0].Data), float64(n)/float64(len(outs[0].Data)))
 				}
@@ -233,6 +240,52 @@ func TestLenbitsCorrupt(t *testing.T) {
 	moved = append(moved, rest...)
 	if got := fastFuzzDecode(t, op, []codec.Segment{{Data: moved}}, in); got != nil {
 		t.Error("counts moved between contexts: decoded")
+	}
+}
+
+// TestLenbitsPoolCounts: the counts of the contexts that share the pool
+// must match the elements in them too, so that each input has one coding.
+func TestLenbitsPoolCounts(t *testing.T) {
+	op := lenbitsOp{width: 4}
+	data := lenbitsTestDeltas(6000, 4, 1)
+	in := codec.SegInfo{Name: "data", Elem: codec.U32, Len: len(data)}
+	outs, err := op.Encode(&codec.Ctx{Arena: &codec.Arena{}}, codec.Segment{SegInfo: in, Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := outs[0].Data
+	k, m := binary.Uvarint(enc[1:])
+	counts := make([]uint64, lenbitsMaxK)
+	rest := enc[1+m:]
+	for c := range k {
+		counts[c], m = binary.Uvarint(rest)
+		rest = rest[m:]
+	}
+	pooled := -1
+	for c := range int(k) {
+		if counts[c] > 0 && counts[c] < lenbitsMinCtx && (pooled < 0 || counts[c] > counts[pooled]) {
+			pooled = c
+		}
+	}
+	if pooled < 0 {
+		t.Fatalf("counts %v: no pooled context", counts[:k])
+	}
+	for _, to := range []int{int(k) - 1, int(k)} { // another pooled context; one past the listed ones
+		if counts[to] >= lenbitsMinCtx || to == pooled {
+			continue
+		}
+		c := slices.Clone(counts)
+		c[pooled]--
+		c[to]++
+		kk := max(k, uint64(to+1))
+		b := binary.AppendUvarint([]byte{enc[0]}, kk)
+		for _, x := range c[:kk] {
+			b = binary.AppendUvarint(b, x)
+		}
+		b = append(b, rest...)
+		if got := fastFuzzDecode(t, op, []codec.Segment{{Data: b}}, in); got != nil {
+			t.Errorf("one element moved from pooled context %d to %d: decoded", pooled, to)
+		}
 	}
 }
 
