@@ -51,7 +51,8 @@ import (
 //	                             the rest (the pool) when they hold any:
 //	                             uvarint(size<<1 | kind), then size bytes
 //	                             holding the stream's lengths (one byte
-//	                             each, in element order): kind 0 in huff0's
+//	                             each, in element order; the pool's context
+//	                             by context, in order of c): kind 0 in huff0's
 //	                             block layout (128 KiB blocks, see huff0),
 //	                             kind 1 as one zstd frame (as the zstd
 //	                             stage's segment; for streams that are
@@ -233,27 +234,31 @@ func (o lenbitsOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, er
 			k = c + 1
 		}
 	}
-	// slot[c] is where context c's lengths go: a range of syms of their
-	// own, or the pool's (lenbitsMaxK), shared in element order.
-	var slot [lenbitsMaxK]int
-	var start, next [lenbitsMaxK + 1]int
+	// Each context's lengths go to a range of syms of their own, in
+	// element order: first the contexts with streams of their own, then
+	// those of the pool, each group in order of context.
+	var start, next [lenbitsMaxK]int
 	at := 0
-	for c := range k {
-		slot[c] = lenbitsMaxK
-		if count[c] >= lenbitsMinCtx {
-			slot[c], start[c] = c, at
-			at += count[c]
+	for _, own := range []bool{true, false} {
+		for c := range k {
+			if (count[c] >= lenbitsMinCtx) == own {
+				start[c] = at
+				at += count[c]
+			}
 		}
 	}
-	poolStart := at
-	start[lenbitsMaxK] = at
+	poolStart := 0
+	for c := range k {
+		if count[c] >= lenbitsMinCtx {
+			poolStart += count[c]
+		}
+	}
 	syms := a.Alloc(n)
 	next = start
 	prev = 0
 	for _, l := range lens {
-		s := slot[prev]
-		syms[next[s]] = l
-		next[s]++
+		syms[next[prev]] = l
+		next[prev]++
 		prev = l
 	}
 	out := a.Alloc(len(src) + 16*lenbitsMaxK)[:0]
@@ -370,10 +375,18 @@ func (o lenbitsOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in 
 		return nil, corrupt("counts sum to %d, want %d", total, n)
 	}
 	// The streams, decoded into syms in the encoder's order; next and end
-	// delimit each context's lengths (contexts of the pool share one range).
+	// delimit each context's lengths.
 	syms := a.Alloc(n)
-	var next, end [lenbitsMaxK + 1]int
+	var next, end [lenbitsMaxK]int
 	at := 0
+	for _, own := range []bool{true, false} {
+		for c := range k {
+			if (count[c] >= lenbitsMinCtx) == own {
+				next[c], end[c] = at, at+count[c]
+				at += count[c]
+			}
+		}
+	}
 	stream := func(lo, hi int) error {
 		tag, err := uv("stream size", 2*len(src)+1)
 		if err != nil {
@@ -393,30 +406,20 @@ func (o lenbitsOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in 
 		src = src[size:]
 		return nil
 	}
+	pool := 0
 	for c := range k {
 		if count[c] >= lenbitsMinCtx {
-			if err := stream(at, at+count[c]); err != nil {
+			if err := stream(next[c], end[c]); err != nil {
 				return nil, err
 			}
-			next[c], end[c] = at, at+count[c]
-			at += count[c]
+			pool = end[c]
 		}
 	}
-	if at < n {
-		if err := stream(at, n); err != nil {
+	if pool < n {
+		if err := stream(pool, n); err != nil {
 			return nil, err
 		}
 	}
-	// slot[c] is the cursor context c reads from: its own, or the pool's
-	// (lenbitsMaxK), which every context of the pool shares.
-	var slot [lenbitsMaxK]uint8
-	for c := range slot {
-		slot[c] = lenbitsMaxK
-		if c < k && count[c] >= lenbitsMinCtx {
-			slot[c] = uint8(c)
-		}
-	}
-	next[lenbitsMaxK], end[lenbitsMaxK] = at, n
 	// The bits below the leading ones, then the tail.
 	nb := 0
 	for _, l := range syms {
@@ -462,17 +465,17 @@ func (o lenbitsOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in 
 		na -= k
 		return v
 	}
-	var seen [lenbitsMaxK]int // elements met in each context
+	// Each context reads its own range: one that runs out means counts
+	// that are not the elements' contexts (and as they sum to n, none is
+	// left over when none runs out).
 	prev := uint8(0)
 	for i := range n {
-		seen[prev]++
-		sl := slot[prev]
-		j := next[sl]
-		if j >= end[sl] {
+		j := next[prev]
+		if j >= end[prev] {
 			return nil, corrupt("element %d: context %d has no length left", i, prev)
 		}
 		l := syms[j]
-		next[sl] = j + 1
+		next[prev] = j + 1
 		prev = l
 		var v uint64
 		if l > 0 {
@@ -493,13 +496,6 @@ func (o lenbitsOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in 
 			binary.LittleEndian.PutUint32(out[i*4:], uint32(v))
 		default:
 			binary.LittleEndian.PutUint64(out[i*8:], v)
-		}
-	}
-	// Contexts with streams of their own had their counts checked by
-	// their streams running out; those of the pool must match too.
-	for c, m := range seen {
-		if want := count[c]; m != want { // count[c] is 0 from k on
-			return nil, corrupt("context %d holds %d elements, its count says %d", c, m, want)
 		}
 	}
 	copy(out[n*w:], src[nbytes:])
