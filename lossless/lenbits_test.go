@@ -93,25 +93,30 @@ func lenbitsTestWiden(n, w int, seed uint64) []byte {
 	return b
 }
 
-// TestLenbitsShift: elements whose low bits all repeat the bit above them
-// (deltas of values of half the width) cost what the narrower deltas do,
-// not the repeated bits; shuffle | zstd drops them as zero planes.
-func TestLenbitsShift(t *testing.T) {
+// lenbitsTestFrame codes data as a tensor of dt with recipe r through the
+// codec, checks that the frame decodes to it and returns its size.
+func lenbitsTestFrame(t *testing.T, data []byte, dt codec.DType, r string) int {
+	t.Helper()
 	enc, err := codec.NewEncoder()
 	if err != nil {
 		t.Fatal(err)
 	}
-	size := func(data []byte, dt codec.DType, r string) int {
-		f, err := enc.AppendTensor(nil, fastTestTensor("d", dt, data), codec.MustParseRecipe(r))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := new(codec.Decoder).DecodeFrame(f)
-		if err != nil || !bytes.Equal(got.Tensors[0].Data, data) {
-			t.Fatalf("%s: round trip: %v", r, err)
-		}
-		return len(f)
+	f, err := enc.AppendTensor(nil, fastTestTensor("d", dt, data), codec.MustParseRecipe(r))
+	if err != nil {
+		t.Fatal(err)
 	}
+	got, _, err := new(codec.Decoder).DecodeFrame(f)
+	if err != nil || !bytes.Equal(got.Tensors[0].Data, data) {
+		t.Fatalf("%s: round trip: %v", r, err)
+	}
+	return len(f)
+}
+
+// TestLenbitsShift: elements whose low bits all repeat the bit above them
+// (deltas of values of half the width) cost what the narrower deltas do,
+// not the repeated bits; shuffle | zstd drops them as zero planes.
+func TestLenbitsShift(t *testing.T) {
+	size := func(data []byte, dt codec.DType, r string) int { return lenbitsTestFrame(t, data, dt, r) }
 	const n = 50000
 	for _, w := range []int{4, 8} {
 		wide := lenbitsTestWiden(n, w, 11)
@@ -156,21 +161,8 @@ func TestLenbitsBind(t *testing.T) {
 	}
 	// Through the codec: a float32 tensor of deltas, with the width bound.
 	data := lenbitsTestDeltas(10000, 4, 9)
-	tn := fastTestTensor("d", codec.F32, data)
-	enc, err := codec.NewEncoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := enc.AppendTensor(nil, tn, codec.MustParseRecipe("lenbits"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _, err := new(codec.Decoder).DecodeFrame(f)
-	if err != nil || !bytes.Equal(got.Tensors[0].Data, data) {
-		t.Fatalf("codec round trip: %v", err)
-	}
-	if len(f) >= len(data)*3/4 {
-		t.Errorf("lenbits: %d bytes of %d", len(f), len(data))
+	if n := lenbitsTestFrame(t, data, codec.F32, "lenbits"); n >= len(data)*3/4 {
+		t.Errorf("lenbits: %d bytes of %d", n, len(data))
 	}
 }
 
@@ -366,25 +358,10 @@ func TestLenbitsRuns(t *testing.T) {
 			clear(data[4*i : 4*i+4]) // 90% unchanged, in runs of 9000
 		}
 	}
-	tn := fastTestTensor("d", codec.U32, data)
-	enc, err := codec.NewEncoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lb, err := enc.AppendTensor(nil, tn, codec.MustParseRecipe("lenbits"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	zs, err := enc.AppendTensor(nil, tn, codec.MustParseRecipe("shuffle4 | *:zstd(1)"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("90%% zeros in runs: lenbits %d bytes, shuffle4 | *:zstd(1) %d", len(lb), len(zs))
-	if 10*len(lb) > 11*len(zs) {
-		t.Errorf("lenbits %d bytes, shuffle4 | *:zstd(1) %d: want at most 10%% more", len(lb), len(zs))
-	}
-	got, _, err := new(codec.Decoder).DecodeFrame(lb)
-	if err != nil || !bytes.Equal(got.Tensors[0].Data, data) {
-		t.Fatalf("round trip: %v", err)
+	lb := lenbitsTestFrame(t, data, codec.U32, "lenbits")
+	zs := lenbitsTestFrame(t, data, codec.U32, "shuffle4 | *:zstd(1)")
+	t.Logf("90%% zeros in runs: lenbits %d bytes, shuffle4 | *:zstd(1) %d", lb, zs)
+	if 10*lb > 11*zs {
+		t.Errorf("lenbits %d bytes, shuffle4 | *:zstd(1) %d: want at most 10%% more", lb, zs)
 	}
 }
