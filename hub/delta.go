@@ -135,7 +135,9 @@ func inRuns(dst, src, base []byte, dt codec.DType, k int, back bool) {
 // exponents ascending, keeping the order of elements with the same one:
 // a stable counting sort on base's exponents, which a receiver that holds
 // base undoes. With back, it undoes it: src is in that order, dst gets
-// the elements back in theirs.
+// the elements back in theirs. Runs shorter than the exponents' range are
+// sorted instead of counted, so that what a run costs stays in proportion
+// to its length whatever run length a tag names.
 func byExponent(dst, src, base []byte, dt codec.DType, back bool) {
 	width, shift := expField(dt)
 	esz := dt.Size()
@@ -152,23 +154,36 @@ func byExponent(dst, src, base []byte, dt codec.DType, back bool) {
 		}
 		return int(u >> shift & (1<<width - 1))
 	}
-	var next [1 << 11]int // where the next element of each exponent goes
-	for i := range n {
-		next[exp(i)]++
-	}
-	at := 0
-	for e := range next[:1<<width] {
-		next[e], at = at, at+next[e]
-	}
-	for i := range n {
-		e := exp(i)
-		j := next[e]
-		next[e]++
+	move := func(i, j int) { // element i of the natural order is element j of the sorted one
 		if back {
 			copy(dst[i*esz:(i+1)*esz], src[j*esz:(j+1)*esz])
 		} else {
 			copy(dst[j*esz:(j+1)*esz], src[i*esz:(i+1)*esz])
 		}
+	}
+	if n < 1<<width {
+		idx := make([]int, n)
+		for i := range idx {
+			idx[i] = i
+		}
+		slices.SortStableFunc(idx, func(a, b int) int { return exp(a) - exp(b) })
+		for j, i := range idx {
+			move(i, j)
+		}
+		return
+	}
+	next := make([]int, 1<<width) // where the next element of each exponent goes
+	for i := range n {
+		next[exp(i)]++
+	}
+	at := 0
+	for e := range next {
+		next[e], at = at, at+next[e]
+	}
+	for i := range n {
+		e := exp(i)
+		move(i, next[e])
+		next[e]++
 	}
 }
 

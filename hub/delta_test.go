@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"testing"
@@ -110,10 +111,12 @@ func TestOrderTag(t *testing.T) {
 	cur := evolve([]*codec.Tensor{base}, 8, func(int) bool { return true })[0]
 	n := int(base.NumElements())
 	mk := func(tag string, dt codec.DType, off, count int) *codec.Tensor {
+		k := 1000
+		fmt.Sscanf(tag, "exp:%d", &k)
 		d := make([]byte, 4*count)
 		diff(d, cur.Data[4*off:4*(off+count)], base.Data[4*off:4*(off+count)], 4)
 		o := make([]byte, len(d))
-		inRuns(o, d, base.Data[4*off:4*(off+count)], codec.F32, 1000, false)
+		inRuns(o, d, base.Data[4*off:4*(off+count)], codec.F32, max(k, 1), false)
 		x := &codec.Tensor{Name: base.Name, DType: dt, Shape: base.Shape, Offset: int64(off), Data: o, Base: 1}
 		x.Tags.Extra = []codec.Tag{{Key: DeltaTag.Key, Value: tag}}
 		return x
@@ -131,12 +134,16 @@ func TestOrderTag(t *testing.T) {
 			t.Errorf("%s on %v at %d: %v, want ErrCorrupt", c.tag, c.dt, c.off, err)
 		}
 	}
-	for _, count := range []int{1000, 3000, n} {
+	for _, c := range []struct {
+		tag   string
+		count int
+	}{{"exp:1000", 1000}, {"exp:1000", 3000}, {"exp:1000", n}, {"exp:7", 700}, {"exp:1", n}} {
+		count := c.count
 		for off := 0; off < n; off += count {
 			k := min(count, n-off)
-			x := mk("exp:1000", codec.F32, off, k)
+			x := mk(c.tag, codec.F32, off, k)
 			if ok, err := undoDelta(x, base, x.Offset, 1); !ok || err != nil || !bytes.Equal(x.Data, cur.Data[4*off:4*(off+k)]) || x.Tags.Extra != nil {
-				t.Fatalf("chunks of %d, at %d: %v, %v", count, off, ok, err)
+				t.Fatalf("%s, chunks of %d, at %d: %v, %v", c.tag, count, off, ok, err)
 			}
 		}
 	}
