@@ -175,7 +175,8 @@ func (o lenbitsOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, er
 	}
 	src := in.Data
 	n := len(src) / w
-	// sh: the low bits that every element repeats (lenbitsShift).
+	// sh: the low bits that every element repeats (s in the layout above):
+	// bit i of v ^ v>>1 is 0 where bits i and i+1 of v are equal.
 	var rep uint64
 	for i := range n {
 		v := elem(src[i*w:], w)
