@@ -63,6 +63,9 @@ func newChunkReader(ctx context.Context, c hubpb.HubClient, req Request) (*chunk
 	}
 	credit = min(credit, maxCredit)
 	pr := &hubpb.FetchRequest{Version: req.Version, RequireLossless: req.RequireLossless, Credit: uint32(credit), Base: req.Base, DeltaCoding: DeltaCoding}
+	if req.FastDeltas {
+		pr.DeltaCoding = DeltaCodingZstd
+	}
 	for _, sp := range req.Specs {
 		pr.Specs = append(pr.Specs, &hubpb.TensorSpec{Names: sp.Names, Tags: sp.Tags})
 	}

@@ -148,3 +148,34 @@ func TestOrderTag(t *testing.T) {
 		}
 	}
 }
+
+// TestFastDeltas: a client that asks for fast deltas gets shuffle | zstd,
+// one that does not gets lenbits; both decode to the version.
+func TestFastDeltas(t *testing.T) {
+	h, _ := New()
+	v1 := model(8, 5)
+	v2 := evolve(v1, 60, func(int) bool { return true })
+	h.Publish(1, v1)
+	h.Publish(2, v2)
+	c, _ := serve(t, h)
+	held := func(name string) *codec.Tensor { return v1[slices.IndexFunc(v1, func(x *codec.Tensor) bool { return x.Name == name })] }
+	for _, fast := range []bool{true, false} {
+		before := h.Stats().Recipes
+		got := map[string][]byte{}
+		res, err := Fetch(context.Background(), c, Request{Version: 2, Base: 1, BaseTensor: held, FastDeltas: fast},
+			func(x *codec.Tensor) error { got[x.Name] = x.Data; return nil })
+		if err != nil || res.Deltas != len(v2) {
+			t.Fatalf("fast %v: %+v, %v", fast, res, err)
+		}
+		for _, x := range v2 {
+			if !bytes.Equal(got[x.Name], x.Data) {
+				t.Fatalf("fast %v: %q differs", fast, x.Name)
+			}
+		}
+		after := h.Stats().Recipes
+		used := func(name string) bool { return after[name].In > before[name].In }
+		if used("lenbits(4)") == fast || used("shuffle4 | *:zstd(1)") != fast {
+			t.Errorf("fast %v: recipes before %v, after %v", fast, before, after)
+		}
+	}
+}

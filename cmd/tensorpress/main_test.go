@@ -192,6 +192,11 @@ func TestHubFetch(t *testing.T) {
 	if !strings.Contains(out, "9 as deltas") {
 		t.Errorf("fetch with --base said %q", out)
 	}
+	v2fast := filepath.Join(dir, "v2fast.safetensors")
+	if out = fetch(t, "--hub", addr, "--base", v1, "--fast-deltas", "--out", v2fast); !strings.Contains(out, "9 as deltas") {
+		t.Errorf("fetch with --base --fast-deltas said %q", out)
+	}
+	check(v2fast, m2)
 	// A version written while the hub runs (under another name, then
 	// renamed) is served once the hub has looked.
 	m3 := model(3)
