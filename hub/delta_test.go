@@ -158,7 +158,9 @@ func TestFastDeltas(t *testing.T) {
 	h.Publish(1, v1)
 	h.Publish(2, v2)
 	c, _ := serve(t, h)
-	held := func(name string) *codec.Tensor { return v1[slices.IndexFunc(v1, func(x *codec.Tensor) bool { return x.Name == name })] }
+	held := func(name string) *codec.Tensor {
+		return v1[slices.IndexFunc(v1, func(x *codec.Tensor) bool { return x.Name == name })]
+	}
 	for _, fast := range []bool{true, false} {
 		before := h.Stats().Recipes
 		got := map[string][]byte{}
