@@ -270,6 +270,7 @@ type FetchRequest struct {
 	Retries         int      `json:"retries"`
 	StallMS         int64    `json:"stall_ms"`
 	TimeoutMS       int64    `json:"timeout_ms"`
+	FastDeltas      bool     `json:"fast_deltas"` // hub.Request.FastDeltas
 }
 
 // FetchResult is the JSON result of HubFetch.
@@ -372,7 +373,7 @@ func (fr *FetchRequest) request(lim *Limits, bases *Tensor, nbase int32) (hub.Re
 	}
 	req := hub.Request{Version: fr.Version, RequireLossless: fr.RequireLossless == nil || *fr.RequireLossless,
 		Credit: fr.Credit, Limits: lim.limits(codec.Limits{}), Base: fr.Base, Retries: fr.Retries,
-		Stall: time.Duration(fr.StallMS) * time.Millisecond}
+		Stall: time.Duration(fr.StallMS) * time.Millisecond, FastDeltas: fr.FastDeltas}
 	if len(fr.Names) > 0 {
 		req.Specs = []hub.Spec{{Names: fr.Names}}
 	}

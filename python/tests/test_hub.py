@@ -167,6 +167,9 @@ def test_fetch_bit_for_bit_and_deltas(served: HubProcess) -> None:
         check_bits(v2, os.path.join(served.dir, "2"))
         assert v2.version == 2 and v2.deltas > 0 and v2.refetched == []
         assert v2.bytes_received < v1.bytes_received
+        fast = hub.fetch(2, base=v1, fast_deltas=True)
+        check_bits(fast, os.path.join(served.dir, "2"))
+        assert fast.deltas == v2.deltas and fast.refetched == []
         # The base was read, never written.
         check_bits(v1, os.path.join(served.dir, "1"))
         newest = hub.fetch()
