@@ -488,7 +488,9 @@ func (o lenbitsOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in 
 				v = get(b)
 			}
 			v |= 1 << b
-			v = v<<sh | -(v&1)&(1<<sh-1)
+			if sh != 0 {
+				v = v<<sh | -(v&1)&(1<<sh-1)
+			}
 		}
 		switch w {
 		case 2:
