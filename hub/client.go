@@ -448,6 +448,14 @@ type partial struct {
 	base  *codec.Tensor // the client's copy of it in the base (delta)
 }
 
+// dropTag removes t's extra tag i (nil when none is left).
+func dropTag(t *codec.Tensor, i int) {
+	t.Tags.Extra = slices.Delete(t.Tags.Extra, i, i+1)
+	if len(t.Tags.Extra) == 0 {
+		t.Tags.Extra = nil
+	}
+}
+
 // undoDelta turns t, a delta against version base (the whole tensor, or
 // its chunk at element off), into the tensor itself, given b, the
 // client's copy of the whole tensor there. It reports false, leaving t
@@ -464,10 +472,7 @@ func undoDelta(t, b *codec.Tensor, off int64, base uint64) (bool, error) {
 	bd := b.Data[off*esz : off*esz+int64(len(t.Data))]
 	if i := slices.Index(t.Tags.Extra, DeltaTag); i >= 0 {
 		add(t.Data, bd, t.DType)
-		t.Tags.Extra = slices.Delete(t.Tags.Extra, i, i+1)
-		if len(t.Tags.Extra) == 0 {
-			t.Tags.Extra = nil
-		}
+		dropTag(t, i)
 	} else {
 		i, k, err := orderRun(t.Tags.Extra)
 		if err != nil {
@@ -482,10 +487,7 @@ func undoDelta(t, b *codec.Tensor, off int64, base uint64) (bool, error) {
 			inRuns(d, t.Data, bd, t.DType, k, true)
 			copy(t.Data, d)
 			s.release()
-			t.Tags.Extra = slices.Delete(t.Tags.Extra, i, i+1)
-			if len(t.Tags.Extra) == 0 {
-				t.Tags.Extra = nil
-			}
+			dropTag(t, i)
 		}
 		undiff(t.Data, bd, int(esz))
 	}

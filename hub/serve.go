@@ -65,6 +65,10 @@ func (it *item) key(v, base uint64, lossless bool, coding uint32) string {
 	return b.String()
 }
 
+// chunkElems is how many elements of esz bytes a chunk of a large tensor
+// holds: plan's step, and the runs of deltas in exponent order.
+func (h *Hub) chunkElems(esz int) int { return max(1, h.chunk/esz) }
+
 // plan cuts the selected tensors into items, the same for every request
 // that selects the same tensors: small whole tensors batched up to the
 // chunk size, larger ones in chunks of the chunk size.
@@ -92,7 +96,7 @@ func (h *Hub) plan(ts []*codec.Tensor) []item {
 		flush()
 		esz := t.DType.Size()
 		nel := n / esz
-		step := max(1, h.chunk/esz)
+		step := h.chunkElems(esz)
 		for off := 0; off < nel; off += step {
 			out = append(out, item{tensors: []*codec.Tensor{t}, offset: off, count: min(step, nel-off)})
 		}
@@ -121,7 +125,7 @@ func (h *Hub) encode(cur *version, it *item, base *version, lossless bool, codin
 		}
 		order := 0
 		if coding >= DeltaCodingOrdered {
-			order = max(1, h.chunk/t.DType.Size()) // plan's chunks
+			order = h.chunkElems(t.DType.Size()) // runs of plan's chunks
 		}
 		d, kind, err := deltaOf(cur, t, base, off, count, lr != nil, order, &s)
 		if err != nil {
