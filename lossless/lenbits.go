@@ -235,27 +235,9 @@ func (o lenbitsOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, er
 			k = c + 1
 		}
 	}
-	// Each context's lengths go to a range of syms of their own, in
-	// element order: first the contexts with streams of their own, then
-	// those of the pool, each group in order of context.
-	var start, next [lenbitsMaxK]int
-	at := 0
-	for _, own := range []bool{true, false} {
-		for c := range k {
-			if (count[c] >= lenbitsMinCtx) == own {
-				start[c] = at
-				at += count[c]
-			}
-		}
-	}
-	poolStart := 0
-	for c := range k {
-		if count[c] >= lenbitsMinCtx {
-			poolStart += count[c]
-		}
-	}
+	start, poolStart := lenbitsRanges(&count, k)
 	syms := a.Alloc(n)
-	next = start
+	next := start
 	prev = 0
 	for _, l := range lens {
 		syms[next[prev]] = l
@@ -303,6 +285,26 @@ func (o lenbitsOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, er
 	out = append(out, bitBuf[:nb]...)
 	out = append(out, src[n*w:]...)
 	return []codec.Segment{{SegInfo: codec.SegInfo{Name: in.Name, Elem: codec.Byte, Len: len(out)}, Data: out}}, nil
+}
+
+// lenbitsRanges gives where each context's lengths start in the streams'
+// order, given the counts of the k contexts listed: first the contexts
+// with streams of their own, then those of the pool (which starts at
+// pool), each group in order of context.
+func lenbitsRanges(count *[lenbitsMaxK]int, k int) (start [lenbitsMaxK]int, pool int) {
+	at := 0
+	for _, own := range []bool{true, false} {
+		if !own {
+			pool = at
+		}
+		for c := range k {
+			if (count[c] >= lenbitsMinCtx) == own {
+				start[c] = at
+				at += count[c]
+			}
+		}
+	}
+	return start, pool
 }
 
 // lenbitsRuns reports whether a stream of bit lengths is worth trying
@@ -378,15 +380,10 @@ func (o lenbitsOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in 
 	// The streams, decoded into syms in the encoder's order; next and end
 	// delimit each context's lengths.
 	syms := a.Alloc(n)
-	var next, end [lenbitsMaxK]int
-	at := 0
-	for _, own := range []bool{true, false} {
-		for c := range k {
-			if (count[c] >= lenbitsMinCtx) == own {
-				next[c], end[c] = at, at+count[c]
-				at += count[c]
-			}
-		}
+	next, pool := lenbitsRanges(&count, k)
+	var end [lenbitsMaxK]int
+	for c := range k {
+		end[c] = next[c] + count[c]
 	}
 	stream := func(lo, hi int) error {
 		tag, err := uv("stream size", 2*len(src)+1)
@@ -407,13 +404,11 @@ func (o lenbitsOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in 
 		src = src[size:]
 		return nil
 	}
-	pool := 0
 	for c := range k {
 		if count[c] >= lenbitsMinCtx {
 			if err := stream(next[c], end[c]); err != nil {
 				return nil, err
 			}
-			pool = end[c]
 		}
 	}
 	if pool < n {
