@@ -129,7 +129,7 @@ func BenchmarkHubDeltasFL(b *testing.B) {
 			full += f
 			delta += d
 			for i, t := range cur {
-				n, err := zigzagZstd1Bytes(enc, t, prev[i].Data)
+				n, err := deltaBytes(enc, t, prev[i].Data, false)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -215,33 +215,46 @@ func zigzagDiff(cur, base uint32) uint32 {
 }
 
 // deltaBytes is the size of the frames of t's delta against base (as the
-// hub makes it: zigzag differences of the bits) coded as the hub codes
-// them for clients that ask for no delta coding, shuffle4 | *:zstd(1), in
-// chunks of the default size. With sorted, the elements go in the order
-// of their base element's exponent (stable): what ordering by a context
-// both ends hold gives that chain.
+// hub makes it: zigzag differences of the bits of elements of 2, 4 or 8
+// bytes) coded as the hub codes them for clients that ask for no delta
+// coding, shuffle | *:zstd(1), in chunks of the default size. With sorted
+// (float32 only), the elements go in the order of their base element's
+// exponent (stable): what ordering by a context both ends hold gives that
+// chain.
 func deltaBytes(enc *codec.Encoder, t *codec.Tensor, base []byte, sorted bool) (int64, error) {
-	n := len(t.Data) / 4
+	w := t.DType.Size()
+	n := len(t.Data) / w
 	var byExp [256][]int
 	for i := range n {
-		e := binary.LittleEndian.Uint32(base[4*i:]) >> 23 & 0xff
-		if !sorted {
-			e = 0
+		e := 0
+		if sorted {
+			e = int(binary.LittleEndian.Uint32(base[4*i:]) >> 23 & 0xff)
 		}
 		byExp[e] = append(byExp[e], i)
 	}
-	d := codec.AlignedBytes(4 * n)
+	d := codec.AlignedBytes(len(t.Data))
 	k := 0
 	for _, idx := range byExp {
 		for _, i := range idx {
-			binary.LittleEndian.PutUint32(d[4*k:], zigzagDiff(binary.LittleEndian.Uint32(t.Data[4*i:]), binary.LittleEndian.Uint32(base[4*i:])))
+			cur, b := t.Data[w*i:], base[w*i:]
+			switch w {
+			case 2:
+				x := binary.LittleEndian.Uint16(cur) - binary.LittleEndian.Uint16(b)
+				binary.LittleEndian.PutUint16(d[w*k:], x<<1^uint16(int16(x)>>15))
+			case 4:
+				binary.LittleEndian.PutUint32(d[w*k:], zigzagDiff(binary.LittleEndian.Uint32(cur), binary.LittleEndian.Uint32(b)))
+			default:
+				x := binary.LittleEndian.Uint64(cur) - binary.LittleEndian.Uint64(b)
+				binary.LittleEndian.PutUint64(d[w*k:], x<<1^uint64(int64(x)>>63))
+			}
 			k++
 		}
 	}
-	r := codec.MustParseRecipe("shuffle4 | *:zstd(1)")
+	dt := map[int]codec.DType{2: codec.U16, 4: codec.U32, 8: codec.U64}[w]
+	r := codec.MustParseRecipe("shuffle | *:zstd(1)")
 	var total int64
 	for off := 0; off < len(d); off += codec.DefaultChunkSize {
-		c := &codec.Tensor{Name: t.Name, DType: codec.U32, Shape: []int64{int64(n)}, Offset: int64(off / 4), Data: d[off:min(off+codec.DefaultChunkSize, len(d))]}
+		c := &codec.Tensor{Name: t.Name, DType: dt, Shape: []int64{int64(n)}, Offset: int64(off / w), Data: d[off:min(off+codec.DefaultChunkSize, len(d))]}
 		f, err := enc.AppendTensor(nil, c, r)
 		if err != nil {
 			return 0, err
@@ -271,27 +284,4 @@ func asDType(m []*codec.Tensor, dt codec.DType) []*codec.Tensor {
 		out[i] = c
 	}
 	return out
-}
-
-// zigzagZstd1Bytes is the size of the frame of t's delta against base,
-// for elements of 2 or 8 bytes, coded as the hub codes it for clients
-// that ask for no delta coding: shuffle | *:zstd(1) (t fits one chunk).
-func zigzagZstd1Bytes(enc *codec.Encoder, t *codec.Tensor, base []byte) (int64, error) {
-	d := codec.AlignedBytes(len(t.Data))
-	switch t.DType.Size() {
-	case 2:
-		for j := 0; j < len(d); j += 2 {
-			x := binary.LittleEndian.Uint16(t.Data[j:]) - binary.LittleEndian.Uint16(base[j:])
-			binary.LittleEndian.PutUint16(d[j:], x<<1^uint16(int16(x)>>15))
-		}
-	case 8:
-		for j := 0; j < len(d); j += 8 {
-			x := binary.LittleEndian.Uint64(t.Data[j:]) - binary.LittleEndian.Uint64(base[j:])
-			binary.LittleEndian.PutUint64(d[j:], x<<1^uint64(int64(x)>>63))
-		}
-	}
-	c := *t
-	c.Data = d
-	f, err := enc.AppendTensor(nil, &c, codec.MustParseRecipe("shuffle | *:zstd(1)"))
-	return int64(len(f)), err
 }
