@@ -319,8 +319,9 @@ const (
 	// lenbits stage (lossless, ID 10): each difference's bit length,
 	// Huffman-coded given the one before, and the bits below its leading
 	// one. 2.3% fewer bytes than DeltaCodingZstd between FedAvg rounds of
-	// float32 weights, 4-8% as bfloat16, float16 or float64, at a fifth
-	// to a sixth of its speed (docs/BENCHMARKS.md).
+	// float32 weights (4% as bfloat16, 8% as float16, 20% as float64
+	// holding float32 values), at a fifth to a sixth of its speed
+	// (docs/BENCHMARKS.md).
 	DeltaCodingLenbits = 1
 	// DeltaCodingOrdered is DeltaCodingLenbits with the differences of
 	// floats in the order of their base element's exponent (tagged
