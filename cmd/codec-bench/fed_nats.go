@@ -185,7 +185,7 @@ func fedRelay(cfg fedConfig, id int, stdin io.Reader, stdout io.Writer) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- hub.Serve(ctx, ln, h, hub.ServeConfig{Drain: -1}) }()
-	relay := natsfan.NewRelay(vs, h, 4, codec.Limits{}, warnLog)
+	relay := natsfan.NewRelay(nc, vs, h, 4, codec.Limits{}, warnLog)
 	relayed := make(chan error, 1)
 	go func() { relayed <- relay.Run(ctx) }()
 	fmt.Fprintln(stdout, ln.Addr().String())

@@ -317,7 +317,7 @@ func (f *hubFlags) startSources(ctx context.Context, h *hub.Hub, log *slog.Logge
 
 // relay serves the versions NATS holds.
 func (src *sources) relay(ctx context.Context, fo *fanout, h *hub.Hub, retention int, log *slog.Logger, opts ...natsfan.RelayOption) {
-	relay := natsfan.NewRelay(fo.store, h, retention, codec.Limits{}, log, opts...)
+	relay := natsfan.NewRelay(fo.nc, fo.store, h, retention, codec.Limits{}, log, opts...)
 	relayed := make(chan struct{})
 	go func() {
 		defer close(relayed)

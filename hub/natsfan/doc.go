@@ -18,8 +18,13 @@
 // then is the description (the object's size, chunk count and SHA-256)
 // published. An attempt that fails purges its chunks, so a version is
 // visible whole or not at all and no description ever points at chunks
-// other than the ones hashed. A relay checks the object's SHA-256 (the
-// object store's) and every frame's checksum as it reads.
+// other than the ones hashed. A relay reads an object the same way, with
+// an ordered consumer of its chunks of its own rather than through
+// ObjectStore.Get (whose reader, once its context ends between two
+// chunks, waits for the next one until the get's deadline): a get ends
+// when its context does, or when no chunk came for StallTimeout. It
+// checks the object's SHA-256 (the object store's) and every frame's
+// checksum as it reads.
 //
 // Publisher (origin): Publish encodes the tensors it is given;
 // PublishFrames takes frames encoded already (a hub's, say, so that a

@@ -177,8 +177,8 @@ func TestPublishFrames(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	_, rjs := connect(t, nodes[0].url)
-	relay := startRelay(t, ctx, &wg, openStore(t, rjs, 1))
+	rnc, rjs := connect(t, nodes[0].url)
+	relay := startRelay(t, ctx, &wg, rnc, openStore(t, rjs, 1))
 	m := model(1, 4, 100_000)
 	err := pub.PublishFrames(ctx, 1, func(w io.Writer) error {
 		cw, err := codec.NewWriter(w, codec.WithChunkSize(64<<10))

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -305,6 +304,7 @@ func Decode(r io.Reader, lim codec.Limits) ([]*codec.Tensor, error) {
 // start, the newest the hub keeps) is fetched once, checked, decoded and
 // published into the hub, whose clients then fetch it from this relay.
 type Relay struct {
+	js     jetstream.JetStream
 	store  jetstream.ObjectStore
 	h      *hub.Hub
 	keep   int
@@ -322,17 +322,20 @@ type Relay struct {
 	Relayed, GotBytes, Failed atomic.Int64
 }
 
-// NewRelay returns a Relay from store into h, which keeps keep versions
-// (hub.WithRetention), logging to log (slog.Default if nil). The limits
-// bound what a version may claim (codec.DefaultLimits if zero).
-func NewRelay(store jetstream.ObjectStore, h *hub.Hub, keep int, lim codec.Limits, log *slog.Logger, opts ...RelayOption) *Relay {
+// NewRelay returns a Relay from store, reached through nc, into h, which
+// keeps keep versions (hub.WithRetention), logging to log (slog.Default
+// if nil). The limits bound what a version may claim
+// (codec.DefaultLimits if zero).
+func NewRelay(nc *nats.Conn, store jetstream.ObjectStore, h *hub.Hub, keep int, lim codec.Limits, log *slog.Logger, opts ...RelayOption) *Relay {
 	if log == nil {
 		log = slog.Default()
 	}
 	if lim == (codec.Limits{}) {
 		lim = codec.DefaultLimits()
 	}
-	r := &Relay{store: store, h: h, keep: max(1, keep), limits: lim, log: log}
+	// jetstream.New fails only for a nil connection or a bad option.
+	js, _ := jetstream.New(nc)
+	r := &Relay{js: js, store: store, h: h, keep: max(1, keep), limits: lim, log: log}
 	for _, o := range opts {
 		if o != nil {
 			o(r)
@@ -473,45 +476,12 @@ func (r *Relay) relay(ctx context.Context, v uint64) bool {
 			return true
 		}
 	}
-	// The object store gives a get without a deadline its default
-	// timeout (seconds) for the whole read: a version takes longer. A
-	// watchdog ends a get that stalls instead (a request or a read that
-	// waits for an answer or a chunk that never comes, a consumer that
-	// stalled): when no byte came for StallTimeout it cancels the get and
-	// closes the object, and the version is tried again.
+	// A get that stalls (a request or a chunk that never comes, a
+	// consumer that stalled) ends after StallTimeout without an answer,
+	// and the version is tried again.
 	gctx, cancel := context.WithTimeout(ctx, GetTimeout)
 	defer cancel()
-	cr := &countReader{}
-	cr.last.Store(time.Now().UnixNano())
-	var (
-		mu  sync.Mutex
-		obj jetstream.ObjectResult
-	)
-	stop := make(chan struct{})
-	stalled := make(chan struct{})
-	go func() {
-		t := time.NewTicker(StallTimeout / 4)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if time.Since(time.Unix(0, cr.last.Load())) > StallTimeout {
-					close(stalled)
-					cancel()
-					mu.Lock()
-					if obj != nil {
-						obj.Close()
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		}
-	}()
-	defer close(stop)
-	o, err := r.store.Get(gctx, objectName(v))
+	o, err := getObject(gctx, r.js, r.store, objectName(v))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		// A replica may answer before it has the object the update
 		// announced: try again (a deletion's update ends the tries).
@@ -524,25 +494,14 @@ func (r *Relay) relay(ctx context.Context, v uint64) bool {
 		return false
 	}
 	defer o.Close()
-	mu.Lock()
-	obj = o
-	mu.Unlock()
-	cr.r = o
 	sp := &spooler{dir: r.dir, budget: r.budget, lim: r.limits}
-	f, err := sp.spool(ctx, v, cr)
-	select {
-	case <-stalled:
-		if err != nil { // (a spool that had read the object whole stands)
-			err = fmt.Errorf("no data for %v: %w", StallTimeout, err)
-		}
-	default:
-	}
+	f, err := sp.spool(gctx, v, o)
 	if err != nil {
 		r.Failed.Add(1)
 		r.log.Warn("a version from NATS did not come whole or did not decode; trying again", "version", v, "err", err)
 		return false
 	}
-	return r.serve(v, f, cr.n)
+	return r.serve(v, f, o.n)
 }
 
 // serve publishes version v, spooled into f, into the hub.
@@ -580,18 +539,3 @@ var GetTimeout = 24 * time.Hour
 // StallTimeout is how long a relay waits for the next bytes of a version
 // it is getting before it gives up on this attempt and tries again.
 var StallTimeout = 15 * time.Second
-
-type countReader struct {
-	r    io.Reader
-	n    int64
-	last atomic.Int64 // unix nanoseconds of the last read that returned bytes
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if n > 0 {
-		c.last.Store(time.Now().UnixNano())
-	}
-	return n, err
-}

@@ -255,13 +255,13 @@ type relayHub struct {
 	client hubpb.HubClient
 }
 
-func startRelay(t *testing.T, ctx context.Context, wg *sync.WaitGroup, st jetstream.ObjectStore) *relayHub {
+func startRelay(t *testing.T, ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, st jetstream.ObjectStore) *relayHub {
 	t.Helper()
 	h, err := hub.New(hub.WithRetention(4))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewRelay(st, h, 4, codec.Limits{}, testLog())
+	r := NewRelay(nc, st, h, 4, codec.Limits{}, testLog())
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -362,8 +362,8 @@ func TestRelayFanOut(t *testing.T) {
 	defer cancel()
 	var relays []*relayHub
 	for i := range 3 {
-		_, js := connect(t, nodes[i].url)
-		relays = append(relays, startRelay(t, ctx, &wg, openStore(t, js, 3)))
+		nc, js := connect(t, nodes[i].url)
+		relays = append(relays, startRelay(t, ctx, &wg, nc, openStore(t, js, 3)))
 	}
 	out0 := onc.Stats().OutBytes
 	for v := uint64(1); v <= 2; v++ {
@@ -412,8 +412,8 @@ func TestKillNodeMidPublish(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	_, js := connect(t, nodes[2].url)
-	relay := startRelay(t, ctx, &wg, openStore(t, js, 3))
+	nc, js := connect(t, nodes[2].url)
+	relay := startRelay(t, ctx, &wg, nc, openStore(t, js, 3))
 
 	small := model(1, 2, 1000)
 	if err := pub.Publish(ctx, 1, Slice(small)); err != nil {
@@ -461,8 +461,8 @@ func TestKillNodeMidPublish(t *testing.T) {
 			alive = n
 		}
 	}
-	_, js2 := connect(t, alive.url)
-	late := startRelay(t, ctx, &wg, openStore(t, js2, 3))
+	nc2, js2 := connect(t, alive.url)
+	late := startRelay(t, ctx, &wg, nc2, openStore(t, js2, 3))
 	for v, m := range map[uint64][]*codec.Tensor{1: small, 2: big, 3: small3} {
 		waitVersion(t, late, v)
 		fetchAll(t, late, 1, v, m)
@@ -511,8 +511,8 @@ func TestKillStreamLeaderMidPublish(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	_, rjs := connect(t, other.url)
-	relay := startRelay(t, ctx, &wg, openStore(t, rjs, 3))
+	rnc, rjs := connect(t, other.url)
+	relay := startRelay(t, ctx, &wg, rnc, openStore(t, rjs, 3))
 
 	big := model(1, 8, 1<<20)
 	errc := make(chan error, 1)

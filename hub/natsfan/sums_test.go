@@ -86,8 +86,8 @@ func TestHierarchicalFedAvg(t *testing.T) {
 	}()
 	var relays []*relayHub
 	for i := range 3 {
-		_, js := connect(t, nodes[i].url)
-		r := startRelay(t, ctx, &wg, openStore(t, js, 3))
+		nc, js := connect(t, nodes[i].url)
+		r := startRelay(t, ctx, &wg, nc, openStore(t, js, 3))
 		sums := openSums(t, js)
 		relays = append(relays, r)
 		work.Add(1)

@@ -58,7 +58,7 @@ func run(url, spool string, budgetBytes int64) error {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	r := natsfan.NewRelay(st, h, 2, codec.Limits{}, slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	r := natsfan.NewRelay(nc, st, h, 2, codec.Limits{}, slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		natsfan.WithSpoolDir(spool), natsfan.WithBudget(budget.New(budgetBytes)))
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
