@@ -112,15 +112,15 @@ func (c *natsCluster) stop() {
 // fedNATS connects to url (every node, comma-separated), reconnecting for
 // ever, and opens the buckets of the versions and the sums, waiting for
 // the cluster's JetStream (3 replicas on a cluster of 3).
-func fedNATS(ctx context.Context, url string, replicas int) (*nats.Conn, jetstream.ObjectStore, jetstream.ObjectStore, error) {
+func fedNATS(ctx context.Context, url string, replicas int) (*nats.Conn, jetstream.JetStream, jetstream.ObjectStore, jetstream.ObjectStore, error) {
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	cfg := natsfan.Config{Replicas: replicas}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
@@ -132,11 +132,11 @@ func fedNATS(ctx context.Context, url string, replicas int) (*nats.Conn, jetstre
 		}
 		cancel()
 		if err == nil {
-			return nc, vs, ss, nil
+			return nc, js, vs, ss, nil
 		}
 		if time.Now().After(deadline) {
 			nc.Close()
-			return nil, nil, nil, fmt.Errorf("NATS JetStream not ready: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("NATS JetStream not ready: %w", err)
 		}
 	}
 }
@@ -145,14 +145,14 @@ func fedNATS(ctx context.Context, url string, replicas int) (*nats.Conn, jetstre
 // run: each version goes to the NATS bucket, each round's sum is the
 // relays' partial sums, whose bytes are added to *in.
 func fedOriginOptions(ctx context.Context, cfg fedConfig, fc *hub.FedAvgConfig, in *int64) (func(), error) {
-	nc, vs, ss, err := fedNATS(ctx, cfg.NATS, 3)
+	nc, js, vs, ss, err := fedNATS(ctx, cfg.NATS, 3)
 	if err != nil {
 		return nil, err
 	}
 	pub := natsfan.NewPublisher(nc, vs, 4, warnLog)
 	fc.OnPublish = func(v uint64, model []*codec.Tensor) error { return pub.Publish(ctx, v, natsfan.Slice(model)) }
 	fc.Source = func(ctx context.Context, round uint64) (hub.RoundSum, error) {
-		s, n, err := natsfan.WaitSums(ctx, ss, round, cfg.Relays, 0)
+		s, n, err := natsfan.WaitSums(ctx, js, ss, round, cfg.Relays, 0)
 		*in += n
 		if err == nil && round > 2 {
 			natsfan.PruneSums(ctx, ss, round-2)
@@ -170,7 +170,7 @@ func fedOriginOptions(ctx context.Context, cfg fedConfig, fc *hub.FedAvgConfig, 
 func fedRelay(cfg fedConfig, id int, stdin io.Reader, stdout io.Writer) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	nc, vs, ss, err := fedNATS(ctx, cfg.NATS, 3)
+	nc, _, vs, ss, err := fedNATS(ctx, cfg.NATS, 3)
 	if err != nil {
 		return err
 	}

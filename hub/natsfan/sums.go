@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -77,12 +78,13 @@ func PublishSum(ctx context.Context, store jetstream.ObjectStore, round uint64, 
 	return b.Len(), nil
 }
 
-// WaitSums waits until store holds the partial sums of round from n
-// relays, polling every poll (default 20 ms), and returns them added
-// together (counts, weights and peers merged) and their objects' bytes.
+// WaitSums waits until store, reached through js, holds the partial sums
+// of round from n relays, polling every poll (default 20 ms), and returns
+// them added together (counts, weights and peers merged) and their
+// objects' bytes.
 // A tensor whose shape differs between relays, or a peer counted by two,
 // is an error.
-func WaitSums(ctx context.Context, store jetstream.ObjectStore, round uint64, n int, poll time.Duration) (hub.RoundSum, int64, error) {
+func WaitSums(ctx context.Context, js jetstream.JetStream, store jetstream.ObjectStore, round uint64, n int, poll time.Duration) (hub.RoundSum, int64, error) {
 	if poll <= 0 {
 		poll = 20 * time.Millisecond
 	}
@@ -113,7 +115,7 @@ func WaitSums(ctx context.Context, store jetstream.ObjectStore, round uint64, n 
 	sums := map[string]*codec.Tensor{}
 	var total int64
 	for _, name := range names {
-		b, err := getListed(ctx, store, name, poll)
+		b, err := getListed(ctx, js, store, name, poll)
 		if err != nil {
 			return out, total, fmt.Errorf("natsfan: sum %s: %w", name, err)
 		}
@@ -138,12 +140,29 @@ func WaitSums(ctx context.Context, store jetstream.ObjectStore, round uint64, n 
 
 // getListed gets an object a listing just showed: a replica that has not
 // caught up may not have it yet (JetStream's direct gets are served by
-// any replica), so "not found" is tried again for a while.
-func getListed(ctx context.Context, store jetstream.ObjectStore, name string, poll time.Duration) ([]byte, error) {
+// any replica), so "not found" is tried again for a while. Its size is
+// checked against maxSumObject before a byte is read; the read ends with
+// ctx, or after StallTimeout without a chunk (ObjectStore.GetBytes gave
+// a context without a deadline 5 s for the whole object).
+func getListed(ctx context.Context, js jetstream.JetStream, store jetstream.ObjectStore, name string, poll time.Duration) ([]byte, error) {
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		b, err := store.GetBytes(ctx, name)
+		o, err := getObject(ctx, js, store, name)
+		if err == nil {
+			defer o.Close()
+			if o.size > maxSumObject {
+				return nil, fmt.Errorf("%w: a sum of %d bytes", codec.ErrLimit, o.size)
+			}
+			b := make([]byte, o.size)
+			if _, err := io.ReadFull(o, b); err != nil {
+				return nil, err
+			}
+			if _, err := o.Read(make([]byte, 1)); err != io.EOF { // the digest
+				return nil, err
+			}
+			return b, nil
+		}
 		if !errors.Is(err, jetstream.ErrObjectNotFound) || time.Now().After(deadline) {
-			return b, err
+			return nil, err
 		}
 		select {
 		case <-ctx.Done():

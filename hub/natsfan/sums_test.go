@@ -73,7 +73,7 @@ func TestHierarchicalFedAvg(t *testing.T) {
 		err := hub.RunFedAvg(ctx, origin, hub.FedAvgConfig{Dir: dir, Rounds: 2, KeepSums: true,
 			OnPublish: func(v uint64, model []*codec.Tensor) error { return pub.Publish(ctx, v, Slice(model)) },
 			Source: func(ctx context.Context, round uint64) (hub.RoundSum, error) {
-				s, n, err := WaitSums(ctx, osums, round, 3, 0)
+				s, n, err := WaitSums(ctx, ojs, osums, round, 3, 0)
 				mu.Lock()
 				sumBytes = append(sumBytes, n)
 				mu.Unlock()
