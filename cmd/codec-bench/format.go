@@ -40,6 +40,9 @@ type row struct {
 	// order-0 models; 0 for other types (see fieldBounds).
 	FieldBound    float64 `json:"field_bound,omitempty"`
 	FieldBoundCtx float64 `json:"field_bound_ctx,omitempty"`
+	// FieldBoundCtx2: the exponent given the two exponents before (order
+	// 2), each byte of the sign and mantissa given the exponent.
+	FieldBoundCtx2 float64 `json:"field_bound_ctx2,omitempty"`
 	// Density is the fraction of elements (bytes for byte streams) whose
 	// bits are not all zero.
 	Density float64 `json:"density"`
@@ -97,7 +100,7 @@ func newRowWriter(format string, w io.Writer, sum *summary) (rowWriter, error) {
 		cw := csv.NewWriter(w)
 		err := cw.Write([]string{"tensor", "dtype", "chain", "external", "bytes_in", "bytes_out", "frames", "ratio",
 			"compress_mbps", "decompress_mbps", "entropy_bound", "plane_bits", "density", "lossy", "max_abs_err", "rel_l2_err",
-			"field_bound", "field_bound_ctx"})
+			"field_bound", "field_bound_ctx", "field_bound_ctx2"})
 		return csvWriter{cw}, err
 	}
 	return nil, usagef("unknown --format %q (want summary, table, json or csv)", format)
@@ -172,7 +175,7 @@ func (t tableWriter) write(r row) error {
 	}
 	fields := "-"
 	if r.FieldBound > 0 {
-		fields = fmt.Sprintf("%.3fx/%.3fx", r.FieldBound, r.FieldBoundCtx)
+		fields = fmt.Sprintf("%.3fx/%.3fx/%.3fx", r.FieldBound, r.FieldBoundCtx, r.FieldBoundCtx2)
 	}
 	maxErr, rel := "-", "-"
 	if r.Lossy {
@@ -199,7 +202,7 @@ func (c csvWriter) write(r row) error {
 		strconv.FormatInt(r.BytesIn, 10), strconv.FormatInt(r.BytesOut, 10), strconv.Itoa(r.Frames),
 		f(r.Ratio), f(float64(r.CompressMBps)), f(float64(r.DecompressMBps)), f(r.EntropyBound), planeBits(r.PlaneBits),
 		f(r.Density), strconv.FormatBool(r.Lossy), f(float64(r.MaxAbsErr)), f(float64(r.RelL2Err)),
-		f(r.FieldBound), f(r.FieldBoundCtx)})
+		f(r.FieldBound), f(r.FieldBoundCtx), f(r.FieldBoundCtx2)})
 	return c.flush()
 }
 

@@ -598,7 +598,10 @@ func TestByteDefaults(t *testing.T) {
 // fieldBounds on bfloat16 whose exponent alternates between two values and
 // whose sign and mantissa byte is random: order 0 needs a bit for the
 // exponent, order 1 next to nothing (the first exponent of each chunk
-// aside), so the bounds are 16/9 and 16/8 of the input.
+// aside), so the bounds are 16/9 and 16/8 of the input (order 2 as order
+// 1). With the sign and mantissa byte set by the exponent, order 2 and the
+// byte given the exponent need next to nothing past the first two elements
+// of a chunk.
 func TestFieldBounds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	const n = 1 << 20
@@ -607,16 +610,24 @@ func TestFieldBounds(t *testing.T) {
 		e, sm := uint16(120+i%2), uint16(rng.Uint32())
 		binary.LittleEndian.PutUint16(data[2*i:], sm&0x80<<8|e<<7|sm&0x7f)
 	}
-	b0, b1 := fieldBounds(codec.BF16, data, codec.DefaultChunkSize)
-	if math.Abs(b0-16.0/9) > 0.01 || math.Abs(b1-2) > 0.01 {
-		t.Fatalf("bounds %.4f, %.4f: want about %.4f and 2", b0, b1, 16.0/9)
+	b0, b1, b2 := fieldBounds(codec.BF16, data, codec.DefaultChunkSize)
+	if math.Abs(b0-16.0/9) > 0.01 || math.Abs(b1-2) > 0.01 || math.Abs(b2-2) > 0.01 {
+		t.Fatalf("bounds %.4f, %.4f, %.4f: want about %.4f, 2 and 2", b0, b1, b2, 16.0/9)
 	}
-	if b0, b1 := fieldBounds(codec.I32, data, codec.DefaultChunkSize); b0 != 0 || b1 != 0 {
-		t.Fatalf("int32: bounds %v, %v, want none", b0, b1)
+	for i := range n {
+		e := uint16(120 + i%2)
+		binary.LittleEndian.PutUint16(data[2*i:], e<<7|e&0x7f)
+	}
+	// (order 1 pays the byte's bit: two values, alike)
+	if _, b1, b2 := fieldBounds(codec.BF16, data, codec.DefaultChunkSize); b2 < 1000 || math.Abs(b1-16) > 0.01 {
+		t.Fatalf("the byte set by the exponent: bounds %.4f, %.4f, want about 16 and over 1000", b1, b2)
+	}
+	if b0, b1, b2 := fieldBounds(codec.I32, data, codec.DefaultChunkSize); b0 != 0 || b1 != 0 || b2 != 0 {
+		t.Fatalf("int32: bounds %v, %v, %v, want none", b0, b1, b2)
 	}
 	// float32 and float16 split their fields as fsplit does: constant
 	// data has no entropy, so no bound.
-	if b0, _ := fieldBounds(codec.F32, make([]byte, 4096), codec.DefaultChunkSize); b0 != 0 {
+	if b0, _, _ := fieldBounds(codec.F32, make([]byte, 4096), codec.DefaultChunkSize); b0 != 0 {
 		t.Fatalf("zeros: bound %v", b0)
 	}
 }

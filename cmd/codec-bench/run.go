@@ -108,9 +108,12 @@ significant byte up. Coders that model runs or context (zstd on sparse
 data) can beat it. FIELD BOUND (field_bound, field_bound_ctx) is the best
 ratio of coders of a float's fields, per --chunk as frames adapt: the
 exponent, then the sign with the mantissa in byte planes, each with an
-order-0 model of the chunk; after the slash, the exponent given the element
-before's exponent (order 1). Neither counts the models' tables; coders that
-adapt within a chunk (huff0b's small blocks) can beat them. DENSITY is the
+order-0 model of the chunk; after the first slash, the exponent given the
+element before's exponent (order 1); after the second (field_bound_ctx2),
+the exponent given the two before (order 2) and each byte of the sign and
+mantissa given the element's exponent. None counts the models' tables (the
+more contexts, the more a real coder pays for them); coders that adapt
+within a chunk (huff0b's small blocks) can beat them. DENSITY is the
 share of elements whose bits are not all zero (-0.0 counts as non-zero).
 
 Lossy chains (fp16, int8, nf4, ...) are checked for the size and shape of
@@ -318,11 +321,11 @@ func (b *bench) measureSample(s *sample, i, n int, o *runOptions, exts []externa
 	}
 	p.tensor(i, n, s.name, fmt.Sprintf("%v, %d bytes", s.dtype, len(s.data)))
 	bits, bound := planeStats(s)
-	f0, f1 := fieldBounds(s.dtype, s.data, o.chunk)
+	f0, f1, f2 := fieldBounds(s.dtype, s.data, o.chunk)
 	dens := sampleDensity(s)
 	emit := func(r row) error {
 		r.EntropyBound, r.PlaneBits, r.Density = bound, bits, dens
-		r.FieldBound, r.FieldBoundCtx = f0, f1
+		r.FieldBound, r.FieldBoundCtx, r.FieldBoundCtx2 = f0, f1, f2
 		return rw.write(r)
 	}
 	measured, err := b.runSample(s, o.chains, emit, p)
@@ -459,9 +462,11 @@ func planeStats(s *sample) ([]float64, float64) {
 // bytes, bf16: 1, f16: 2, little-endian; each byte position a plane of
 // its own). bound0 codes each field with an order-0 model of the chunk;
 // ctx codes the exponent given the exponent of the element before (order
-// 1), the other planes as in bound0. Neither counts the models' tables,
-// so both are bounds.
-func fieldBounds(dt codec.DType, data []byte, chunk int) (bound0, ctx float64) {
+// 1), the other planes as in bound0; ctx2 codes the exponent given the
+// two exponents before (order 2) and each plane of the sign and mantissa
+// given the element's exponent. None counts the models' tables, so all
+// are bounds (ctx2's tables, of the most contexts, the most optimistic).
+func fieldBounds(dt codec.DType, data []byte, chunk int) (bound0, ctx, ctx2 float64) {
 	var smBytes int
 	switch dt {
 	case codec.F32:
@@ -471,20 +476,20 @@ func fieldBounds(dt codec.DType, data []byte, chunk int) (bound0, ctx float64) {
 	case codec.F16:
 		smBytes = 2
 	default:
-		return 0, 0
+		return 0, 0, 0
 	}
 	size := dt.Size()
 	chunk -= chunk % size
 	n := len(data) / size
 	if n == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	exp := make([]byte, chunk/size)
 	sm := make([][]byte, smBytes)
 	for p := range sm {
 		sm[p] = make([]byte, chunk/size)
 	}
-	var bits0, bits1 float64
+	var bits0, bits1, bits2 float64
 	for off := 0; off < n*size; off += chunk {
 		c := data[off:min(off+chunk, n*size)]
 		m := len(c) / size
@@ -506,18 +511,20 @@ func fieldBounds(dt codec.DType, data []byte, chunk int) (bound0, ctx float64) {
 				sm[p][i] = byte(v >> (8 * p))
 			}
 		}
-		smBits := 0.0
+		smBits, smGiven := 0.0, 0.0
 		for p := range sm {
 			smBits += entropy.Order0(sm[p][:m])
+			smGiven += entropy.Cond(sm[p][:m], exp[:m])
 		}
 		bits0 += float64(m) * (entropy.Order0(exp[:m]) + smBits)
 		bits1 += float64(m) * (entropy.Order1(exp[:m]) + smBits)
+		bits2 += float64(m) * (entropy.Order2(exp[:m]) + smGiven)
 	}
 	total := float64(8 * size * n)
-	if bits0 == 0 || bits1 == 0 {
-		return 0, 0
+	if bits0 == 0 || bits1 == 0 || bits2 == 0 {
+		return 0, 0, 0
 	}
-	return total / bits0, total / bits1
+	return total / bits0, total / bits1, total / bits2
 }
 
 func displayChain(text string) string {

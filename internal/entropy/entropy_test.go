@@ -125,3 +125,49 @@ func BenchmarkPlaneBound(b *testing.B) {
 		})
 	}
 }
+
+// TestOrder2: hand-counted strings, and bytes that the two before them
+// set.
+func TestOrder2(t *testing.T) {
+	if got := Order2([]byte("ab")) * 2; got != 16 {
+		t.Errorf("ab: %v bits, want 16", got)
+	}
+	// Hand-checked: "abaab": contexts ab->a (once), ba->a, aa->b: 0 bits
+	// after the first two.
+	if got := Order2([]byte("abaab")) * 5; math.Abs(got-16) > 1e-9 {
+		t.Errorf("abaab: %v bits, want 16", got)
+	}
+	// "aabaac": aa->b, ab->a, ba->a, aa->c: after aa, b and c (1 bit each).
+	if got := Order2([]byte("aabaac")) * 6; math.Abs(got-18) > 1e-9 {
+		t.Errorf("aabaac: %v bits, want 18", got)
+	}
+	// A byte set by the two before it costs nothing past them.
+	b := make([]byte, 1<<16)
+	b[0], b[1] = 1, 2
+	for i := 2; i < len(b); i++ {
+		b[i] = b[i-1]*3 + b[i-2]
+	}
+	if got := Order2(b) * float64(len(b)); math.Abs(got-16) > 1e-6 {
+		t.Errorf("recurrence: %v bits, want 16", got)
+	}
+}
+
+// TestCond: b that follows from ctx costs nothing; under a constant ctx,
+// Order0(b).
+func TestCond(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	b, ctx := make([]byte, 1<<16), make([]byte, 1<<16)
+	for i := range b {
+		ctx[i] = byte(rng.Uint32())
+		b[i] = ctx[i] ^ 0x5a
+	}
+	if got := Cond(b, ctx); got != 0 {
+		t.Errorf("b a function of ctx: %v bits a byte, want 0", got)
+	}
+	if got, want := Cond(ctx, make([]byte, len(ctx))), Order0(ctx); math.Abs(got-want) > 1e-9 {
+		t.Errorf("constant ctx: %v, want Order0 %v", got, want)
+	}
+	if Cond(nil, nil) != 0 {
+		t.Error("empty: want 0")
+	}
+}
