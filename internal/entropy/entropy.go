@@ -83,8 +83,14 @@ func Order1(b []byte) float64 {
 		pairs[int(b[i-1])<<8|int(b[i])]++
 		ctx[b[i-1]]++
 	}
-	bits := 8.0
-	for c, n := range ctx {
+	return (8 + condBits(pairs, &ctx)) / float64(len(b))
+}
+
+// condBits returns the bits of the second bytes of pairs given their
+// first: pairs[c<<8|v] counts v after c, and nctx[c] those after c.
+func condBits(pairs []int32, nctx *[256]int) float64 {
+	bits := 0.0
+	for c, n := range nctx {
 		if n == 0 {
 			continue
 		}
@@ -95,7 +101,7 @@ func Order1(b []byte) float64 {
 			}
 		}
 	}
-	return bits / float64(len(b))
+	return bits
 }
 
 // Order2 returns the order-2 empirical entropy of b in bits per byte: the
@@ -147,17 +153,5 @@ func Cond(b, ctx []byte) float64 {
 		pairs[int(c)<<8|int(b[i])]++
 		nctx[c]++
 	}
-	bits := 0.0
-	for c, n := range nctx {
-		if n == 0 {
-			continue
-		}
-		fn := float64(n)
-		for _, k := range pairs[c<<8 : c<<8+256] {
-			if k != 0 {
-				bits -= float64(k) * math.Log2(float64(k)/fn)
-			}
-		}
-	}
-	return bits / float64(len(b))
+	return condBits(pairs, &nctx) / float64(len(b))
 }
