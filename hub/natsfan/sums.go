@@ -172,11 +172,9 @@ func getListed(ctx context.Context, js jetstream.JetStream, store jetstream.Obje
 	}
 }
 
-// addSum adds one relay's sum, tensorpress frames, into out.
+// addSum adds one relay's sum, tensorpress frames, into out (getListed
+// bounded its size by maxSumObject before reading it).
 func addSum(out *hub.RoundSum, sums map[string]*codec.Tensor, b []byte) error {
-	if len(b) > maxSumObject {
-		return fmt.Errorf("%w: a sum of %d bytes", codec.ErrLimit, len(b))
-	}
 	ts, err := Decode(bytes.NewReader(b), codec.Limits{})
 	if err != nil {
 		return err
