@@ -1,0 +1,495 @@
+package lossless
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"slices"
+	"sync"
+
+	"github.com/tensorpress/tensorpress/codec"
+)
+
+// The floatcm stage codes float32, bfloat16 and float16 segments with an
+// adaptive context model and a binary range coder: the densest lossless
+// coding of model weights here, at tens of MB/s (docs/BENCHMARKS.md,
+// "Float context model"). Each element's fields are coded in turn:
+//
+//   - the exponent, bit by bit from the top, each bit's probability the
+//     logistic mix of three adaptive models (no context, the exponent
+//     before, the two before), so that it follows both the drift of
+//     exponents along a tensor and their order-2 context;
+//   - the sign, given the exponent and the sign before;
+//   - the mantissa's top two bits, given the exponent and sign (all of it
+//     for a zero exponent field of a 2-byte float: zeros and subnormals);
+//   - below them, the number of trailing zero bits (given the number the
+//     element before had: values stored at a lower precision, such as
+//     float16 or bfloat16 values in float32, end in runs of zeros) and
+//     the bits above them, as they are (near uniform).
+//
+// Every bit pattern codes exactly (NaN payloads, -0, subnormals). The
+// models start afresh in every segment, so frames decode on their own.
+// docs/FORMAT.md ("Float context model") specifies the model to the bit.
+//
+// Wire parameters: 1 byte, the model (1). Recipe: "floatcm". A Coder: it
+// ends the segment's pipeline and takes whole elements only.
+var floatcmStage = &codec.Stage{
+	ID:     FloatcmID,
+	Name:   "floatcm",
+	Kind:   codec.Coder,
+	Reads:  "a segment of float32, bfloat16 or float16 elements",
+	Writes: "one range-coded stream: exponents, signs and top mantissa bits under adaptive context models, trailing zeros counted",
+	Doc:    "floats through an adaptive context model and a range coder: the best ratio on weights, tens of MB/s",
+	New: func(args []codec.Arg) (codec.Op, error) {
+		if len(args) != 0 {
+			return nil, fmt.Errorf("%w: floatcm takes no arguments", codec.ErrRecipe)
+		}
+		return floatcmOp{}, nil
+	},
+	Load: func(p []byte) (codec.Op, error) {
+		if len(p) != 1 || p[0] != floatcmModel {
+			return nil, fmt.Errorf("%w: floatcm params %x: want one byte, model %d", codec.ErrCorrupt, p, floatcmModel)
+		}
+		return floatcmOp{}, nil
+	},
+}
+
+func init() { codec.Register(floatcmStage) }
+
+const floatcmModel = 1
+
+type floatcmOp struct{}
+
+var _ codec.Op = floatcmOp{}
+
+func (floatcmOp) Stage() *codec.Stage            { return floatcmStage }
+func (floatcmOp) String() string                 { return "floatcm" }
+func (floatcmOp) AppendParams(dst []byte) []byte { return append(dst, floatcmModel) }
+
+// fcmFormat is the layout of a float type: exponent and mantissa bits.
+type fcmFormat struct {
+	size   int  // bytes per element
+	eb, mb uint // exponent and mantissa bits
+}
+
+func fcmFormatOf(dt codec.DType) (fcmFormat, bool) {
+	switch dt {
+	case codec.F32:
+		return fcmFormat{4, 8, 23}, true
+	case codec.BF16:
+		return fcmFormat{2, 8, 7}, true
+	case codec.F16:
+		return fcmFormat{2, 5, 10}, true
+	}
+	return fcmFormat{}, false
+}
+
+func (floatcmOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
+	f, ok := fcmFormatOf(in.Elem)
+	if !ok {
+		return nil, fmt.Errorf("floatcm: segment %q holds %v; it takes float32, bfloat16 or float16", in.Name, in.Elem)
+	}
+	if in.Len >= 0 && in.Len%f.size != 0 {
+		return nil, fmt.Errorf("floatcm: segment %q of %d bytes is not whole %v elements", in.Name, in.Len, in.Elem)
+	}
+	return []codec.SegInfo{{Name: in.Name, Elem: codec.Byte, Len: -1}}, nil
+}
+
+func (o floatcmOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, error) {
+	outs, err := o.Outputs(in.SegInfo)
+	if err != nil {
+		return nil, err
+	}
+	f, _ := fcmFormatOf(in.Elem)
+	var a *codec.Arena
+	if ctx != nil {
+		a = ctx.Arena
+	}
+	m := getFCM(f)
+	defer fcmPool.Put(m)
+	var e rcEncoder
+	// Incompressible input grows by well under 1%; the arena slice only
+	// saves the first allocation.
+	e.reset(a.Alloc(len(in.Data) + len(in.Data)/64 + 16)[:0])
+	n := len(in.Data) / f.size
+	for i := range n {
+		m.encode(&e, f.load(in.Data, i))
+	}
+	data := e.finish()
+	outs[0].Len = len(data)
+	return []codec.Segment{{SegInfo: outs[0], Data: data}}, nil
+}
+
+func (floatcmOp) Decode(_ *codec.Ctx, dst []byte, parts []codec.Segment, in codec.SegInfo) ([]byte, error) {
+	f, ok := fcmFormatOf(in.Elem)
+	if len(parts) != 1 || !ok || in.Len < 0 || in.Len%f.size != 0 {
+		return nil, fmt.Errorf("%w: floatcm: want 1 segment and whole float elements", codec.ErrCorrupt)
+	}
+	var d rcDecoder
+	if !d.reset(parts[0].Data) {
+		return nil, fmt.Errorf("%w: floatcm: a stream of %d bytes does not start as the range coder's", codec.ErrCorrupt, len(parts[0].Data))
+	}
+	m := getFCM(f)
+	defer fcmPool.Put(m)
+	start := len(dst)
+	dst = slices.Grow(dst, in.Len)[:start+in.Len]
+	out := dst[start:]
+	n := in.Len / f.size
+	for i := range n {
+		v, ok := m.decode(&d)
+		if !ok {
+			return nil, fmt.Errorf("%w: floatcm: element %d of %d out of range", codec.ErrCorrupt, i, n)
+		}
+		if d.overrun {
+			return nil, fmt.Errorf("%w: floatcm: the stream ends at element %d of %d", codec.ErrCorrupt, i, n)
+		}
+		f.store(out, i, v)
+	}
+	if !d.done() {
+		return nil, fmt.Errorf("%w: floatcm: the stream of %d bytes does not end after %d elements (read %d)", codec.ErrCorrupt, len(d.src), n, d.pos)
+	}
+	return dst, nil
+}
+
+func (f fcmFormat) load(b []byte, i int) uint32 {
+	if f.size == 4 {
+		return binary.LittleEndian.Uint32(b[4*i:])
+	}
+	return uint32(binary.LittleEndian.Uint16(b[2*i:]))
+}
+
+func (f fcmFormat) store(b []byte, i int, v uint32) {
+	if f.size == 4 {
+		binary.LittleEndian.PutUint32(b[4*i:], v)
+	} else {
+		binary.LittleEndian.PutUint16(b[2*i:], uint16(v))
+	}
+}
+
+// Model constants (docs/FORMAT.md, "Float context model"); changing any
+// of them changes the model, and needs a new model number.
+const (
+	fcmTopBits   = 2  // mantissa bits under the exponent's context
+	fcmExpLimit  = 6  // adaptation limits (shift) of the counters
+	fcmBitLimit  = 6  // sign and mantissa
+	fcmTZLimit   = 7  // trailing zeros
+	fcmDiffClass = 4  // order 2: e2-e1 clamped to [-4, 3]
+	fcmMaxDirect = 16 // direct bits coded at once
+)
+
+// fcmCounter is an adaptive probability: p is the probability of a 0 bit
+// in 1/65536, n the number of updates while below the counter's limit.
+type fcmCounter struct {
+	p, n uint16
+}
+
+func (c *fcmCounter) update(bit uint32, limit uint16) {
+	r := c.n + 1
+	if r >= limit {
+		r = limit
+	} else {
+		c.n++
+	}
+	if bit == 0 {
+		c.p += uint16((65536 - uint32(c.p)) >> r)
+	} else {
+		c.p -= c.p >> r
+	}
+}
+
+// fcm is the state of the model for one segment.
+type fcm struct {
+	f              fcmFormat
+	top, low       uint // mantissa bits modelled under the exponent, bits below them
+	o0, o1, o2     []fcmCounter
+	w              []int32 // mixer weights: 4 per exponent tree node
+	sign, mant, mz []fcmCounter
+	tz             []fcmCounter
+	e1, e2, s1     uint32   // the exponents and sign of the elements before
+	tz1            uint32   // trailing zeros of the last element coded with them
+	stamp          []uint32 // per context of o1, then o2: the gen that last set it up
+	gen            uint32
+}
+
+var fcmPool sync.Pool
+
+func getFCM(f fcmFormat) *fcm {
+	m, _ := fcmPool.Get().(*fcm)
+	if m == nil {
+		m = new(fcm)
+	}
+	m.reset(f)
+	return m
+}
+
+func fcmCounters(s []fcmCounter, n int) []fcmCounter {
+	s = slices.Grow(s[:0], n)[:n]
+	for i := range s {
+		s[i] = fcmCounter{p: 32768}
+	}
+	return s
+}
+
+func (m *fcm) reset(f fcmFormat) {
+	ne := 1 << f.eb // exponent values, and tree nodes 1..ne-1
+	if m.f != f {
+		// The context tables start afresh lazily (see expCtx): a segment of
+		// a few elements does not pay for clearing them all.
+		m.o1 = slices.Grow(m.o1[:0], ne*ne)[:ne*ne]
+		m.o2 = slices.Grow(m.o2[:0], ne*2*fcmDiffClass*ne)[:ne*2*fcmDiffClass*ne]
+		m.stamp = make([]uint32, ne+ne*2*fcmDiffClass)
+		m.gen = 0
+	}
+	m.gen++
+	if m.gen == 0 { // wrapped: no stamp may look current
+		clear(m.stamp)
+		m.gen = 1
+	}
+	m.f = f
+	m.top = min(fcmTopBits, f.mb)
+	m.low = f.mb - m.top
+	m.o0 = fcmCounters(m.o0, ne)
+	m.w = slices.Grow(m.w[:0], 4*ne)[:4*ne]
+	for i := range ne {
+		m.w[4*i], m.w[4*i+1], m.w[4*i+2], m.w[4*i+3] = 1<<15, 1<<15, 1<<15, 0
+	}
+	m.sign = fcmCounters(m.sign, 2*ne)
+	m.mant = fcmCounters(m.mant, 2*ne<<m.top)
+	m.mz = m.mz[:0]
+	if f.mb <= 10 { // float32's zero exponents take the common path
+		m.mz = fcmCounters(m.mz, 2<<f.mb)
+	}
+	m.tz = fcmCounters(m.tz, int(m.low)*int(m.low+1))
+	m.e1, m.e2, m.s1, m.tz1 = 0, 0, 0, 0
+}
+
+// expCtx returns the order-1 and order-2 tables of the next exponent,
+// setting them to their start the first time a segment uses them.
+func (m *fcm) expCtx() (t1, t2 []fcmCounter) {
+	ne := uint32(1) << m.f.eb
+	d := int32(m.e2) - int32(m.e1)
+	d = min(max(d, -fcmDiffClass), fcmDiffClass-1) + fcmDiffClass
+	c2 := m.e1*2*fcmDiffClass + uint32(d)
+	t1 = m.o1[m.e1*ne : (m.e1+1)*ne]
+	t2 = m.o2[c2*ne : (c2+1)*ne]
+	if m.stamp[m.e1] != m.gen {
+		m.stamp[m.e1] = m.gen
+		fcmCounters(t1, len(t1))
+	}
+	if m.stamp[ne+c2] != m.gen {
+		m.stamp[ne+c2] = m.gen
+		fcmCounters(t2, len(t2))
+	}
+	return t1, t2
+}
+
+// fcmMix is one mixed prediction: the stretched inputs and the mixed
+// probability of a 1 in 1/4096.
+type fcmMix struct {
+	st [3]int32
+	p1 int32
+}
+
+func (m *fcm) predict(t1, t2 []fcmCounter, node uint32) fcmMix {
+	var x fcmMix
+	w := m.w[4*node : 4*node+4]
+	x.st[0] = fcmStretch(m.o0[node].p)
+	x.st[1] = fcmStretch(t1[node].p)
+	x.st[2] = fcmStretch(t2[node].p)
+	dot := int64(w[0])*int64(x.st[0]) + int64(w[1])*int64(x.st[1]) + int64(w[2])*int64(x.st[2]) + int64(w[3])*256
+	x.p1 = min(max(fcmSquash(dot>>16), 1), 4095)
+	return x
+}
+
+func (m *fcm) learn(x fcmMix, t1, t2 []fcmCounter, node, bit uint32) {
+	w := m.w[4*node : 4*node+4]
+	err := int32(bit)<<12 - x.p1
+	w[0] += (x.st[0]*err + 2048) >> 12
+	w[1] += (x.st[1]*err + 2048) >> 12
+	w[2] += (x.st[2]*err + 2048) >> 12
+	w[3] += (256*err + 2048) >> 12
+	m.o0[node].update(bit, fcmExpLimit)
+	t1[node].update(bit, fcmExpLimit)
+	t2[node].update(bit, fcmExpLimit)
+}
+
+// p0 is a mixed prediction as the range coder takes it.
+func (x fcmMix) p0() uint32 { return uint32(4096-x.p1) << 4 }
+
+func (m *fcm) encode(e *rcEncoder, v uint32) {
+	f := m.f
+	mant := v & (1<<f.mb - 1)
+	ex := v >> f.mb & (1<<f.eb - 1)
+	s := v >> (f.mb + f.eb) & 1
+
+	t1, t2 := m.expCtx()
+	node := uint32(1)
+	for i := int(f.eb) - 1; i >= 0; i-- {
+		b := ex >> uint(i) & 1
+		x := m.predict(t1, t2, node)
+		e.encode(x.p0(), b)
+		m.learn(x, t1, t2, node, b)
+		node = node<<1 | b
+	}
+	c := &m.sign[ex<<1|m.s1]
+	e.encode(uint32(c.p), s)
+	c.update(s, fcmBitLimit)
+	m.e2, m.e1, m.s1 = m.e1, ex, s
+
+	if ex == 0 && len(m.mz) > 0 {
+		t := m.mz[s<<f.mb : (s+1)<<f.mb]
+		fcmEncodeTree(e, t, mant, f.mb)
+		return
+	}
+	t := m.mant[(ex<<1|s)<<m.top : (ex<<1|s+1)<<m.top]
+	fcmEncodeTree(e, t, mant>>m.low, m.top)
+	if m.low == 0 {
+		return
+	}
+	low := mant & (1<<m.low - 1)
+	tz := uint32(m.low)
+	if low != 0 {
+		tz = uint32(bits.TrailingZeros32(low))
+	}
+	for j := uint32(0); j < uint32(m.low); j++ {
+		c := &m.tz[j*uint32(m.low+1)+m.tz1]
+		b := uint32(0)
+		if j == tz {
+			b = 1
+		}
+		e.encode(uint32(c.p), b)
+		c.update(b, fcmTZLimit)
+		if b == 1 {
+			break
+		}
+	}
+	m.tz1 = tz
+	if tz+1 < uint32(m.low) {
+		rest, w := low>>(tz+1), uint(uint32(m.low)-tz-1)
+		for w > fcmMaxDirect {
+			w -= fcmMaxDirect
+			e.direct(rest>>w, fcmMaxDirect)
+			rest &= 1<<w - 1
+		}
+		e.direct(rest, w)
+	}
+}
+
+func fcmEncodeTree(e *rcEncoder, t []fcmCounter, v uint32, nb uint) {
+	node := uint32(1)
+	for i := int(nb) - 1; i >= 0; i-- {
+		b := v >> uint(i) & 1
+		e.encode(uint32(t[node].p), b)
+		t[node].update(b, fcmBitLimit)
+		node = node<<1 | b
+	}
+}
+
+// decode decodes one element; ok is false for a corrupt stream.
+func (m *fcm) decode(d *rcDecoder) (v uint32, ok bool) {
+	f := m.f
+	t1, t2 := m.expCtx()
+	node := uint32(1)
+	for range f.eb {
+		x := m.predict(t1, t2, node)
+		b := d.decode(x.p0())
+		m.learn(x, t1, t2, node, b)
+		node = node<<1 | b
+	}
+	ex := node - 1<<f.eb
+	c := &m.sign[ex<<1|m.s1]
+	s := d.decode(uint32(c.p))
+	c.update(s, fcmBitLimit)
+	m.e2, m.e1, m.s1 = m.e1, ex, s
+	head := s<<(f.mb+f.eb) | ex<<f.mb
+
+	if ex == 0 && len(m.mz) > 0 {
+		t := m.mz[s<<f.mb : (s+1)<<f.mb]
+		return head | fcmDecodeTree(d, t, f.mb), true
+	}
+	t := m.mant[(ex<<1|s)<<m.top : (ex<<1|s+1)<<m.top]
+	mant := fcmDecodeTree(d, t, m.top) << m.low
+	if m.low == 0 {
+		return head | mant, true
+	}
+	tz := uint32(m.low)
+	for j := uint32(0); j < uint32(m.low); j++ {
+		c := &m.tz[j*uint32(m.low+1)+m.tz1]
+		b := d.decode(uint32(c.p))
+		c.update(b, fcmTZLimit)
+		if b == 1 {
+			tz = j
+			break
+		}
+	}
+	m.tz1 = tz
+	if tz == uint32(m.low) {
+		return head | mant, true
+	}
+	low := uint32(1) << tz
+	if tz+1 < uint32(m.low) {
+		var rest uint32
+		for w := uint(uint32(m.low) - tz - 1); w > 0; {
+			k := min(w, fcmMaxDirect)
+			w -= k
+			r, ok := d.direct(k)
+			if !ok {
+				return 0, false
+			}
+			rest = rest<<k | r
+		}
+		low |= rest << (tz + 1)
+	}
+	return head | mant | low, true
+}
+
+func fcmDecodeTree(d *rcDecoder, t []fcmCounter, nb uint) uint32 {
+	node := uint32(1)
+	for range nb {
+		b := d.decode(uint32(t[node].p))
+		t[node].update(b, fcmBitLimit)
+		node = node<<1 | b
+	}
+	return node - 1<<nb
+}
+
+// The logistic functions of the mixer, in integers so that every platform
+// mixes alike: squash(d) = 4096/(1+e^(-d/256)) by linear interpolation
+// between 33 points, stretch its inverse on 1..4095.
+var fcmSquashPoints = [33]int32{1, 2, 4, 6, 10, 17, 27, 45, 74, 120, 194, 311, 488, 747, 1102, 1546,
+	2048, 2550, 2994, 3349, 3608, 3785, 3902, 3976, 4022, 4051, 4069, 4079, 4086, 4090, 4092, 4094, 4095}
+
+func fcmSquash(d int64) int32 {
+	if d > 2047 {
+		return 4095
+	}
+	if d < -2047 {
+		return 1
+	}
+	x := int32(d)
+	w := x & 127
+	i := x>>7 + 16
+	return (fcmSquashPoints[i]*(128-w) + fcmSquashPoints[i+1]*w + 64) >> 7
+}
+
+var fcmStretchTable = func() (t [4096]int16) {
+	next := int32(0)
+	for x := int32(-2047); x <= 2047; x++ {
+		v := fcmSquash(int64(x))
+		for ; next <= v; next++ {
+			t[next] = int16(x)
+		}
+	}
+	for ; next < 4096; next++ {
+		t[next] = 2047
+	}
+	return t
+}()
+
+// fcmStretch is the stretched probability of a 1 for a counter whose
+// probability of a 0 is p0 (in 1/65536).
+func fcmStretch(p0 uint16) int32 {
+	p1 := (65536 - uint32(p0)) >> 4
+	p1 = min(max(p1, 1), 4095)
+	return int32(fcmStretchTable[p1])
+}

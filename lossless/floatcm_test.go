@@ -1,0 +1,212 @@
+package lossless
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/internal/codectest"
+)
+
+// floatcmTestRuns is n elements of dt in stretches that exercise every
+// path of the model: weights at drifting scales, zeros, values of a lower
+// precision (trailing zeros), subnormals, and any bits at all.
+func floatcmTestRuns(dt codec.DType, n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 12))
+	size := dt.Size()
+	b := make([]byte, n*size)
+	for i := 0; i < n; {
+		k := min(n-i, 1+r.IntN(3000))
+		kind, scale := r.IntN(5), math.Ldexp(1, -2-r.IntN(12))
+		for j := i; j < i+k; j++ {
+			var v uint32
+			switch kind {
+			case 0:
+				v = r.Uint32()
+			case 1:
+				v = 0
+			case 2: // float16 values in float32 (or their 2-byte kin)
+				v = math.Float32bits(float32(r.NormFloat64()*scale)) &^ 0x1fff
+			case 3:
+				v = uint32(r.IntN(1024)) | r.Uint32()&0x80000000 // subnormals
+			default:
+				v = math.Float32bits(float32(r.NormFloat64() * scale))
+			}
+			if size == 4 {
+				binary.LittleEndian.PutUint32(b[4*j:], v)
+			} else if kind == 3 {
+				binary.LittleEndian.PutUint16(b[2*j:], uint16(v&0x3ff|v>>16&0x8000))
+			} else {
+				binary.LittleEndian.PutUint16(b[2*j:], uint16(v>>16))
+			}
+		}
+		i += k
+	}
+	return b
+}
+
+func TestFloatcmRoundTrip(t *testing.T) {
+	for _, dt := range []codec.DType{codec.F32, codec.BF16, codec.F16} {
+		for _, n := range []int{0, 1, 2, 7, 1000, 70001} {
+			for _, data := range [][]byte{floatcmTestRuns(dt, n, uint64(n)), fsplitTestBits(dt, n, uint64(n))} {
+				tn := &codec.Tensor{Name: "w", DType: dt, Shape: []int64{int64(n)}, Data: data}
+				codectest.Lossless(t, tn, "floatcm")
+			}
+		}
+	}
+	// Every 16-bit pattern of both 2-byte types, and float32 patterns at
+	// every exponent with random other bits.
+	all := make([]byte, 2<<16)
+	for v := range 1 << 16 {
+		binary.LittleEndian.PutUint16(all[2*v:], uint16(v))
+	}
+	for _, dt := range []codec.DType{codec.BF16, codec.F16} {
+		codectest.Lossless(t, &codec.Tensor{Name: "all", DType: dt, Shape: []int64{1 << 16}, Data: all}, "floatcm")
+	}
+	f := make([]byte, 4*256*64)
+	r := rand.New(rand.NewPCG(1, 1))
+	for e := range 256 {
+		for j := range 64 {
+			binary.LittleEndian.PutUint32(f[4*(64*e+j):], uint32(e)<<23|r.Uint32()&0x807fffff)
+		}
+	}
+	codectest.Lossless(t, &codec.Tensor{Name: "f", DType: codec.F32, Shape: []int64{256 * 64}, Data: f}, "floatcm")
+	// Through a stream of several frames (the model starts afresh in each).
+	w := floatcmTestRuns(codec.F32, 50000, 9)
+	codectest.Stream(t, &codec.Tensor{Name: "w", DType: codec.F32, Shape: []int64{50000}, Data: w},
+		codec.WithRecipe(codec.MustParseRecipe("floatcm")), codec.WithChunkSize(codec.MinChunkSize))
+}
+
+// TestFloatcmRatio: on weights the model codes the fields as intended:
+// fewer bytes than fsplit with huff0b on the exponents, and float32 values
+// that are bfloat16 values at about bfloat16's cost.
+func TestFloatcmRatio(t *testing.T) {
+	const n = 1 << 17
+	r := rand.New(rand.NewPCG(3, 3))
+	f32 := make([]byte, 4*n)
+	for i := range n {
+		scale := 0.02 * math.Ldexp(1, -(i/8192)%4) // drifting scales, as along a model's tensors
+		binary.LittleEndian.PutUint32(f32[4*i:], math.Float32bits(float32(r.NormFloat64()*scale)))
+	}
+	bf := make([]byte, 2*n)
+	widened := make([]byte, 4*n)
+	for i := range n {
+		v := binary.LittleEndian.Uint32(f32[4*i:])
+		binary.LittleEndian.PutUint16(bf[2*i:], uint16(v>>16))
+		binary.LittleEndian.PutUint32(widened[4*i:], v&0xffff0000)
+	}
+	size := func(dt codec.DType, data []byte, recipe string) int {
+		return len(codectest.Lossless(t, &codec.Tensor{Name: "w", DType: dt, Shape: []int64{n}, Data: data}, recipe))
+	}
+	for _, c := range []struct {
+		dt   codec.DType
+		data []byte
+		peer string
+	}{
+		{codec.F32, f32, "fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)"},
+		{codec.BF16, bf, "fsplit | exp:huff0b(13)"},
+	} {
+		got, peer := size(c.dt, c.data, "floatcm"), size(c.dt, c.data, c.peer)
+		t.Logf("%v: floatcm %d bytes, %q %d", c.dt, got, c.peer, peer)
+		if got >= peer {
+			t.Errorf("%v: floatcm %d bytes, not below %q's %d", c.dt, got, c.peer, peer)
+		}
+	}
+	if got, half := size(codec.F32, widened, "floatcm"), size(codec.BF16, bf, "floatcm"); got > half+half/50 {
+		t.Errorf("float32 holding bfloat16 values: %d bytes, bfloat16 itself %d", got, half)
+	}
+}
+
+func TestFloatcmRefuses(t *testing.T) {
+	for _, dt := range []codec.DType{codec.Byte, codec.F64, codec.I32, codec.U16} {
+		if _, err := (floatcmOp{}).Outputs(codec.SegInfo{Name: "x", Elem: dt, Len: 64}); err == nil {
+			t.Errorf("floatcm took %v", dt)
+		}
+	}
+	if _, err := (floatcmOp{}).Outputs(codec.SegInfo{Name: "x", Elem: codec.F32, Len: 6}); err == nil {
+		t.Error("floatcm took 6 bytes of float32")
+	}
+	for _, p := range [][]byte{nil, {0}, {2}, {1, 1}} {
+		if _, err := floatcmStage.Load(p); !errors.Is(err, codec.ErrCorrupt) {
+			t.Errorf("Load(%x): %v", p, err)
+		}
+	}
+	if _, err := codec.ParseRecipe("floatcm(1)"); err == nil {
+		t.Error(`recipe "floatcm(1)" accepted`)
+	}
+
+	// Every cut of a stream is refused, and so is a byte more.
+	for _, dt := range []codec.DType{codec.F32, codec.BF16, codec.F16} {
+		data := floatcmTestRuns(dt, 3000, 5)
+		in := codec.SegInfo{Name: "data", Elem: dt, Len: len(data)}
+		outs, err := (floatcmOp{}).Encode(nil, codec.Segment{SegInfo: in, Data: data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := outs[0].Data
+		if got := fastFuzzDecode(t, floatcmOp{}, []codec.Segment{{Data: s}}, in); !bytes.Equal(got, data) {
+			t.Fatalf("%v: round trip differs", dt)
+		}
+		for k := 0; k < len(s); k += 1 + k/8 {
+			if got := fastFuzzDecode(t, floatcmOp{}, []codec.Segment{{Data: s[:k]}}, in); got != nil {
+				t.Fatalf("%v: %d of %d bytes decoded", dt, k, len(s))
+			}
+		}
+		if got := fastFuzzDecode(t, floatcmOp{}, []codec.Segment{{Data: append(s[:len(s):len(s)], 0)}}, in); got != nil {
+			t.Fatalf("%v: a byte after the stream accepted", dt)
+		}
+		// Longer or shorter than the stream says.
+		for _, l := range []int{len(data) - dt.Size(), len(data) + dt.Size()} {
+			if got := fastFuzzDecode(t, floatcmOp{}, []codec.Segment{{Data: s}}, codec.SegInfo{Name: "data", Elem: dt, Len: l}); got != nil {
+				t.Fatalf("%v: %d elements decoded from a stream of %d", dt, l/dt.Size(), len(data)/dt.Size())
+			}
+		}
+		// Flipped bits: an error or other bytes, never a panic.
+		r := rand.New(rand.NewPCG(7, uint64(dt)))
+		for range 200 {
+			c := bytes.Clone(s)
+			c[r.IntN(len(c))] ^= byte(1 << r.IntN(8))
+			fastFuzzDecode(t, floatcmOp{}, []codec.Segment{{Data: c}}, in)
+		}
+	}
+}
+
+func TestFloatcmStretch(t *testing.T) {
+	// squash and stretch are inverse where stretch is defined, and monotone.
+	for p := 1; p < 4096; p++ {
+		d := fcmStretchTable[p]
+		if p > 1 && d < fcmStretchTable[p-1] {
+			t.Fatalf("stretch(%d) = %d < stretch(%d) = %d", p, d, p-1, fcmStretchTable[p-1])
+		}
+		if s := fcmSquash(int64(d)); s < int32(p) && d != 2047 {
+			t.Fatalf("squash(stretch(%d)) = %d", p, s)
+		}
+	}
+	if fcmSquash(-1<<40) != 1 || fcmSquash(1<<40) != 4095 || fcmSquash(0) != 2048 {
+		t.Fatal("squash at its ends")
+	}
+}
+
+func FuzzFloatcmDecode(f *testing.F) {
+	for i, dt := range []codec.DType{codec.F32, codec.BF16, codec.F16} {
+		s := floatcmTestRuns(dt, 500, uint64(i))
+		outs, err := (floatcmOp{}).Encode(nil, codec.Segment{SegInfo: codec.SegInfo{Elem: dt, Len: len(s)}, Data: s})
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(uint8(dt), uint32(len(s)), outs[0].Data)
+	}
+	f.Fuzz(func(t *testing.T, elem uint8, n uint32, data []byte) {
+		dt := codec.DType(elem % 14)
+		in := codec.SegInfo{Name: "data", Elem: dt, Len: fastFuzzLen(n, data)}
+		if _, err := (floatcmOp{}).Outputs(in); err != nil {
+			return
+		}
+		fastFuzzDecode(t, floatcmOp{}, []codec.Segment{{Data: data}}, in)
+		fastFuzzRoundTrip(t, floatcmOp{}, in, data[:len(data)/dt.Size()*dt.Size()])
+	})
+}

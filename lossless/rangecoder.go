@@ -1,0 +1,136 @@
+package lossless
+
+// A binary range coder in the manner of LZMA's (docs/FORMAT.md, "Float
+// context model"): a 32-bit range, a 64-bit low with a pending byte and a
+// count of pending 0xff bytes for carries, probabilities of a 0 bit in
+// 16 bits (1..65535), and direct bits coded as uniform values of up to
+// 16 bits. The encoder writes exactly the bytes the decoder reads: the
+// first is always 0, and the decoder refuses a stream that runs out, one
+// with bytes left over, and one whose code is not 0 at its end.
+
+type rcEncoder struct {
+	low     uint64
+	rng     uint32
+	cache   byte
+	pending int // bytes held back for a carry: the cache and 0xff bytes after it
+	out     []byte
+}
+
+func (e *rcEncoder) reset(dst []byte) {
+	*e = rcEncoder{rng: 0xffffffff, pending: 1, out: dst}
+}
+
+func (e *rcEncoder) shiftLow() {
+	if uint32(e.low) < 0xff000000 || e.low>>32 != 0 {
+		carry := byte(e.low >> 32)
+		b := e.cache
+		for ; e.pending > 0; e.pending-- {
+			e.out = append(e.out, b+carry)
+			b = 0xff
+		}
+		e.cache = byte(uint32(e.low) >> 24)
+	}
+	e.pending++
+	e.low = uint64(uint32(e.low) << 8)
+}
+
+// encode codes bit (0 or 1) with p0, the probability of a 0 in 1/65536
+// (1..65535).
+func (e *rcEncoder) encode(p0 uint32, bit uint32) {
+	bound := (e.rng >> 16) * p0
+	if bit == 0 {
+		e.rng = bound
+	} else {
+		e.low += uint64(bound)
+		e.rng -= bound
+	}
+	for e.rng < 1<<24 {
+		e.rng <<= 8
+		e.shiftLow()
+	}
+}
+
+// direct codes v, below 2^w (w 1..16), with all 2^w values equally likely.
+func (e *rcEncoder) direct(v uint32, w uint) {
+	e.rng >>= w
+	e.low += uint64(e.rng) * uint64(v)
+	for e.rng < 1<<24 {
+		e.rng <<= 8
+		e.shiftLow()
+	}
+}
+
+// finish flushes the coder and returns the stream.
+func (e *rcEncoder) finish() []byte {
+	for range 5 {
+		e.shiftLow()
+	}
+	return e.out
+}
+
+type rcDecoder struct {
+	code, rng uint32
+	src       []byte
+	pos       int
+	overrun   bool // a read past the end of src
+}
+
+func (d *rcDecoder) reset(src []byte) bool {
+	*d = rcDecoder{rng: 0xffffffff, src: src}
+	if len(src) < 5 || src[0] != 0 {
+		return false
+	}
+	for i := 1; i < 5; i++ {
+		d.code = d.code<<8 | uint32(src[i])
+	}
+	d.pos = 5
+	return true
+}
+
+func (d *rcDecoder) next() uint32 {
+	if d.pos < len(d.src) {
+		b := d.src[d.pos]
+		d.pos++
+		return uint32(b)
+	}
+	d.overrun = true
+	return 0
+}
+
+func (d *rcDecoder) decode(p0 uint32) uint32 {
+	bound := (d.rng >> 16) * p0
+	var bit uint32
+	if d.code < bound {
+		d.rng = bound
+	} else {
+		d.code -= bound
+		d.rng -= bound
+		bit = 1
+	}
+	for d.rng < 1<<24 {
+		d.rng <<= 8
+		d.code = d.code<<8 | d.next()
+	}
+	return bit
+}
+
+// direct decodes a value coded by rcEncoder.direct with the same w; ok is
+// false when the stream holds a value of 2^w or more (corrupt).
+func (d *rcDecoder) direct(w uint) (v uint32, ok bool) {
+	d.rng >>= w
+	v = d.code / d.rng
+	if v >= 1<<w {
+		return 0, false
+	}
+	d.code -= v * d.rng
+	for d.rng < 1<<24 {
+		d.rng <<= 8
+		d.code = d.code<<8 | d.next()
+	}
+	return v, true
+}
+
+// done reports whether the stream ended exactly where the encoder's did.
+func (d *rcDecoder) done() bool {
+	return !d.overrun && d.pos == len(d.src) && d.code == 0
+}
