@@ -10,6 +10,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/codectest"
+	"github.com/tensorpress/tensorpress/internal/float16"
 )
 
 // floatcmTestRuns is n elements of dt in stretches that exercise every
@@ -86,12 +87,7 @@ func TestFloatcmRoundTrip(t *testing.T) {
 // that are bfloat16 values at about bfloat16's cost.
 func TestFloatcmRatio(t *testing.T) {
 	const n = 1 << 17
-	r := rand.New(rand.NewPCG(3, 3))
-	f32 := make([]byte, 4*n)
-	for i := range n {
-		scale := 0.02 * math.Ldexp(1, -(i/8192)%4) // drifting scales, as along a model's tensors
-		binary.LittleEndian.PutUint32(f32[4*i:], math.Float32bits(float32(r.NormFloat64()*scale)))
-	}
+	f32 := floatcmTestWeights(n, 3)
 	bf := make([]byte, 2*n)
 	widened := make([]byte, 4*n)
 	for i := range n {
@@ -118,6 +114,82 @@ func TestFloatcmRatio(t *testing.T) {
 	}
 	if got, half := size(codec.F32, widened, "floatcm"), size(codec.BF16, bf, "floatcm"); got > half+half/50 {
 		t.Errorf("float32 holding bfloat16 values: %d bytes, bfloat16 itself %d", got, half)
+	}
+}
+
+// floatcmTestWeights is n float32 weights, normal at scales that change
+// every 8192 elements, as along a model's tensors.
+func floatcmTestWeights(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 3))
+	f32 := make([]byte, 4*n)
+	for i := range n {
+		scale := 0.02 * math.Ldexp(1, -(i/8192)%4)
+		binary.LittleEndian.PutUint32(f32[4*i:], math.Float32bits(float32(r.NormFloat64()*scale)))
+	}
+	return f32
+}
+
+// BenchmarkFloatcm codes 1 MiB of weights (floatcmTestWeights; as
+// bfloat16 and float16 too) with floatcm and, in the same run, with the
+// fsplit chain of each type:
+//
+//	go test -run '^$' -bench Floatcm ./lossless
+func BenchmarkFloatcm(b *testing.B) {
+	f32 := floatcmTestWeights(1<<18, 5)
+	bf, h := make([]byte, 1<<20), make([]byte, 1<<20)
+	for i := range 1 << 18 {
+		v := binary.LittleEndian.Uint32(f32[4*i:])
+		binary.LittleEndian.PutUint16(bf[2*i:], float16.BF16FromF32(math.Float32frombits(v)))
+		binary.LittleEndian.PutUint16(h[2*i:], float16.F16FromF32(math.Float32frombits(v)))
+	}
+	// The 2-byte inputs are twice as long, 1 MiB each.
+	for i := range 1 << 18 {
+		v := binary.LittleEndian.Uint32(f32[4*((i+5)%(1<<18)):])
+		binary.LittleEndian.PutUint16(bf[2*(i+1<<18):], float16.BF16FromF32(math.Float32frombits(v)))
+		binary.LittleEndian.PutUint16(h[2*(i+1<<18):], float16.F16FromF32(math.Float32frombits(v)))
+	}
+	for _, c := range []struct {
+		dt     codec.DType
+		data   []byte
+		chains []string
+	}{
+		{codec.F32, f32, []string{"floatcm", "fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)"}},
+		{codec.BF16, bf, []string{"floatcm", "fsplit | exp:huff0b(13)"}},
+		{codec.F16, h, []string{"floatcm", "fsplit | exp:huff0b(13) | sm:shuffle2 | sm.plane1:huff0"}},
+	} {
+		for _, rs := range c.chains {
+			r := codec.MustParseRecipe(rs)
+			tn := fastTestTensor("w", c.dt, c.data)
+			enc, err := codec.NewEncoder()
+			if err != nil {
+				b.Fatal(err)
+			}
+			frame, err := enc.AppendTensor(nil, tn, r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run(c.dt.String()+"/"+rs+"/encode", func(b *testing.B) {
+				b.SetBytes(int64(len(c.data)))
+				b.ReportAllocs()
+				var buf []byte
+				for b.Loop() {
+					if buf, err = enc.AppendTensor(buf[:0], tn, r); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(len(c.data))/float64(len(frame)), "ratio")
+			})
+			b.Run(c.dt.String()+"/"+rs+"/decode", func(b *testing.B) {
+				b.SetBytes(int64(len(c.data)))
+				b.ReportAllocs()
+				var dec codec.Decoder
+				for b.Loop() {
+					if _, _, err := dec.DecodeFrame(frame); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -202,7 +274,9 @@ func FuzzFloatcmDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, elem uint8, n uint32, data []byte) {
 		dt := codec.DType(elem % 14)
-		in := codec.SegInfo{Name: "data", Elem: dt, Len: fastFuzzLen(n, data)}
+		// Up to 256 KiB: a stream of a few zero bytes decodes to long runs
+		// of zeros, at the model's speed (some ms per 100 KiB).
+		in := codec.SegInfo{Name: "data", Elem: dt, Len: min(fastFuzzLen(n, data), 256<<10)}
 		if _, err := (floatcmOp{}).Outputs(in); err != nil {
 			return
 		}

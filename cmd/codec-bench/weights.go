@@ -342,7 +342,11 @@ var weightsChains = []defChain{
 	{"fsplit | exp:huff0b(13)", isBF16},
 	{"fsplit | exp:huff0b(14)", isBF16},
 	{"fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)", isF32},
+	// The densest, at tens of MB/s: an adaptive context model.
+	{"floatcm", isFloat},
 }
+
+func isFloat(d codec.DType) bool { return d == codec.F32 || d == codec.BF16 || d == codec.F16 }
 
 func isBF16(d codec.DType) bool { return d == codec.BF16 }
 
