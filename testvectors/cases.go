@@ -49,6 +49,20 @@ func Cases() []Case {
 			clumps.Data[i] = 0 // runs of 30 non-zeros (at most) every 100 elements
 		}
 	}
+	// floatcm's paths: float32 values that are bfloat16 values (trailing
+	// zeros) and zeros after normal ones; float16 zeros and subnormals.
+	fcmF32 := Normal("wc", 3000, 0.02, 24)
+	for i := 1500; i < 3000; i++ {
+		v := binary.LittleEndian.Uint32(fcmF32.Data[4*i:])
+		if i >= 2800 {
+			v = 0
+		}
+		binary.LittleEndian.PutUint32(fcmF32.Data[4*i:], v&0xffff0000)
+	}
+	fcmF16 := Half("wch", codec.F16, 3000, 26)
+	for i := 0; i < 3000; i += 7 {
+		binary.LittleEndian.PutUint16(fcmF16.Data[2*i:], uint16(i%3)<<15|uint16(i*37%1024)*uint16(i%2))
+	}
 	runs := Zigzag("dr", codec.U32, 4000, 34) // unchanged in runs: a zstd stream
 	for i := range runs.Data {
 		if i/4%1000 >= 100 {
@@ -82,6 +96,10 @@ func Cases() []Case {
 		{Name: "fsplit-bf16", Recipe: "fsplit | exp:huff0b(12)", Exact: true, Tensor: Half("wb", codec.BF16, 6000, 21)},
 		{Name: "fsplit-f32", Recipe: "fsplit | exp:huff0b(12) | sm:shuffle(3) | sm.plane2:huff0", Exact: true, Tensor: Normal("wf", 5000, 0.02, 22)},
 		{Name: "fsplit-f16", Recipe: "fsplit | exp:huff0b(12) | sm:shuffle2 | sm.plane1:huff0", Exact: true, Tensor: Half("wh", codec.F16, 5000, 23)},
+		{Name: "floatcm-f32", Recipe: "floatcm", Exact: true, Tensor: fcmF32},
+		{Name: "floatcm-bf16", Recipe: "floatcm", Exact: true, Tensor: Half("wcb", codec.BF16, 3000, 25)},
+		{Name: "floatcm-f16", Recipe: "floatcm", Exact: true, Tensor: fcmF16},
+		{Name: "floatcm-f16-bits", Recipe: "floatcm", Exact: true, Tensor: Ints("hc", codec.F16, 1000, 27)},
 		// Contexts with streams of their own and the pool; a tail; 64-bit lengths.
 		{Name: "lenbits-u32", Recipe: "lenbits", Exact: true, Tensor: Zigzag("dz", codec.U32, 6000, 31)},
 		{Name: "lenbits-u16-tail", Recipe: "lenbits(2)", Exact: true, Bytes: append(Zigzag("dh", codec.U16, 2000, 32).Data, 0x5a)},
