@@ -190,11 +190,10 @@ func (c *fcmCounter) update(bit uint32, limit uint16) {
 	} else {
 		c.n++
 	}
-	if bit == 0 {
-		c.p += uint16((65536 - uint32(c.p)) >> r)
-	} else {
-		c.p -= c.p >> r
-	}
+	// Without a branch on the bit: p + d0 for a 0, p - d1 for a 1.
+	p := uint32(c.p)
+	d0, d1 := (65536-p)>>r, p>>r
+	c.p = uint16(p + d0 - (d0+d1)&-bit)
 }
 
 // fcm is the state of the model for one segment.
@@ -209,6 +208,8 @@ type fcm struct {
 	tz1            uint32   // trailing zeros of the last element coded with them
 	stamp          []uint32 // per context of o1, then o2: the gen that last set it up
 	gen            uint32
+	st             [3]int32 // the last prediction's stretched inputs
+	p1             int32    // and its mixed probability of a 1, in 1/4096
 }
 
 var fcmPool sync.Pool
@@ -283,38 +284,29 @@ func (m *fcm) expCtx() (t1, t2 []fcmCounter) {
 	return t1, t2
 }
 
-// fcmMix is one mixed prediction: the stretched inputs and the mixed
-// probability of a 1 in 1/4096.
-type fcmMix struct {
-	st [3]int32
-	p1 int32
+// predict mixes the three predictions of an exponent bit at node and
+// returns the probability of a 0 as the range coder takes it; learn
+// updates the mixer and the counters with the bit.
+func (m *fcm) predict(t1, t2 []fcmCounter, node uint32) uint32 {
+	w := m.w[4*node : 4*node+4 : 4*node+4]
+	s0, s1, s2 := fcmStretch(m.o0[node].p), fcmStretch(t1[node].p), fcmStretch(t2[node].p)
+	m.st = [3]int32{s0, s1, s2}
+	dot := int64(w[0])*int64(s0) + int64(w[1])*int64(s1) + int64(w[2])*int64(s2) + int64(w[3])*256
+	m.p1 = min(max(fcmSquash(dot>>16), 1), 4095)
+	return uint32(4096-m.p1) << 4
 }
 
-func (m *fcm) predict(t1, t2 []fcmCounter, node uint32) fcmMix {
-	var x fcmMix
-	w := m.w[4*node : 4*node+4]
-	x.st[0] = fcmStretch(m.o0[node].p)
-	x.st[1] = fcmStretch(t1[node].p)
-	x.st[2] = fcmStretch(t2[node].p)
-	dot := int64(w[0])*int64(x.st[0]) + int64(w[1])*int64(x.st[1]) + int64(w[2])*int64(x.st[2]) + int64(w[3])*256
-	x.p1 = min(max(fcmSquash(dot>>16), 1), 4095)
-	return x
-}
-
-func (m *fcm) learn(x fcmMix, t1, t2 []fcmCounter, node, bit uint32) {
-	w := m.w[4*node : 4*node+4]
-	err := int32(bit)<<12 - x.p1
-	w[0] += (x.st[0]*err + 2048) >> 12
-	w[1] += (x.st[1]*err + 2048) >> 12
-	w[2] += (x.st[2]*err + 2048) >> 12
+func (m *fcm) learn(t1, t2 []fcmCounter, node, bit uint32) {
+	w := m.w[4*node : 4*node+4 : 4*node+4]
+	err := int32(bit)<<12 - m.p1
+	w[0] += (m.st[0]*err + 2048) >> 12
+	w[1] += (m.st[1]*err + 2048) >> 12
+	w[2] += (m.st[2]*err + 2048) >> 12
 	w[3] += (256*err + 2048) >> 12
 	m.o0[node].update(bit, fcmExpLimit)
 	t1[node].update(bit, fcmExpLimit)
 	t2[node].update(bit, fcmExpLimit)
 }
-
-// p0 is a mixed prediction as the range coder takes it.
-func (x fcmMix) p0() uint32 { return uint32(4096-x.p1) << 4 }
 
 func (m *fcm) encode(e *rcEncoder, v uint32) {
 	f := m.f
@@ -326,9 +318,8 @@ func (m *fcm) encode(e *rcEncoder, v uint32) {
 	node := uint32(1)
 	for i := int(f.eb) - 1; i >= 0; i-- {
 		b := ex >> uint(i) & 1
-		x := m.predict(t1, t2, node)
-		e.encode(x.p0(), b)
-		m.learn(x, t1, t2, node, b)
+		e.encode(m.predict(t1, t2, node), b)
+		m.learn(t1, t2, node, b)
 		node = node<<1 | b
 	}
 	c := &m.sign[ex<<1|m.s1]
@@ -391,9 +382,8 @@ func (m *fcm) decode(d *rcDecoder) (v uint32, ok bool) {
 	t1, t2 := m.expCtx()
 	node := uint32(1)
 	for range f.eb {
-		x := m.predict(t1, t2, node)
-		b := d.decode(x.p0())
-		m.learn(x, t1, t2, node, b)
+		b := d.decode(m.predict(t1, t2, node))
+		m.learn(t1, t2, node, b)
 		node = node<<1 | b
 	}
 	ex := node - 1<<f.eb
@@ -486,10 +476,17 @@ var fcmStretchTable = func() (t [4096]int16) {
 	return t
 }()
 
+// fcmStretchP0 is stretch(clamp((65536-p0)>>4, 1, 4095)) by (p0-1)>>4:
+// (65536-p0)>>4 = 4095 - (p0-1)>>4 for p0 in 1..65535.
+var fcmStretchP0 = func() (t [4096]int16) {
+	for i := range t {
+		t[i] = fcmStretchTable[max(4095-i, 1)]
+	}
+	return t
+}()
+
 // fcmStretch is the stretched probability of a 1 for a counter whose
-// probability of a 0 is p0 (in 1/65536).
+// probability of a 0 is p0 (in 1/65536, 1..65535).
 func fcmStretch(p0 uint16) int32 {
-	p1 := (65536 - uint32(p0)) >> 4
-	p1 = min(max(p1, 1), 4095)
-	return int32(fcmStretchTable[p1])
+	return int32(fcmStretchP0[(p0-1)>>4])
 }

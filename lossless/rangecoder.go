@@ -37,13 +37,12 @@ func (e *rcEncoder) shiftLow() {
 // encode codes bit (0 or 1) with p0, the probability of a 0 in 1/65536
 // (1..65535).
 func (e *rcEncoder) encode(p0 uint32, bit uint32) {
+	// Without a branch on the bit (it is as often as not unpredictable):
+	// a 0 keeps [low, low+bound), a 1 the rest.
 	bound := (e.rng >> 16) * p0
-	if bit == 0 {
-		e.rng = bound
-	} else {
-		e.low += uint64(bound)
-		e.rng -= bound
-	}
+	mask := -bit
+	e.low += uint64(bound & mask)
+	e.rng = bound ^ (bound^(e.rng-bound))&mask
 	for e.rng < 1<<24 {
 		e.rng <<= 8
 		e.shiftLow()
@@ -99,14 +98,10 @@ func (d *rcDecoder) next() uint32 {
 
 func (d *rcDecoder) decode(p0 uint32) uint32 {
 	bound := (d.rng >> 16) * p0
-	var bit uint32
-	if d.code < bound {
-		d.rng = bound
-	} else {
-		d.code -= bound
-		d.rng -= bound
-		bit = 1
-	}
+	bit := 1 ^ uint32((uint64(d.code)-uint64(bound))>>63) // code >= bound
+	mask := -bit
+	d.code -= bound & mask
+	d.rng = bound ^ (bound^(d.rng-bound))&mask
 	for d.rng < 1<<24 {
 		d.rng <<= 8
 		d.code = d.code<<8 | d.next()
