@@ -1,12 +1,17 @@
 // Package lossless holds the lossless stages of tensorpress: byte-shuffle,
 // bytedelta, fsplit (a float's exponent apart from its sign and mantissa),
-// and the coders zstd, s2, xz, huff0 and huff0b (huff0 with smaller
-// blocks). Importing the package
+// and the coders zstd, s2, xz, huff0, huff0b (huff0 with smaller blocks),
+// lenbits (integers as bit lengths in context and the bits below them) and
+// floatcm (floats through an adaptive context model and a range coder: the
+// densest coding of model weights here, at some MB/s per core, for slow
+// links and archives). Importing the package
 // registers them with codec under their permanent wire IDs (see ids.go and
 // docs/FORMAT.md); store-raw is built into codec.
 //
 // All ops are immutable and safe for concurrent use; encoder and decoder
-// state (zstd encoders per level, huff0 scratch) is pooled internally.
+// state (zstd encoders per level, huff0 scratch, floatcm's model: 2.3 MiB
+// for float32 and bfloat16, set up lazily per context) is pooled
+// internally.
 // Every decoder takes the exact expected output length from the frame and
 // never writes more than that. One library limit remains: klauspost's zstd
 // decoder may allocate about 1.25 times (length + 128 KiB) of scratch
