@@ -59,23 +59,7 @@ func TestFloatcmRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	// Every 16-bit pattern of both 2-byte types, and float32 patterns at
-	// every exponent with random other bits.
-	all := make([]byte, 2<<16)
-	for v := range 1 << 16 {
-		binary.LittleEndian.PutUint16(all[2*v:], uint16(v))
-	}
-	for _, dt := range []codec.DType{codec.BF16, codec.F16} {
-		codectest.Lossless(t, &codec.Tensor{Name: "all", DType: dt, Shape: []int64{1 << 16}, Data: all}, "floatcm")
-	}
-	f := make([]byte, 4*256*64)
-	r := rand.New(rand.NewPCG(1, 1))
-	for e := range 256 {
-		for j := range 64 {
-			binary.LittleEndian.PutUint32(f[4*(64*e+j):], uint32(e)<<23|r.Uint32()&0x807fffff)
-		}
-	}
-	codectest.Lossless(t, &codec.Tensor{Name: "f", DType: codec.F32, Shape: []int64{256 * 64}, Data: f}, "floatcm")
+	floatPatternsLossless(t, "floatcm")
 	// Through a stream of several frames (the model starts afresh in each).
 	w := floatcmTestRuns(codec.F32, 50000, 9)
 	codectest.Stream(t, &codec.Tensor{Name: "w", DType: codec.F32, Shape: []int64{50000}, Data: w},
@@ -158,37 +142,7 @@ func BenchmarkFloatcm(b *testing.B) {
 		{codec.F16, h, []string{"floatcm", "fsplit | exp:huff0b(13) | sm:shuffle2 | sm.plane1:huff0"}},
 	} {
 		for _, rs := range c.chains {
-			r := codec.MustParseRecipe(rs)
-			tn := fastTestTensor("w", c.dt, c.data)
-			enc, err := codec.NewEncoder()
-			if err != nil {
-				b.Fatal(err)
-			}
-			frame, err := enc.AppendTensor(nil, tn, r)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Run(c.dt.String()+"/"+rs+"/encode", func(b *testing.B) {
-				b.SetBytes(int64(len(c.data)))
-				b.ReportAllocs()
-				var buf []byte
-				for b.Loop() {
-					if buf, err = enc.AppendTensor(buf[:0], tn, r); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(len(c.data))/float64(len(frame)), "ratio")
-			})
-			b.Run(c.dt.String()+"/"+rs+"/decode", func(b *testing.B) {
-				b.SetBytes(int64(len(c.data)))
-				b.ReportAllocs()
-				var dec codec.Decoder
-				for b.Loop() {
-					if _, _, err := dec.DecodeFrame(frame); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
+			benchmarkChain(b, c.dt.String()+"/"+rs, fastTestTensor("w", c.dt, c.data), rs)
 		}
 	}
 }

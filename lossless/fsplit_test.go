@@ -51,14 +51,19 @@ func TestFsplitRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	// Every 16-bit pattern of both 2-byte types, and float32 patterns at
-	// every exponent with random other bits.
+	floatPatternsLossless(t, "fsplit")
+}
+
+// floatPatternsLossless codes every 16-bit pattern of both 2-byte float
+// types, and float32 patterns at every exponent with random other bits,
+// with recipe, and checks that they decode exactly.
+func floatPatternsLossless(t *testing.T, recipe string) {
 	all := make([]byte, 2<<16)
 	for v := range 1 << 16 {
 		binary.LittleEndian.PutUint16(all[2*v:], uint16(v))
 	}
 	for _, dt := range []codec.DType{codec.BF16, codec.F16} {
-		codectest.Lossless(t, &codec.Tensor{Name: "all", DType: dt, Shape: []int64{1 << 16}, Data: all}, "fsplit")
+		codectest.Lossless(t, &codec.Tensor{Name: "all", DType: dt, Shape: []int64{1 << 16}, Data: all}, recipe)
 	}
 	f := make([]byte, 4*256*64)
 	r := rand.New(rand.NewPCG(1, 1))
@@ -67,7 +72,7 @@ func TestFsplitRoundTrip(t *testing.T) {
 			binary.LittleEndian.PutUint32(f[4*(64*e+j):], uint32(e)<<23|r.Uint32()&0x807fffff)
 		}
 	}
-	codectest.Lossless(t, &codec.Tensor{Name: "f", DType: codec.F32, Shape: []int64{256 * 64}, Data: f}, "fsplit")
+	codectest.Lossless(t, &codec.Tensor{Name: "f", DType: codec.F32, Shape: []int64{256 * 64}, Data: f}, recipe)
 }
 
 // TestFsplitBF16Kernels: the AVX2 kernels (where the CPU has AVX2) split

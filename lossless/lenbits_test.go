@@ -314,38 +314,43 @@ func FuzzLenbitsDecode(f *testing.F) {
 func BenchmarkLenbits(b *testing.B) {
 	data := lenbitsTestDeltas(256<<10, 4, 7)
 	for _, rs := range []string{"lenbits", "shuffle4 | *:zstd(1)"} {
-		r := codec.MustParseRecipe(rs)
-		tn := fastTestTensor("d", codec.U32, data)
-		enc, err := codec.NewEncoder()
-		if err != nil {
-			b.Fatal(err)
-		}
-		frame, err := enc.AppendTensor(nil, tn, r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Run(rs+"/encode", func(b *testing.B) {
-			b.SetBytes(int64(len(data)))
-			b.ReportAllocs()
-			var buf []byte
-			for b.Loop() {
-				if buf, err = enc.AppendTensor(buf[:0], tn, r); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(len(data))/float64(len(frame)), "ratio")
-		})
-		b.Run(rs+"/decode", func(b *testing.B) {
-			b.SetBytes(int64(len(data)))
-			b.ReportAllocs()
-			var dec codec.Decoder
-			for b.Loop() {
-				if _, _, err := dec.DecodeFrame(frame); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		benchmarkChain(b, rs, fastTestTensor("d", codec.U32, data), rs)
 	}
+}
+
+// benchmarkChain runs sub-benchmarks name/encode and name/decode: tn
+// coded with the recipe rs into a frame, and that frame decoded.
+func benchmarkChain(b *testing.B, name string, tn *codec.Tensor, rs string) {
+	r := codec.MustParseRecipe(rs)
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		b.Fatal(err)
+	}
+	frame, err := enc.AppendTensor(nil, tn, r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run(name+"/encode", func(b *testing.B) {
+		b.SetBytes(int64(len(tn.Data)))
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			if buf, err = enc.AppendTensor(buf[:0], tn, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(tn.Data))/float64(len(frame)), "ratio")
+	})
+	b.Run(name+"/decode", func(b *testing.B) {
+		b.SetBytes(int64(len(tn.Data)))
+		b.ReportAllocs()
+		var dec codec.Decoder
+		for b.Loop() {
+			if _, _, err := dec.DecodeFrame(frame); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // TestLenbitsRuns: where most elements did not change, in runs, their
