@@ -87,6 +87,19 @@ func (e *Encoder) appendTensors(dst []byte, stats []SegmentStat, withStats bool,
 			return dst, stats, err
 		}
 	}
+	// What readers with default limits refuse of the frame as a whole.
+	var slow int64
+	for i := range ents {
+		for _, st := range ents[i].steps {
+			if st.op.Stage().SlowDecode {
+				slow += int64(st.RawLen)
+			}
+		}
+	}
+	if limit := DefaultLimits().MaxSlowDecoded; slow > limit {
+		return dst, stats, fmt.Errorf("%w: the frame decodes %d bytes through stages that decode at some MB/s (readers accept %d by default): code it in smaller chunks",
+			ErrLimit, slow, limit)
+	}
 	typ := FrameTensor
 	hdr := a.Alloc(0)
 	if len(ts) > 1 {
@@ -413,6 +426,12 @@ func (en *entry) apply(ctx *Ctx, i int, ops []Op) (int, error) {
 	want, err := op.Outputs(in.SegInfo)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s on segment %q of %s: %v", ErrRecipe, op, in.Name, en.what(), err)
+	}
+	if limit := DefaultLimits().MaxSlowDecoded; op.Stage().SlowDecode && int64(in.Len) > limit {
+		// Refused before it is coded, at some MB/s; the frame's sum is
+		// checked after its entries are coded.
+		return 0, fmt.Errorf("%w: %s on segment %q of %s: %d bytes, more than readers decode through it by default (%d): code it in smaller chunks",
+			ErrLimit, op, in.Name, en.what(), in.Len, limit)
 	}
 	outs, err := op.Encode(ctx, in.Segment)
 	if err != nil {

@@ -161,8 +161,9 @@ type headerReader struct {
 	pos   int
 	err   error
 	lim   *Limits
-	steps int  // steps parsed so far in the frame
-	batch bool // entries of a tensors frame: whole tensors only
+	steps int   // steps parsed so far in the frame
+	slow  int64 // bytes the frame's steps decode through SlowDecode stages
+	batch bool  // entries of a tensors frame: whole tensors only
 
 	params []byte // scratch: the parameters of a step as its stage writes them
 }
@@ -632,6 +633,12 @@ func (r *headerReader) body(e *EntryHeader, root SegInfo) {
 		if err != nil {
 			r.fail(err)
 			return
+		}
+		if op.Stage().SlowDecode {
+			if r.slow += int64(s.RawLen); r.slow > lim.MaxSlowDecoded {
+				r.fail(limitf("step %d (%s): the frame decodes %d bytes or more through stages that decode at some MB/s, more than %d", i, op, r.slow, lim.MaxSlowDecoded))
+				return
+			}
 		}
 		// Parameters have one encoding: the one the stage writes (minimal
 		// varints, no trailing bytes). Whatever Load accepted beyond that

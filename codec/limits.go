@@ -11,6 +11,12 @@ type Limits struct {
 	// MaxDecodedSize bounds the decoded bytes of one frame, and of every
 	// intermediate segment in it. Default 256 MiB.
 	MaxDecodedSize int64
+	// MaxSlowDecoded bounds the bytes of one frame decoded by stages
+	// marked SlowDecode (floatcm: some MB/s, so that a short frame can
+	// cost seconds of CPU). Default 64 MiB, the largest chunk a Writer
+	// makes: about 5-10 s of one core here. A service that takes frames
+	// from peers it does not trust may lower it.
+	MaxSlowDecoded int64
 	// MaxTensorSize bounds a whole tensor assembled by Reader.ReadTensor
 	// (shape times element size). Default 4 GiB.
 	MaxTensorSize int64
@@ -34,6 +40,7 @@ func DefaultLimits() Limits {
 		MaxHeaderSize:  1 << 20,
 		MaxFrameSize:   256 << 20,
 		MaxDecodedSize: 256 << 20,
+		MaxSlowDecoded: 64 << 20,
 		MaxTensorSize:  4 << 30,
 		MaxDims:        32,
 		MaxSegments:    1024,
@@ -62,6 +69,7 @@ func (l Limits) Fill(base Limits) Limits {
 	fill(&l.MaxHeaderSize, base.MaxHeaderSize)
 	fill64(&l.MaxFrameSize, base.MaxFrameSize)
 	fill64(&l.MaxDecodedSize, base.MaxDecodedSize)
+	fill64(&l.MaxSlowDecoded, base.MaxSlowDecoded)
 	fill64(&l.MaxTensorSize, base.MaxTensorSize)
 	fill(&l.MaxDims, base.MaxDims)
 	fill(&l.MaxSegments, base.MaxSegments)

@@ -99,6 +99,12 @@ type Stage struct {
 	// ternary, 1 for sign), as profiles list them (a rule's bits); 0 for
 	// stages that do not quantize values, the sparsifying ones included.
 	Bits int
+	// SlowDecode marks a stage whose decoder works at some MB/s whatever
+	// its input's size (a context model, such as floatcm): a few bytes
+	// may claim megabytes of output, each costing the decoder about as
+	// much time. Limits.MaxSlowDecoded bounds the bytes a frame decodes
+	// through such stages.
+	SlowDecode bool
 	// Reads and Writes document the slots (for docs and `codec-bench
 	// stages`): for example "any byte segment" and "plane0..plane{w-1}".
 	Reads, Writes string

@@ -544,7 +544,7 @@ func (w *Writer) WriteBorrowed(p []byte) (int, error) {
 func (w *Writer) WriteEncoded(frame []byte) error {
 	r := bytes.NewReader(frame)
 	// The frame is the caller's own: only its header's shape is checked.
-	h, _, err := ReadFrameHeader(r, r, Limits{MaxFrameSize: math.MaxInt64, MaxDecodedSize: math.MaxInt64, MaxTensorSize: math.MaxInt64}, nil)
+	h, _, err := ReadFrameHeader(r, r, Limits{MaxFrameSize: math.MaxInt64, MaxDecodedSize: math.MaxInt64, MaxSlowDecoded: math.MaxInt64, MaxTensorSize: math.MaxInt64}, nil)
 	if err != nil {
 		return fmt.Errorf("codec: WriteEncoded: %w", err)
 	}

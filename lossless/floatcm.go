@@ -34,12 +34,13 @@ import (
 // Wire parameters: 1 byte, the model (1). Recipe: "floatcm". A Coder: it
 // ends the segment's pipeline and takes whole elements only.
 var floatcmStage = &codec.Stage{
-	ID:     FloatcmID,
-	Name:   "floatcm",
-	Kind:   codec.Coder,
-	Reads:  "a segment of float32, bfloat16 or float16 elements",
-	Writes: "one range-coded stream: exponents, signs and top mantissa bits under adaptive context models, trailing zeros counted",
-	Doc:    "floats through an adaptive context model and a range coder: the best ratio on weights, tens of MB/s",
+	ID:         FloatcmID,
+	Name:       "floatcm",
+	Kind:       codec.Coder,
+	SlowDecode: true,
+	Reads:      "a segment of float32, bfloat16 or float16 elements",
+	Writes:     "one range-coded stream: exponents, signs and top mantissa bits under adaptive context models, trailing zeros counted",
+	Doc:        "floats through an adaptive context model and a range coder: the best ratio on weights, tens of MB/s",
 	New: func(args []codec.Arg) (codec.Op, error) {
 		if len(args) != 0 {
 			return nil, fmt.Errorf("%w: floatcm takes no arguments", codec.ErrRecipe)

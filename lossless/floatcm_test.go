@@ -238,3 +238,64 @@ func FuzzFloatcmDecode(f *testing.F) {
 		fastFuzzRoundTrip(t, floatcmOp{}, in, data[:len(data)/dt.Size()*dt.Size()])
 	})
 }
+
+// TestFloatcmSlowDecodeLimit: a frame decoding more through floatcm than
+// Limits.MaxSlowDecoded is refused from its header, before any decoding;
+// zeros code to a few bytes per KiB, which is why the limit exists.
+func TestFloatcmSlowDecodeLimit(t *testing.T) {
+	tn := fastTestTensor("z", codec.F32, make([]byte, 1<<20))
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame, err := enc.AppendTensor(nil, tn, codec.MustParseRecipe("floatcm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("1 MiB of float32 zeros: a frame of %d bytes", len(frame))
+	if len(frame) > 8<<10 {
+		t.Errorf("1 MiB of zeros took %d bytes", len(frame))
+	}
+	dec, err := codec.NewDecoder(codec.WithLimits(codec.Limits{MaxSlowDecoded: 1<<20 - 4}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dec.DecodeFrame(frame); !errors.Is(err, codec.ErrLimit) {
+		t.Fatalf("a frame over MaxSlowDecoded: %v", err)
+	}
+	var def codec.Decoder
+	if _, _, err := def.DecodeFrame(frame); err != nil {
+		t.Fatalf("the default limits: %v", err)
+	}
+}
+
+// TestFloatcmEncoderLimit: the encoder refuses a frame that readers with
+// the default limits would refuse for its floatcm bytes, before coding it;
+// so does it a frame of several tensors whose floatcm bytes add up past it.
+func TestFloatcmEncoderLimit(t *testing.T) {
+	n := codec.DefaultLimits().MaxSlowDecoded/4 + 1
+	tn := fastTestTensor("big", codec.F32, make([]byte, 4*n))
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := codec.MustParseRecipe("floatcm")
+	if _, err := enc.AppendTensor(nil, tn, r); !errors.Is(err, codec.ErrLimit) {
+		t.Fatalf("a frame of %d bytes through floatcm: %v", 4*n, err)
+	}
+	// Two tensors of 1 MiB, under a limit made small for the test through
+	// what the encoder checks: the sum over the frame.
+	a := floatcmTestWeights(1<<18, 1)
+	ts := []*codec.Tensor{fastTestTensor("a", codec.F32, a), fastTestTensor("b", codec.F32, a)}
+	frame, err := enc.AppendTensors(nil, ts, []*codec.Recipe{r, r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := codec.NewDecoder(codec.WithLimits(codec.Limits{MaxSlowDecoded: 3 << 19}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dec.DecodeFrame(frame); !errors.Is(err, codec.ErrLimit) {
+		t.Fatalf("two tensors of 1 MiB through floatcm, a limit of 1.5 MiB: %v", err)
+	}
+}

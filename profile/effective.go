@@ -35,6 +35,7 @@ func (p *Profile) Effective() ([]byte, error) {
 	lim := mapNode()
 	add(lim, "max_frame_size", sizeNode(l.MaxFrameSize))
 	add(lim, "max_decoded_size", sizeNode(l.MaxDecodedSize))
+	add(lim, "max_slow_decoded", sizeNode(l.MaxSlowDecoded))
 	add(lim, "max_tensor_size", sizeNode(l.MaxTensorSize))
 	add(lim, "max_dims", intNode(int64(l.MaxDims)))
 	add(lim, "max_segments", intNode(int64(l.MaxSegments)))

@@ -471,7 +471,7 @@ func validName(s string) bool {
 	return true
 }
 
-var limitFields = []string{"max_frame_size", "max_decoded_size", "max_tensor_size", "max_dims", "max_segments", "max_tensors", "max_name_len", "max_tags", "max_header_size"}
+var limitFields = []string{"max_frame_size", "max_decoded_size", "max_slow_decoded", "max_tensor_size", "max_dims", "max_segments", "max_tensors", "max_name_len", "max_tags", "max_header_size"}
 
 func (d *decoder) limits(n *yaml.Node, l *codec.Limits) error {
 	return d.mapping(n, "limits", limitFields, func(key string, _, v *yaml.Node) error {
@@ -479,7 +479,7 @@ func (d *decoder) limits(n *yaml.Node, l *codec.Limits) error {
 		var x int64
 		var err error
 		switch key {
-		case "max_frame_size", "max_decoded_size", "max_tensor_size", "max_header_size":
+		case "max_frame_size", "max_decoded_size", "max_slow_decoded", "max_tensor_size", "max_header_size":
 			hi := int64(maxBytes)
 			if key == "max_header_size" {
 				hi = math.MaxInt32
@@ -496,6 +496,8 @@ func (d *decoder) limits(n *yaml.Node, l *codec.Limits) error {
 			l.MaxFrameSize = x
 		case "max_decoded_size":
 			l.MaxDecodedSize = x
+		case "max_slow_decoded":
+			l.MaxSlowDecoded = x
 		case "max_tensor_size":
 			l.MaxTensorSize = x
 		case "max_header_size":

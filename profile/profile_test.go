@@ -202,7 +202,7 @@ func TestFull(t *testing.T) {
 		t.Errorf("header: %q %q %d", p.Name, p.Description, p.ChunkSize)
 	}
 	wantLimits := codec.Limits{
-		MaxHeaderSize: 64 << 10, MaxFrameSize: 128 << 20, MaxDecodedSize: 128 << 20, MaxTensorSize: 2 << 30,
+		MaxHeaderSize: 64 << 10, MaxFrameSize: 128 << 20, MaxDecodedSize: 128 << 20, MaxSlowDecoded: 16 << 20, MaxTensorSize: 2 << 30,
 		MaxDims: 16, MaxSegments: 512, MaxTensors: 1000, MaxNameLen: 1024, MaxTags: 32,
 	}
 	if p.Limits != wantLimits {
@@ -220,7 +220,7 @@ func TestFull(t *testing.T) {
 		t.Fatalf("%d rules, want 3 and the default", len(p.Rules))
 	}
 	r := p.Rules[0]
-	if r.Index != 1 || r.Line != 29 || r.Column != 5 || !r.RequireLossless || r.Auto ||
+	if r.Index != 1 || r.Line != 30 || r.Column != 5 || !r.RequireLossless || r.Auto ||
 		strings.Join(r.Match.Names, " ") != "*.weight fc*" ||
 		len(r.Match.DTypes) != 2 || r.Match.DTypes[0] != codec.F32 || r.Match.DTypes[1] != codec.BF16 ||
 		r.Match.MinSize != 4096 || r.Match.MaxSize != 1<<30 {

@@ -716,7 +716,7 @@ func (p *peerPolicy) setPeer(h *codec.Hello) {
 func (p *peerPolicy) decodable(frame []byte) error {
 	br := bytes.NewReader(frame)
 	// Our own frame: limits as wide as the encoder's.
-	h, _, err := codec.ReadFrameHeader(br, br, codec.Limits{MaxFrameSize: math.MaxInt64, MaxDecodedSize: math.MaxInt64}, nil)
+	h, _, err := codec.ReadFrameHeader(br, br, codec.Limits{MaxFrameSize: math.MaxInt64, MaxDecodedSize: math.MaxInt64, MaxSlowDecoded: math.MaxInt64}, nil)
 	if err != nil {
 		return err
 	}
