@@ -197,12 +197,24 @@ func (c *fcmCounter) update(bit uint32, limit uint16) {
 	c.p = uint16(p + d0 - (d0+d1)&-bit)
 }
 
+// fcmTree is the counters of an exponent tree, by node (1..2^E-1): arrays
+// of 256, indexed by a byte, so that the coder's inner loop does not
+// check bounds.
+type fcmTree [256]fcmCounter
+
+func (t *fcmTree) start(ne int) {
+	for i := range t[:ne] {
+		t[i] = fcmCounter{p: 32768}
+	}
+}
+
 // fcm is the state of the model for one segment.
 type fcm struct {
 	f              fcmFormat
 	top, low       uint // mantissa bits modelled under the exponent, bits below them
-	o0, o1, o2     []fcmCounter
-	w              []int32 // mixer weights: 4 per exponent tree node
+	o0             fcmTree
+	o1, o2         []fcmTree     // by context: e1; e1 and the class of e2-e1
+	w              [256][4]int32 // mixer weights by exponent tree node
 	sign, mant, mz []fcmCounter
 	tz             []fcmCounter
 	e1, e2, s1     uint32   // the exponents and sign of the elements before
@@ -237,8 +249,8 @@ func (m *fcm) reset(f fcmFormat) {
 	if m.f != f {
 		// The context tables start afresh lazily (see expCtx): a segment of
 		// a few elements does not pay for clearing them all.
-		m.o1 = slices.Grow(m.o1[:0], ne*ne)[:ne*ne]
-		m.o2 = slices.Grow(m.o2[:0], ne*2*fcmDiffClass*ne)[:ne*2*fcmDiffClass*ne]
+		m.o1 = slices.Grow(m.o1[:0], ne)[:ne]
+		m.o2 = slices.Grow(m.o2[:0], ne*2*fcmDiffClass)[:ne*2*fcmDiffClass]
 		m.stamp = make([]uint32, ne+ne*2*fcmDiffClass)
 		m.gen = 0
 	}
@@ -250,10 +262,9 @@ func (m *fcm) reset(f fcmFormat) {
 	m.f = f
 	m.top = min(fcmTopBits, f.mb)
 	m.low = f.mb - m.top
-	m.o0 = fcmCounters(m.o0, ne)
-	m.w = slices.Grow(m.w[:0], 4*ne)[:4*ne]
+	m.o0.start(ne)
 	for i := range ne {
-		m.w[4*i], m.w[4*i+1], m.w[4*i+2], m.w[4*i+3] = 1<<15, 1<<15, 1<<15, 0
+		m.w[i] = [4]int32{1 << 15, 1 << 15, 1 << 15, 0}
 	}
 	m.sign = fcmCounters(m.sign, 2*ne)
 	m.mant = fcmCounters(m.mant, 2*ne<<m.top)
@@ -267,20 +278,19 @@ func (m *fcm) reset(f fcmFormat) {
 
 // expCtx returns the order-1 and order-2 tables of the next exponent,
 // setting them to their start the first time a segment uses them.
-func (m *fcm) expCtx() (t1, t2 []fcmCounter) {
+func (m *fcm) expCtx() (t1, t2 *fcmTree) {
 	ne := uint32(1) << m.f.eb
 	d := int32(m.e2) - int32(m.e1)
 	d = min(max(d, -fcmDiffClass), fcmDiffClass-1) + fcmDiffClass
 	c2 := m.e1*2*fcmDiffClass + uint32(d)
-	t1 = m.o1[m.e1*ne : (m.e1+1)*ne]
-	t2 = m.o2[c2*ne : (c2+1)*ne]
+	t1, t2 = &m.o1[m.e1], &m.o2[c2]
 	if m.stamp[m.e1] != m.gen {
 		m.stamp[m.e1] = m.gen
-		fcmCounters(t1, len(t1))
+		t1.start(int(ne))
 	}
 	if m.stamp[ne+c2] != m.gen {
 		m.stamp[ne+c2] = m.gen
-		fcmCounters(t2, len(t2))
+		t2.start(int(ne))
 	}
 	return t1, t2
 }
@@ -288,25 +298,27 @@ func (m *fcm) expCtx() (t1, t2 []fcmCounter) {
 // predict mixes the three predictions of an exponent bit at node and
 // returns the probability of a 0 as the range coder takes it; learn
 // updates the mixer and the counters with the bit.
-func (m *fcm) predict(t1, t2 []fcmCounter, node uint32) uint32 {
-	w := m.w[4*node : 4*node+4 : 4*node+4]
-	s0, s1, s2 := fcmStretch(m.o0[node].p), fcmStretch(t1[node].p), fcmStretch(t2[node].p)
+func (m *fcm) predict(t1, t2 *fcmTree, node uint32) uint32 {
+	n := uint8(node)
+	w := &m.w[n]
+	s0, s1, s2 := fcmStretch(m.o0[n].p), fcmStretch(t1[n].p), fcmStretch(t2[n].p)
 	m.st = [3]int32{s0, s1, s2}
 	dot := int64(w[0])*int64(s0) + int64(w[1])*int64(s1) + int64(w[2])*int64(s2) + int64(w[3])*256
 	m.p1 = min(max(fcmSquash(dot>>16), 1), 4095)
 	return uint32(4096-m.p1) << 4
 }
 
-func (m *fcm) learn(t1, t2 []fcmCounter, node, bit uint32) {
-	w := m.w[4*node : 4*node+4 : 4*node+4]
+func (m *fcm) learn(t1, t2 *fcmTree, node, bit uint32) {
+	n := uint8(node)
+	w := &m.w[n]
 	err := int32(bit)<<12 - m.p1
 	w[0] += (m.st[0]*err + 2048) >> 12
 	w[1] += (m.st[1]*err + 2048) >> 12
 	w[2] += (m.st[2]*err + 2048) >> 12
 	w[3] += (256*err + 2048) >> 12
-	m.o0[node].update(bit, fcmExpLimit)
-	t1[node].update(bit, fcmExpLimit)
-	t2[node].update(bit, fcmExpLimit)
+	m.o0[n].update(bit, fcmExpLimit)
+	t1[n].update(bit, fcmExpLimit)
+	t2[n].update(bit, fcmExpLimit)
 }
 
 func (m *fcm) encode(e *rcEncoder, v uint32) {
