@@ -342,6 +342,7 @@ var weightsChains = []defChain{
 	{"fsplit | exp:huff0b(13)", isBF16},
 	{"fsplit | exp:huff0b(14)", isBF16},
 	{"fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)", isF32},
+	{"fsplit | exp:huff0b(13) | sm:shuffle2 | sm.plane1:huff0", isF16},
 	// The densest, at tens of MB/s: an adaptive context model.
 	{"floatcm", isFloat},
 }
@@ -349,6 +350,8 @@ var weightsChains = []defChain{
 func isFloat(d codec.DType) bool { return d == codec.F32 || d == codec.BF16 || d == codec.F16 }
 
 func isBF16(d codec.DType) bool { return d == codec.BF16 }
+
+func isF16(d codec.DType) bool { return d == codec.F16 }
 
 func is16(d codec.DType) bool { return d.Size() == 2 }
 
