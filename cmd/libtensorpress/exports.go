@@ -28,8 +28,10 @@ typedef struct { const char *name; int64_t name_len; int32_t dtype; int32_t ndim
                  const char *tags; int64_t tags_len; } tp_tensor;
 
 // Decoder limits; a field at 0 takes the default (codec.DefaultLimits).
+// max_slow_decoded: bytes of a frame decoded through stages that decode at
+// some MB/s (floatcm).
 typedef struct { int64_t max_header, max_frame, max_decoded, max_tensor, max_dims,
-                 max_segments, max_tensors, max_name, max_tags; } tp_limits;
+                 max_segments, max_tensors, max_name, max_tags, max_slow_decoded; } tp_limits;
 
 // An output buffer.
 typedef struct { void *data; int64_t cap; } tp_buf;
@@ -62,7 +64,7 @@ import (
 )
 
 // abiVersion changes when a signature or struct of the header changes.
-const abiVersion = 1
+const abiVersion = 2
 
 var version = C.CString(func() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
@@ -434,8 +436,8 @@ func layouts() map[string][2][]uintptr {
 			{unsafe.Sizeof(gt), unsafe.Offsetof(gt.Name), unsafe.Offsetof(gt.NameLen), unsafe.Offsetof(gt.DType), unsafe.Offsetof(gt.NDim), unsafe.Offsetof(gt.Shape), unsafe.Offsetof(gt.Data), unsafe.Offsetof(gt.NBytes), unsafe.Offsetof(gt.Flags), unsafe.Offsetof(gt.Tags), unsafe.Offsetof(gt.TagsLen)},
 		},
 		"tp_limits": {
-			{unsafe.Sizeof(l), unsafe.Offsetof(l.max_header), unsafe.Offsetof(l.max_tags)},
-			{unsafe.Sizeof(gl), unsafe.Offsetof(gl.MaxHeader), unsafe.Offsetof(gl.MaxTags)},
+			{unsafe.Sizeof(l), unsafe.Offsetof(l.max_header), unsafe.Offsetof(l.max_tags), unsafe.Offsetof(l.max_slow_decoded)},
+			{unsafe.Sizeof(gl), unsafe.Offsetof(gl.MaxHeader), unsafe.Offsetof(gl.MaxTags), unsafe.Offsetof(gl.MaxSlowDecoded)},
 		},
 		"tp_buf": {
 			{unsafe.Sizeof(b), unsafe.Offsetof(b.data), unsafe.Offsetof(b.cap)},

@@ -48,8 +48,10 @@ typedef struct { const char *name; int64_t name_len; int32_t dtype; int32_t ndim
                  const char *tags; int64_t tags_len; } tp_tensor;
 
 // Decoder limits; a field at 0 takes the default (codec.DefaultLimits).
+// max_slow_decoded: bytes of a frame decoded through stages that decode at
+// some MB/s (floatcm).
 typedef struct { int64_t max_header, max_frame, max_decoded, max_tensor, max_dims,
-                 max_segments, max_tensors, max_name, max_tags; } tp_limits;
+                 max_segments, max_tensors, max_name, max_tags, max_slow_decoded; } tp_limits;
 
 // An output buffer.
 typedef struct { void *data; int64_t cap; } tp_buf;

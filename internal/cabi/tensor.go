@@ -37,7 +37,7 @@ type Tensor struct {
 // Limits is tp_limits; a field at 0 takes the default.
 type Limits struct {
 	MaxHeader, MaxFrame, MaxDecoded, MaxTensor, MaxDims,
-	MaxSegments, MaxTensors, MaxName, MaxTags int64
+	MaxSegments, MaxTensors, MaxName, MaxTags, MaxSlowDecoded int64
 }
 
 // Buf is tp_buf: a caller's output buffer.
@@ -149,6 +149,7 @@ func (l *Limits) limits(base codec.Limits) codec.Limits {
 		MaxHeaderSize: c(l.MaxHeader), MaxFrameSize: l.MaxFrame, MaxDecodedSize: l.MaxDecoded,
 		MaxTensorSize: l.MaxTensor, MaxDims: c(l.MaxDims), MaxSegments: c(l.MaxSegments),
 		MaxTensors: c(l.MaxTensors), MaxNameLen: c(l.MaxName), MaxTags: c(l.MaxTags),
+		MaxSlowDecoded: l.MaxSlowDecoded,
 	}.Fill(base)
 }
 

@@ -24,7 +24,7 @@ class tp_limits(ctypes.Structure):
 
     _fields_ = [(n, c_int64) for n in (
         "max_header", "max_frame", "max_decoded", "max_tensor", "max_dims",
-        "max_segments", "max_tensors", "max_name", "max_tags")]
+        "max_segments", "max_tensors", "max_name", "max_tags", "max_slow_decoded")]
 
 
 class tp_buf(ctypes.Structure):

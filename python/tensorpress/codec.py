@@ -59,6 +59,9 @@ class Limits:
     max_tensors: int = 0
     max_name: int = 0
     max_tags: int = 0
+    #: bytes of a frame decoded through stages that decode at some MB/s
+    #: (floatcm); default 64 MiB
+    max_slow_decoded: int = 0
 
     def _struct(self) -> tp_limits:
         return tp_limits(*(int(getattr(self, f.name)) for f in fields(self)))

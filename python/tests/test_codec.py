@@ -246,6 +246,17 @@ def test_limits() -> None:
     assert tp.decode(f, limits=tp.Limits(max_decoded=4096)).size == 1024
 
 
+def test_floatcm_and_its_limit() -> None:
+    """floatcm codes weights losslessly; max_slow_decoded bounds its bytes."""
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal(4096) * 0.02).astype(np.float32)
+    f = tp.encode(w, recipe="floatcm")
+    assert len(f) < w.nbytes
+    np.testing.assert_array_equal(tp.decode(f), w)
+    with pytest.raises(tp.LimitError):
+        tp.decode(f, limits=tp.Limits(max_slow_decoded=w.nbytes - 4))
+
+
 def test_profile() -> None:
     names = tp.Profile.builtins()
     assert names
