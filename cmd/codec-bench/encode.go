@@ -259,12 +259,13 @@ func limitFlags(fl *flags) *codec.Limits {
 	lim := new(codec.Limits)
 	fl.Int64Var(&lim.MaxFrameSize, "max-frame", 0, "largest stored payload of a frame in `bytes` (0: the default)")
 	fl.Int64Var(&lim.MaxDecodedSize, "max-decoded", 0, "largest decoded size of a frame in `bytes` (0: the default)")
+	fl.Int64Var(&lim.MaxSlowDecoded, "max-slow-decoded", 0, "largest size of a frame decoded through stages that decode at some MB/s (floatcm) in `bytes` (0: the default)")
 	fl.Int64Var(&lim.MaxTensorSize, "max-tensor", 0, "largest tensor in `bytes` (0: the default)")
 	return lim
 }
 
 func checkLimits(lim *codec.Limits) error {
-	if lim.MaxFrameSize < 0 || lim.MaxDecodedSize < 0 || lim.MaxTensorSize < 0 {
+	if lim.MaxFrameSize < 0 || lim.MaxDecodedSize < 0 || lim.MaxSlowDecoded < 0 || lim.MaxTensorSize < 0 {
 		return usagef("limits must not be negative (0 means the default)")
 	}
 	return nil
