@@ -58,6 +58,10 @@ _p = c_void_p
 _i64p = POINTER(c_int64)
 _hp = POINTER(tp_handle)
 
+#: The C ABI these structs and signatures describe (tp_abi_version); it
+#: changes with any of them.
+ABI_VERSION = 2
+
 # name: (restype, argtypes)
 SIGNATURES = {
     "tp_version": (c_char_p, []),

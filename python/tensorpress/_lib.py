@@ -58,6 +58,9 @@ def lib() -> Any:
             for name, (res, args) in _abi.SIGNATURES.items():
                 f = getattr(dll, name)
                 f.restype, f.argtypes = res, args
+            if (v := dll.tp_abi_version()) != _abi.ABI_VERSION:
+                raise ImportError(f"tensorpress: {p} speaks C ABI version {v}, this package {_abi.ABI_VERSION}: "
+                                  f"rebuild it with `make python` (or reinstall the package)")
             _lib = dll
     return _lib
 

@@ -95,8 +95,17 @@ def test_codes_match_header() -> None:
         assert cls.code == int(value), name
 
 
+def test_abi_version_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library of another ABI version is refused at load, not misread."""
+    _lib.lib()
+    monkeypatch.setattr(_abi, "ABI_VERSION", _abi.ABI_VERSION + 1)
+    monkeypatch.setattr(_lib, "_lib", None)
+    with pytest.raises(ImportError, match="ABI version"):
+        _lib.lib()
+
+
 def test_abi_version_and_handles() -> None:
-    assert _lib.lib().tp_abi_version() == 1
+    assert _lib.lib().tp_abi_version() == _abi.ABI_VERSION == 2
     assert tp.version().startswith("tensorpress")
     start = tp.live_handles()
     s = tp.Sender("topk(0.5)")
