@@ -87,19 +87,6 @@ func (e *Encoder) appendTensors(dst []byte, stats []SegmentStat, withStats bool,
 			return dst, stats, err
 		}
 	}
-	// What readers with default limits refuse of the frame as a whole.
-	var slow int64
-	for i := range ents {
-		for _, st := range ents[i].steps {
-			if st.op.Stage().SlowDecode {
-				slow += int64(st.RawLen)
-			}
-		}
-	}
-	if limit := DefaultLimits().MaxSlowDecoded; slow > limit {
-		return dst, stats, fmt.Errorf("%w: the frame decodes %d bytes through stages that decode at some MB/s (readers accept %d by default): code it in smaller chunks",
-			ErrLimit, slow, limit)
-	}
 	typ := FrameTensor
 	hdr := a.Alloc(0)
 	if len(ts) > 1 {
@@ -282,14 +269,25 @@ func (e *Encoder) AppendRawTensorHead(dst []byte, t *Tensor) (head, tail []byte,
 func (e *Encoder) assemble(dst []byte, stats []SegmentStat, withStats bool, typ FrameType, hdr []byte, ents []entry) ([]byte, []SegmentStat, error) {
 	coded := false
 	size := 0
+	nstats := len(stats)
+	var slow int64 // what readers with default limits refuse of the frame as a whole
 	for i := range ents {
 		coded = coded || len(ents[i].steps) > 0
+		for _, st := range ents[i].steps {
+			if st.op.Stage().SlowDecode {
+				slow += int64(st.RawLen)
+			}
+		}
 		for _, l := range ents[i].leaves {
 			size += len(l.Data)
 			if withStats {
 				stats = append(stats, SegmentStat{Tensor: ents[i].t.Name, Name: l.Name, Coder: l.coder, RawLen: l.raw, StoredLen: len(l.Data)})
 			}
 		}
+	}
+	if limit := DefaultLimits().MaxSlowDecoded; slow > limit {
+		return dst, stats[:nstats], fmt.Errorf("%w: the frame decodes %d bytes through stages that decode at some MB/s (readers accept %d by default): code it in smaller chunks",
+			ErrLimit, slow, limit)
 	}
 	withCRC := e.cfg.payloadCRC == CRCAlways || coded
 	dst = slices.Grow(dst, frameOverhead(len(hdr))+len(hdr)+size)
@@ -428,8 +426,8 @@ func (en *entry) apply(ctx *Ctx, i int, ops []Op) (int, error) {
 		return 0, fmt.Errorf("%w: %s on segment %q of %s: %v", ErrRecipe, op, in.Name, en.what(), err)
 	}
 	if limit := DefaultLimits().MaxSlowDecoded; op.Stage().SlowDecode && int64(in.Len) > limit {
-		// Refused before it is coded, at some MB/s; the frame's sum is
-		// checked after its entries are coded.
+		// Refused before it is coded, at some MB/s; assemble checks the
+		// frame's sum.
 		return 0, fmt.Errorf("%w: %s on segment %q of %s: %d bytes, more than readers decode through it by default (%d): code it in smaller chunks",
 			ErrLimit, op, in.Name, en.what(), in.Len, limit)
 	}
