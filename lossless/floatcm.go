@@ -67,26 +67,8 @@ func (floatcmOp) Stage() *codec.Stage            { return floatcmStage }
 func (floatcmOp) String() string                 { return "floatcm" }
 func (floatcmOp) AppendParams(dst []byte) []byte { return append(dst, floatcmModel) }
 
-// fcmFormat is the layout of a float type: exponent and mantissa bits.
-type fcmFormat struct {
-	size   int  // bytes per element
-	eb, mb uint // exponent and mantissa bits
-}
-
-func fcmFormatOf(dt codec.DType) (fcmFormat, bool) {
-	switch dt {
-	case codec.F32:
-		return fcmFormat{4, 8, 23}, true
-	case codec.BF16:
-		return fcmFormat{2, 8, 7}, true
-	case codec.F16:
-		return fcmFormat{2, 5, 10}, true
-	}
-	return fcmFormat{}, false
-}
-
 func (floatcmOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
-	f, ok := fcmFormatOf(in.Elem)
+	f, ok := floatFieldsOf(in.Elem)
 	if !ok {
 		return nil, fmt.Errorf("floatcm: segment %q holds %v; it takes float32, bfloat16 or float16", in.Name, in.Elem)
 	}
@@ -101,7 +83,7 @@ func (o floatcmOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, er
 	if err != nil {
 		return nil, err
 	}
-	f, _ := fcmFormatOf(in.Elem)
+	f, _ := floatFieldsOf(in.Elem)
 	var a *codec.Arena
 	if ctx != nil {
 		a = ctx.Arena
@@ -122,7 +104,7 @@ func (o floatcmOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, er
 }
 
 func (floatcmOp) Decode(_ *codec.Ctx, dst []byte, parts []codec.Segment, in codec.SegInfo) ([]byte, error) {
-	f, ok := fcmFormatOf(in.Elem)
+	f, ok := floatFieldsOf(in.Elem)
 	if len(parts) != 1 || !ok || in.Len < 0 || in.Len%f.size != 0 {
 		return nil, fmt.Errorf("%w: floatcm: want 1 segment and whole float elements", codec.ErrCorrupt)
 	}
@@ -152,14 +134,14 @@ func (floatcmOp) Decode(_ *codec.Ctx, dst []byte, parts []codec.Segment, in code
 	return dst, nil
 }
 
-func (f fcmFormat) load(b []byte, i int) uint32 {
+func (f floatFields) load(b []byte, i int) uint32 {
 	if f.size == 4 {
 		return binary.LittleEndian.Uint32(b[4*i:])
 	}
 	return uint32(binary.LittleEndian.Uint16(b[2*i:]))
 }
 
-func (f fcmFormat) store(b []byte, i int, v uint32) {
+func (f floatFields) store(b []byte, i int, v uint32) {
 	if f.size == 4 {
 		binary.LittleEndian.PutUint32(b[4*i:], v)
 	} else {
@@ -210,7 +192,7 @@ func (t *fcmTree) start(ne int) {
 
 // fcm is the state of the model for one segment.
 type fcm struct {
-	f              fcmFormat
+	f              floatFields
 	top, low       uint // mantissa bits modelled under the exponent, bits below them
 	o0             fcmTree
 	o1, o2         []fcmTree     // by context: e1; e1 and the class of e2-e1
@@ -227,7 +209,7 @@ type fcm struct {
 
 var fcmPool sync.Pool
 
-func getFCM(f fcmFormat) *fcm {
+func getFCM(f floatFields) *fcm {
 	m, _ := fcmPool.Get().(*fcm)
 	if m == nil {
 		m = new(fcm)
@@ -244,7 +226,7 @@ func fcmCounters(s []fcmCounter, n int) []fcmCounter {
 	return s
 }
 
-func (m *fcm) reset(f fcmFormat) {
+func (m *fcm) reset(f floatFields) {
 	ne := 1 << f.eb // exponent values, and tree nodes 1..ne-1
 	if m.f != f {
 		// The context tables start afresh lazily (see expCtx): a segment of

@@ -55,18 +55,33 @@ func (fsplitOp) Stage() *codec.Stage            { return fsplitStage }
 func (fsplitOp) String() string                 { return "fsplit" }
 func (fsplitOp) AppendParams(dst []byte) []byte { return dst }
 
-// fsplitSM is the bytes of sign and mantissa per element of dt, 0 when
-// fsplit does not take dt.
-func fsplitSM(dt codec.DType) int {
+// floatFields is the layout of a float type that fsplit and floatcm take:
+// a sign bit, eb exponent bits, mb mantissa bits.
+type floatFields struct {
+	size   int  // bytes per element
+	eb, mb uint // exponent and mantissa bits
+}
+
+func floatFieldsOf(dt codec.DType) (floatFields, bool) {
 	switch dt {
 	case codec.F32:
-		return 3
+		return floatFields{4, 8, 23}, true
 	case codec.BF16:
-		return 1
+		return floatFields{2, 8, 7}, true
 	case codec.F16:
-		return 2
+		return floatFields{2, 5, 10}, true
 	}
-	return 0
+	return floatFields{}, false
+}
+
+// fsplitSM is the bytes of sign and mantissa per element of dt (3, 1 and
+// 2), 0 when fsplit does not take dt.
+func fsplitSM(dt codec.DType) int {
+	f, ok := floatFieldsOf(dt)
+	if !ok {
+		return 0
+	}
+	return int(f.mb+1+7) / 8
 }
 
 func (fsplitOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
