@@ -110,7 +110,10 @@ func condBits(pairs []int32, nctx *[256]int) float64 {
 // counted). 0 for empty input. It sorts a copy of b's triples: O(n log n)
 // time, 4 bytes of memory a byte.
 func Order2(b []byte) float64 {
-	if len(b) <= 2 {
+	switch {
+	case len(b) == 0:
+		return 0
+	case len(b) <= 2:
 		return 8
 	}
 	keys := make([]uint32, len(b)-2)

@@ -129,6 +129,9 @@ func BenchmarkPlaneBound(b *testing.B) {
 // TestOrder2: hand-counted strings, and bytes that the two before them
 // set.
 func TestOrder2(t *testing.T) {
+	if Order2(nil) != 0 {
+		t.Error("empty: want 0, as documented")
+	}
 	if got := Order2([]byte("ab")) * 2; got != 16 {
 		t.Errorf("ab: %v bits, want 16", got)
 	}
