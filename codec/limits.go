@@ -14,7 +14,7 @@ type Limits struct {
 	// MaxSlowDecoded bounds the bytes of one frame decoded by stages
 	// marked SlowDecode (floatcm: some MB/s, so that a short frame can
 	// cost seconds of CPU). Default 64 MiB, the largest chunk a Writer
-	// makes: 4-9 s of one core at the 7-15 MB/s floatcm decodes at in
+	// makes: 4-10 s of one core at the 7-15 MB/s floatcm decodes at in
 	// docs/BENCHMARKS.md. A service that takes frames
 	// from peers it does not trust may lower it.
 	MaxSlowDecoded int64
