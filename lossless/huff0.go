@@ -212,30 +212,43 @@ func huff0AppendBlocks(dst, src []byte, bs, limit int) ([]byte, error) {
 	s.Reuse = huff0.ReusePolicyNone // forget tables from earlier segments
 	start := len(dst)
 	for off := 0; off < len(src); off += bs {
-		blk := src[off:min(off+bs, len(src))]
-		var tag uint64
-		var payload []byte
-		comp, reused, err := huff0.Compress4X(blk, s)
-		switch {
-		case err == nil && reused:
-			tag, payload = uint64(len(comp))<<2|huff0Reuse, comp
-		case err == nil:
-			tag, payload = uint64(len(comp))<<2|huff0Table, comp
-		case errors.Is(err, huff0.ErrUseRLE):
-			tag, payload = huff0RLE, blk[:1]
-		case errors.Is(err, huff0.ErrIncompressible):
-			tag, payload = huff0Raw, blk
-		default:
+		prev := len(dst)
+		var err error
+		var payload int
+		if dst, payload, err = huff0AppendBlock(dst, src[off:min(off+bs, len(src))], s); err != nil {
 			return nil, fmt.Errorf("huff0: block at %d: %w", off, err)
 		}
-		if len(dst)-start+binary.MaxVarintLen64+len(payload) >= limit {
+		if prev-start+binary.MaxVarintLen64+payload >= limit {
 			return nil, nil
 		}
-		dst = binary.AppendUvarint(dst, tag)
-		dst = append(dst, payload...)
-		s.Reuse = huff0ReusePolicy
 	}
 	return dst, nil
+}
+
+// huff0AppendBlock appends one block (header and payload) coding blk with
+// s, whose table the block may reuse, and leaves s ready for the next
+// block (which may reuse this block's table). It returns the payload's
+// length beside dst.
+func huff0AppendBlock(dst, blk []byte, s *huff0.Scratch) ([]byte, int, error) {
+	var tag uint64
+	var payload []byte
+	comp, reused, err := huff0.Compress4X(blk, s)
+	switch {
+	case err == nil && reused:
+		tag, payload = uint64(len(comp))<<2|huff0Reuse, comp
+	case err == nil:
+		tag, payload = uint64(len(comp))<<2|huff0Table, comp
+	case errors.Is(err, huff0.ErrUseRLE):
+		tag, payload = huff0RLE, blk[:1]
+	case errors.Is(err, huff0.ErrIncompressible):
+		tag, payload = huff0Raw, blk
+	default:
+		return nil, 0, err
+	}
+	dst = binary.AppendUvarint(dst, tag)
+	dst = append(dst, payload...)
+	s.Reuse = huff0ReusePolicy
+	return dst, len(payload), nil
 }
 
 // Decode decodes the blocks straight into dst. Every length is checked
@@ -263,55 +276,64 @@ func huff0DecodeBlocks(out, src []byte, bs int) error {
 	var dec *huff0.Decoder
 	n := len(out)
 	for off := 0; off < n; off += bs {
-		blk := out[off:min(off+bs, n):min(off+bs, n)]
-		tag, k := binary.Uvarint(src)
-		if k <= 0 || k != uvarintLen(tag) {
-			return fmt.Errorf("%w: huff0: block at %d: bad, non-minimal or missing header", codec.ErrCorrupt, off)
-		}
-		src = src[k:]
-		kind, size := tag&3, tag>>2
-		if kind <= huff0RLE && size != 0 || size > uint64(len(src)) {
-			return fmt.Errorf("%w: huff0: block at %d: kind %d, %d bytes of %d left", codec.ErrCorrupt, off, kind, size, len(src))
-		}
-		switch kind {
-		case huff0Raw:
-			if len(src) < len(blk) {
-				return fmt.Errorf("%w: huff0: raw block at %d: %d bytes left, want %d", codec.ErrCorrupt, off, len(src), len(blk))
-			}
-			copy(blk, src)
-			src = src[len(blk):]
-			continue
-		case huff0RLE:
-			if len(src) < 1 {
-				return fmt.Errorf("%w: huff0: RLE block at %d: no byte", codec.ErrCorrupt, off)
-			}
-			huff0Fill(blk, src[0])
-			src = src[1:]
-			continue
-		}
-		stream := src[:size]
-		src = src[size:]
-		if kind == huff0Table {
-			ts, rest, err := huff0.ReadTable(stream, s)
-			if err != nil {
-				return fmt.Errorf("%w: huff0: block at %d: table: %v", codec.ErrCorrupt, off, err)
-			}
-			dec, stream = ts.Decoder(), rest
-		} else if dec == nil {
-			return fmt.Errorf("%w: huff0: block at %d reuses a table, but none came before", codec.ErrCorrupt, off)
-		}
-		got, err := dec.Decompress4X(blk[:0], stream)
-		if err != nil {
+		var err error
+		if src, err = huff0DecodeBlock(out[off:min(off+bs, n):min(off+bs, n)], src, s, &dec); err != nil {
 			return fmt.Errorf("%w: huff0: block at %d: %v", codec.ErrCorrupt, off, err)
-		}
-		if len(got) != len(blk) {
-			return fmt.Errorf("%w: huff0: block at %d decoded to %d bytes, want %d", codec.ErrCorrupt, off, len(got), len(blk))
 		}
 	}
 	if len(src) != 0 {
 		return fmt.Errorf("%w: huff0: %d bytes after the last block", codec.ErrCorrupt, len(src))
 	}
 	return nil
+}
+
+// huff0DecodeBlock decodes one block (header and payload) from the front
+// of src into blk, all of it, and returns what follows the block. *dec is
+// the table of the last kind-2 block (nil before one); a kind-2 block
+// replaces it. Errors are bare: the caller names the block.
+func huff0DecodeBlock(blk, src []byte, s *huff0.Scratch, dec **huff0.Decoder) ([]byte, error) {
+	tag, k := binary.Uvarint(src)
+	if k <= 0 || k != uvarintLen(tag) {
+		return nil, errors.New("bad, non-minimal or missing header")
+	}
+	src = src[k:]
+	kind, size := tag&3, tag>>2
+	if kind <= huff0RLE && size != 0 || size > uint64(len(src)) {
+		return nil, fmt.Errorf("kind %d, %d bytes of %d left", kind, size, len(src))
+	}
+	switch kind {
+	case huff0Raw:
+		if len(src) < len(blk) {
+			return nil, fmt.Errorf("raw: %d bytes left, want %d", len(src), len(blk))
+		}
+		copy(blk, src)
+		return src[len(blk):], nil
+	case huff0RLE:
+		if len(src) < 1 {
+			return nil, errors.New("RLE without its byte")
+		}
+		huff0Fill(blk, src[0])
+		return src[1:], nil
+	}
+	stream := src[:size]
+	src = src[size:]
+	if kind == huff0Table {
+		ts, rest, err := huff0.ReadTable(stream, s)
+		if err != nil {
+			return nil, fmt.Errorf("table: %v", err)
+		}
+		*dec, stream = ts.Decoder(), rest
+	} else if *dec == nil {
+		return nil, errors.New("reuses a table, but none came before")
+	}
+	got, err := (*dec).Decompress4X(blk[:0:len(blk)], stream)
+	if err != nil {
+		return nil, err
+	}
+	if len(got) != len(blk) {
+		return nil, fmt.Errorf("decoded to %d bytes, want %d", len(got), len(blk))
+	}
+	return src, nil
 }
 
 // uvarintLen is the length of v's minimal uvarint.
