@@ -212,3 +212,26 @@ func FuzzFsplitDecode(f *testing.F) {
 		fastFuzzRoundTrip(t, fsplitOp{}, in, data)
 	})
 }
+
+func FuzzHuff0pDecode(f *testing.F) {
+	for i, s := range [][]byte{huff0pTestExps(20001, 1), huff0TestSkewed(9000, 2), bytes.Repeat([]byte{9}, 5000), huff0pTestValues(7000, 16, 3)} {
+		op := huff0pOp{log2: uint8(12 + i)}
+		outs, err := op.Encode(nil, codec.Segment{SegInfo: codec.SegInfo{Len: len(s)}, Data: s})
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(op.AppendParams(nil), uint32(len(s)), outs[0].Data)
+	}
+	f.Fuzz(func(t *testing.T, params []byte, n uint32, data []byte) {
+		op, err := huff0pStage.Load(params)
+		if err != nil {
+			if !errors.Is(err, codec.ErrCorrupt) {
+				t.Fatalf("Load(%x): %v does not wrap ErrCorrupt", params, err)
+			}
+			return
+		}
+		in := codec.SegInfo{Name: "exp", Elem: codec.Byte, Len: fastFuzzLen(n, data)}
+		fastFuzzDecode(t, op, []codec.Segment{{Data: data}}, in)
+		fastFuzzRoundTrip(t, op, in, data)
+	})
+}
