@@ -63,6 +63,20 @@ func Cases() []Case {
 	for i := 0; i < 3000; i += 7 {
 		binary.LittleEndian.PutUint16(fcmF16.Data[2*i:], uint16(i%3)<<15|uint16(i*37%1024)*uint16(i%2))
 	}
+	// huff0p's paths: more than 16 exponents in a block (escapes) and an
+	// odd last block; bytes of exactly 16 values (no escape code).
+	h0pBF16 := Half("wpb", codec.BF16, 9001, 28)
+	for i := 0; i < 9001; i += 29 {
+		binary.LittleEndian.PutUint16(h0pBF16.Data[2*i:], uint16(i*2654435761>>7))
+	}
+	h0pBytes := make([]byte, 5001)
+	for i := range h0pBytes {
+		c := (i*i/3 + i/5) % 16
+		if i%4 != 0 {
+			c &= 3 // skewed: three in four bytes take one of 4 values
+		}
+		h0pBytes[i] = "tensor-pack:whyQ"[c]
+	}
 	runs := Zigzag("dr", codec.U32, 4000, 34) // unchanged in runs: a zstd stream
 	for i := range runs.Data {
 		if i/4%1000 >= 100 {
@@ -100,6 +114,8 @@ func Cases() []Case {
 		{Name: "floatcm-bf16", Recipe: "floatcm", Exact: true, Tensor: Half("wcb", codec.BF16, 3000, 25)},
 		{Name: "floatcm-f16", Recipe: "floatcm", Exact: true, Tensor: fcmF16},
 		{Name: "floatcm-f16-bits", Recipe: "floatcm", Exact: true, Tensor: Ints("hc", codec.F16, 1000, 27)},
+		{Name: "huff0p-bf16", Recipe: "fsplit | exp:huff0p(12)", Exact: true, Tensor: h0pBF16},
+		{Name: "huff0p-bytes", Recipe: "huff0p(12)", Exact: true, Bytes: h0pBytes},
 		// Contexts with streams of their own and the pool; a tail; 64-bit lengths.
 		{Name: "lenbits-u32", Recipe: "lenbits", Exact: true, Tensor: Zigzag("dz", codec.U32, 6000, 31)},
 		{Name: "lenbits-u16-tail", Recipe: "lenbits(2)", Exact: true, Bytes: append(Zigzag("dh", codec.U16, 2000, 32).Data, 0x5a)},
