@@ -1,7 +1,8 @@
 // Package lossless holds the lossless stages of tensorpress: byte-shuffle,
 // bytedelta, fsplit (a float's exponent apart from its sign and mantissa),
 // and the coders zstd, s2, xz, huff0, huff0b (huff0 with smaller blocks),
-// lenbits (integers as bit lengths in context and the bits below them) and
+// huff0p (huff0 over 4-bit codes of each block's commonest bytes, two to a
+// symbol: exponents decode faster), lenbits (integers as bit lengths in context and the bits below them) and
 // floatcm (floats through an adaptive context model and a range coder: the
 // densest coding of model weights here, at some MB/s per core, for slow
 // links and archives). Importing the package
