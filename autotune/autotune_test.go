@@ -881,10 +881,11 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 		want  []string
 		wrong string
 	}{
-		{codec.BF16, view.Of(bf), []string{"fsplit | exp:huff0b(14)", "shuffle2"}, "shuffle4"},
+		{codec.BF16, view.Of(bf), []string{"fsplit | exp:huff0b(14)", "fsplit | exp:huff0p(15)", "shuffle2"}, "shuffle4"},
 		{codec.F16, view.Of(hf), []string{"shuffle2 | plane1:huff0 | plane0:raw"}, "fsplit"},
 		{codec.F32, w, f32s, "shuffle2"},
 		{codec.F32, w, f32s, "fsplit | exp:huff0b(14)"}, // nor bfloat16's fsplit
+		{codec.F32, w, f32s, "fsplit | exp:huff0p(15)"},
 	} {
 		tu, err := New(WithLink(pinned(1.25e6)), WithCores(2))
 		if err != nil {
@@ -907,6 +908,7 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 	width4 := candidate{r: codec.MustParseRecipe("width(4) | sparse | *:zstd(1)")}
 	fields := candidate{r: codec.MustParseRecipe("fsplit | exp:huff0b(14)")}
 	fields32 := candidate{r: codec.MustParseRecipe("fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)")}
+	pairs := candidate{r: codec.MustParseRecipe("fsplit | exp:huff0p(15)")}
 	for _, c := range []struct {
 		cd    candidate
 		class Class
@@ -928,6 +930,9 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 		{fields, Class{DType: codec.Byte, Period: 2}, false}, // bytes: fsplit takes float elements only
 		{fields, Class{DType: codec.F32, Period: 4}, false},  // bfloat16's recipe
 		{fields32, Class{DType: codec.F32, Period: 4}, true},
+		{pairs, Class{DType: codec.BF16, Period: 2}, true},
+		{pairs, Class{DType: codec.F32, Period: 4}, false},
+		{pairs, Class{DType: codec.F16, Period: 2}, false},
 		{fields32, Class{DType: codec.BF16, Period: 2}, false},
 	} {
 		if got := fitsWidth(c.cd, c.class); got != c.want {

@@ -23,7 +23,8 @@ import (
 // with black background), and the same over 4-byte elements for mostly
 // zero byte streams of floats (width); for float tensors the exponent
 // field apart, Huffman-coded in small blocks (fsplit: bfloat16 weights
-// gain most). A recipe that starts with a
+// gain most), for bfloat16 also two exponents to a Huffman symbol
+// (huff0p: 0.2% larger on real weights, decodes 1.2-1.5x as fast). A recipe that starts with a
 // shuffle of a fixed width is weighed only on data of that element width;
 // one that starts with width, only on mostly-zero bytes.
 func DefaultCandidates() []*codec.Recipe {
@@ -33,6 +34,7 @@ func DefaultCandidates() []*codec.Recipe {
 		codec.MustParseRecipe("shuffle4 | *:huff0"),
 		codec.MustParseRecipe("shuffle2 | plane1:huff0 | plane0:raw"),
 		codec.MustParseRecipe("fsplit | exp:huff0b(14)"),
+		codec.MustParseRecipe("fsplit | exp:huff0p(15)"),
 		codec.MustParseRecipe("fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)"),
 		codec.MustParseRecipe("*:s2"),
 		codec.MustParseRecipe("*:zstd(1)"),

@@ -341,6 +341,7 @@ var weightsChains = []defChain{
 	{"shuffle2 | plane1:huff0 | plane0:raw", is16},
 	{"fsplit | exp:huff0b(13)", isBF16},
 	{"fsplit | exp:huff0b(14)", isBF16},
+	{"fsplit | exp:huff0p(15)", isBF16},
 	{"fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)", isF32},
 	{"fsplit | exp:huff0b(13) | sm:shuffle2 | sm.plane1:huff0", isF16},
 	// The densest, at tens of MB/s: an adaptive context model.
