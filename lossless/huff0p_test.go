@@ -10,6 +10,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/codectest"
+	"github.com/tensorpress/tensorpress/internal/float16"
 )
 
 // huff0pTestExps returns the exponent bytes (fsplit's exp) of n bfloat16
@@ -292,5 +293,20 @@ func TestHuff0pCorrupt(t *testing.T) {
 	}
 	if decode([]byte{2, 7, 8, 0}, 1) == nil {
 		t.Error("a block of one byte without it: no error")
+	}
+}
+
+// BenchmarkHuff0p: bfloat16's chains with the exponents one to a Huffman
+// symbol (huff0b) and two (huff0p), on 1 MiB of synthetic weights; the
+// real ones: `codec-bench run --weights --tensors human-bf16` (BENCHMARKS).
+func BenchmarkHuff0p(b *testing.B) {
+	f32 := floatcmTestWeights(1<<19, 6)
+	bf := make([]byte, 1<<20)
+	for i := range 1 << 19 {
+		v := binary.LittleEndian.Uint32(f32[4*i:])
+		binary.LittleEndian.PutUint16(bf[2*i:], float16.BF16FromF32(math.Float32frombits(v)))
+	}
+	for _, rs := range []string{"fsplit | exp:huff0b(14)", "fsplit | exp:huff0p(15)", "fsplit | exp:huff0p(14)"} {
+		benchmarkChain(b, rs, fastTestTensor("w", codec.BF16, bf), rs)
 	}
 }
