@@ -190,6 +190,44 @@ func TestHuff0pKernel(t *testing.T) {
 	}
 }
 
+// TestHuff0pPackKernel: the AVX2 packing writes the codes the Go loop
+// writes and marks the escapes, for every k.
+func TestHuff0pPackKernel(t *testing.T) {
+	if !shuffleHasAVX2 {
+		t.Skip("no AVX2 kernel in this build or on this CPU: the Go loop does all the work")
+	}
+	src := huff0pTestValues(1<<12+40, 24, 9)
+	vals := make([]byte, 0, 24)
+	for _, b := range src {
+		if !bytes.Contains(vals, []byte{b}) {
+			vals = append(vals, b)
+		}
+	}
+	for k := 1; k <= 16; k++ {
+		var code [256]byte
+		for i := range code {
+			code[i] = huff0pEscape
+		}
+		for i, v := range vals[:k] {
+			code[v] = byte(i)
+		}
+		for _, n := range []int{0, 31, 32, 64, 1 << 12} {
+			pairs := make([]byte, n/2+1)
+			mask := make([]uint32, n/32+1)
+			done := huff0pPackAsm(pairs, src[:n], vals[:k], mask)
+			if done != n&^31 {
+				t.Fatalf("k %d, n %d: did %d bytes", k, n, done)
+			}
+			for j := range done {
+				c := pairs[j/2] >> (4 - 4*(j&1)) & 15
+				if c != code[src[j]] || (mask[j/32]>>(j%32)&1 == 1) != (c == huff0pEscape) {
+					t.Fatalf("k %d, byte %d (%#x): code %d, want %d; mask %08x", k, j, src[j], c, code[src[j]], mask[j/32])
+				}
+			}
+		}
+	}
+}
+
 // TestHuff0pAgainstHuff0b: on the exponents of Gaussian weights, drawn
 // independently (no context for the pairs to take), huff0p codes within 2%
 // of huff0b with blocks of the same size. Escapes cost a byte each: with
