@@ -959,3 +959,36 @@ func TestWornHysteresis(t *testing.T) {
 		}
 	}
 }
+
+// A class stored raw keeps exploring: when the first frames are
+// incompressible (random bits) and the rest are float weights, a class on
+// a 12.5 MB/s link leaves raw for a coding recipe. Raw frames cost no
+// encoding, so exploration is budgeted on their time on the link; budgeted
+// on encoding time alone, raw was kept for good (a speed sample taken in a
+// noisy moment had the same effect on a fast link).
+func TestTunerExploresAfterRaw(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	var frames [][]byte
+	for range 4 {
+		b := make([]byte, 1<<20)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		frames = append(frames, b)
+	}
+	for i := range 40 {
+		frames = append(frames, weights(1<<18, uint64(i+10)))
+	}
+	tu, err := New(WithLink(pinned(12.5e6)), WithCores(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := drive(t, tu, frames, codec.F32)
+	if rs[0] != "" {
+		t.Logf("the first, random frame went out with %s", rs[0])
+	}
+	t.Logf("recipes %q", rs)
+	if last := rs[len(rs)-1]; last == "" {
+		t.Errorf("recipes %v: still raw after %d frames of weights", rs, len(frames)-4)
+	}
+}

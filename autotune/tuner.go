@@ -165,6 +165,9 @@ type Tuner struct {
 	peerOK   map[string]bool
 	work     time.Duration // encode time of the frames sent
 	spent    time.Duration // time spent measuring samples
+	// paced: the time the frames sent took, each its encoding or its
+	// time on the link where longer; exploration is a share of it.
+	paced time.Duration
 	switches int
 	lastDec  Decision
 	hasDec   bool
@@ -328,7 +331,7 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 				todo = append(todo, cd)
 			}
 		}
-	} else if t.spent < time.Duration(t.explore*float64(t.work)) {
+	} else if t.spent < time.Duration(t.explore*float64(t.paced)) {
 		todo = t.exploreOne(c, rs, &fi)
 	}
 	if len(todo) > 0 {
@@ -385,6 +388,16 @@ func (t *Tuner) Observe(fs codec.FrameStats) {
 	defer t.mu.Unlock()
 	t.inline = fs.Inline
 	t.work += fs.Encode
+	// Exploration is paid from the frames' time: their encoding, or
+	// their time on the link where that is longer. A raw frame costs no
+	// encoding: on encoding time alone, a class stored raw (incompressible
+	// at first, or every coder measured slow in a busy moment) would never
+	// try the others again.
+	paced := fs.Encode
+	if bw := t.link.Estimate().Bandwidth; bw > 0 && !math.IsInf(bw, 1) {
+		paced = max(paced, time.Duration(float64(fs.FrameBytes)/bw*float64(time.Second)))
+	}
+	t.paced += paced
 	t.observeLoad(fs.Encode, fs.Recipe != nil, t.now())
 	sc := &t.classes[fs.Info.Seq%uint64(len(t.classes))]
 	if sc.seq != fs.Info.Seq || sc.st == nil {
