@@ -165,9 +165,7 @@ type Tuner struct {
 	peerOK   map[string]bool
 	work     time.Duration // encode time of the frames sent
 	spent    time.Duration // time spent measuring samples
-	// paced: the time the frames sent took, each its encoding or its
-	// time on the link where longer; exploration is a share of it.
-	paced time.Duration
+	paced    time.Duration // the frames' time: each its encoding or its time on the link, the longer
 	switches int
 	lastDec  Decision
 	hasDec   bool
