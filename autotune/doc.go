@@ -14,7 +14,8 @@
 //     element width found in opaque bytes, sparsity), running estimates of
 //     ratio and encode and decode speed, from the frames sent and from
 //     samples coded with the other candidates, within an exploration budget
-//     (a share of the encoding time, 0.5% by default, 5% at most); a frame
+//     (a share of the frames' time, each frame's encoding or its time on
+//     the link, the longer: 0.5% by default, 5% at most); a frame
 //     sent that comes out more than 10% off its recipe's estimate marks the
 //     data as changed, and the next frame samples every other candidate
 //     again, their old ratios dropped;
