@@ -102,22 +102,33 @@ var huff0bStage = &codec.Stage{
 	Reads:  "any byte segment (best: a skewed one whose histogram drifts)",
 	Writes: "huff0 blocks of 2^p bytes (4X streams, raw and RLE blocks)",
 	Doc:    "huff0 with blocks of 2^p bytes, p in 12..17 (huff0's are 2^17)",
-	New: func(args []codec.Arg) (codec.Op, error) {
-		if err := codec.CheckArgs("huff0b", args, 1, "p"); err != nil {
+	New:    blockLogNew("huff0b", Huff0bMinLog, Huff0bMaxLog, func(p uint8) codec.Op { return huff0Op{log2: p} }),
+	Load:   blockLogLoad("huff0b", Huff0bMinLog, Huff0bMaxLog, func(p uint8) codec.Op { return huff0Op{log2: p} }),
+}
+
+// blockLogNew and blockLogLoad are New and Load of a coder whose one
+// parameter is p, a block size's log2 in [lo, hi] (14 by default); mk
+// makes the op.
+func blockLogNew(name string, lo, hi int, mk func(p uint8) codec.Op) func([]codec.Arg) (codec.Op, error) {
+	return func(args []codec.Arg) (codec.Op, error) {
+		if err := codec.CheckArgs(name, args, 1, "p"); err != nil {
 			return nil, err
 		}
-		p, err := codec.IntArg("huff0b", args, 0, "p", 14, Huff0bMinLog, Huff0bMaxLog)
+		p, err := codec.IntArg(name, args, 0, "p", 14, lo, hi)
 		if err != nil {
 			return nil, err
 		}
-		return huff0Op{log2: uint8(p)}, nil
-	},
-	Load: func(p []byte) (codec.Op, error) {
-		if len(p) != 1 || p[0] < Huff0bMinLog || p[0] > Huff0bMaxLog {
-			return nil, fmt.Errorf("%w: huff0b params %x: want one byte, a block log2 in [%d, %d]", codec.ErrCorrupt, p, Huff0bMinLog, Huff0bMaxLog)
+		return mk(uint8(p)), nil
+	}
+}
+
+func blockLogLoad(name string, lo, hi int, mk func(p uint8) codec.Op) func([]byte) (codec.Op, error) {
+	return func(p []byte) (codec.Op, error) {
+		if len(p) != 1 || int(p[0]) < lo || int(p[0]) > hi {
+			return nil, fmt.Errorf("%w: %s params %x: want one byte, a block log2 in [%d, %d]", codec.ErrCorrupt, name, p, lo, hi)
 		}
-		return huff0Op{log2: p[0]}, nil
-	},
+		return mk(p[0]), nil
+	}
 }
 
 func init() {

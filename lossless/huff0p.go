@@ -56,22 +56,8 @@ var huff0pStage = &codec.Stage{
 	Reads:  "any byte segment (best: one of few values, such as float exponents)",
 	Writes: "blocks of 2^p bytes: a table of 15-16 values, escapes, huff0 over 4-bit codes two to a byte",
 	Doc:    "huff0 over pairs of 4-bit codes of each block's 15-16 commonest bytes, p in 12..17; decodes exponents faster than huff0b",
-	New: func(args []codec.Arg) (codec.Op, error) {
-		if err := codec.CheckArgs("huff0p", args, 1, "p"); err != nil {
-			return nil, err
-		}
-		p, err := codec.IntArg("huff0p", args, 0, "p", 14, Huff0pMinLog, Huff0pMaxLog)
-		if err != nil {
-			return nil, err
-		}
-		return huff0pOp{log2: uint8(p)}, nil
-	},
-	Load: func(p []byte) (codec.Op, error) {
-		if len(p) != 1 || p[0] < Huff0pMinLog || p[0] > Huff0pMaxLog {
-			return nil, fmt.Errorf("%w: huff0p params %x: want one byte, a block log2 in [%d, %d]", codec.ErrCorrupt, p, Huff0pMinLog, Huff0pMaxLog)
-		}
-		return huff0pOp{log2: p[0]}, nil
-	},
+	New:    blockLogNew("huff0p", Huff0pMinLog, Huff0pMaxLog, func(p uint8) codec.Op { return huff0pOp{log2: p} }),
+	Load:   blockLogLoad("huff0p", Huff0pMinLog, Huff0pMaxLog, func(p uint8) codec.Op { return huff0pOp{log2: p} }),
 }
 
 func init() { codec.Register(huff0pStage) }
