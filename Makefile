@@ -40,9 +40,10 @@ test-race:
 test-purego:
 	CGO_ENABLED=0 $(GO) test -short -count=1 ./...
 
-# test-noasm runs the packages with assembly kernels on their pure-Go twins.
+# test-noasm runs the packages with assembly kernels on their pure-Go twins,
+# and the golden frames through them.
 test-noasm:
-	$(GO) test -count=1 -tags noasm ./lossless ./lossy
+	$(GO) test -count=1 -tags noasm ./lossless ./lossy ./testvectors
 
 # python comes before the Go tests: codec-bench's py: rows start Python clients.
 test: deps vet python test-race test-purego test-noasm test-python

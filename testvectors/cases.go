@@ -15,7 +15,8 @@ type Case struct {
 	Name   string
 	Recipe string
 	// Exact is true when the encoding must match the golden bytes exactly;
-	// false for recipes with zstd or xz segments.
+	// false for recipes with zstd, xz or s2 segments (klauspost's s2
+	// encoder codes differently in its assembly and pure-Go builds).
 	Exact bool
 	// Lossy cases decode to an approximation of the input: the golden
 	// frame and today's encoding must decode to the same bytes.
@@ -122,8 +123,8 @@ func Cases() []Case {
 		{Name: "lenbits-u64", Recipe: "lenbits", Exact: true, Tensor: Zigzag("dd", codec.U64, 700, 33)},
 		{Name: "lenbits-runs", Recipe: "lenbits", Exact: false, Tensor: runs},
 		{Name: "lenbits-shift", Recipe: "lenbits", Exact: true, Tensor: widened},
-		{Name: "s2-text", Recipe: "*:s2", Exact: true, Bytes: text},
-		{Name: "s2-better-i64", Recipe: "shuffle8 | *:s2(better)", Exact: true, Tensor: i64},
+		{Name: "s2-text", Recipe: "*:s2", Exact: false, Bytes: text},
+		{Name: "s2-better-i64", Recipe: "shuffle8 | *:s2(better)", Exact: false, Tensor: i64},
 		{Name: "zstd1-f32", Recipe: "shuffle4 | *:zstd(1)", Exact: false, Tensor: w},
 		{Name: "zstd3-text", Recipe: "*:zstd(3)", Exact: false, Bytes: text},
 		{Name: "zstd19-i8", Recipe: "*:zstd(19)", Exact: false, Tensor: i8},
