@@ -339,6 +339,7 @@ var weightsChains = []defChain{
 	{"shuffle4 | plane3:huff0 | plane0..2:raw", isF32},
 	{"shuffle4 | plane2..3:huff0 | plane0..1:raw", isF32},
 	{"shuffle2 | plane1:huff0 | plane0:raw", is16},
+	{"shuffle2 | plane1:huff0b(13) | plane0:raw", is16},
 	{"fsplit | exp:huff0b(13)", isBF16},
 	{"fsplit | exp:huff0b(14)", isBF16},
 	{"fsplit | exp:huff0p(15)", isBF16},
