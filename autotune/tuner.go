@@ -18,15 +18,13 @@ import (
 // bytes after a 4-byte shuffle, and every plane Huffman-coded (the planes
 // of mantissa bits that are all zero, as in bf16 values held as float32,
 // cost next to nothing; others are stored); for 2-byte elements (bf16,
-// fp16), the high byte plane coded, in 128 KiB blocks and in 8 KiB ones
-// (which follow its histogram from tensor to tensor: float16 weights gain
-// 1.2%, decoding slower); s2, zstd level 1, and zstd level 1 after the
-// sparse layout (zeros as positions, for gradients and images with black
-// background), and the same over 4-byte elements for mostly zero byte
-// streams of floats (width); for float tensors the exponent field apart,
-// Huffman-coded in small blocks (fsplit: bfloat16 weights gain most), for
-// bfloat16 also two exponents to a Huffman symbol (huff0p: 0.2% larger on
-// real weights, decodes 1.2-1.5x as fast). A recipe that starts with a
+// fp16), the high byte plane coded; s2, zstd level 1, and zstd level 1
+// after the sparse layout (zeros as positions, for gradients and images
+// with black background), and the same over 4-byte elements for mostly
+// zero byte streams of floats (width); for float tensors the exponent
+// field apart, Huffman-coded in small blocks (fsplit: bfloat16 weights
+// gain most), for bfloat16 also two exponents to a Huffman symbol
+// (huff0p: 0.2% larger on real weights, decodes 1.2-1.5x as fast). A recipe that starts with a
 // shuffle of a fixed width is weighed only on data of that element width;
 // one that starts with width, only on mostly-zero bytes.
 func DefaultCandidates() []*codec.Recipe {
@@ -35,7 +33,6 @@ func DefaultCandidates() []*codec.Recipe {
 		codec.MustParseRecipe("shuffle4 | plane3:huff0 | plane0..2:raw"),
 		codec.MustParseRecipe("shuffle4 | *:huff0"),
 		codec.MustParseRecipe("shuffle2 | plane1:huff0 | plane0:raw"),
-		codec.MustParseRecipe("shuffle2 | plane1:huff0b(13) | plane0:raw"),
 		codec.MustParseRecipe("fsplit | exp:huff0b(14)"),
 		codec.MustParseRecipe("fsplit | exp:huff0p(15)"),
 		codec.MustParseRecipe("fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)"),
