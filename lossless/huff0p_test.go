@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -346,5 +347,49 @@ func BenchmarkHuff0p(b *testing.B) {
 	}
 	for _, rs := range []string{"fsplit | exp:huff0b(14)", "fsplit | exp:huff0p(15)", "fsplit | exp:huff0p(14)"} {
 		benchmarkChain(b, rs, fastTestTensor("w", codec.BF16, bf), rs)
+	}
+}
+
+// TestHuff0pConcurrent: huff0p and huff0b share pooled huff0 state (huff0p
+// sets its table log on it and puts it back at huff0's default); running
+// both at once, every round trip holds and huff0b's bytes do not change.
+func TestHuff0pConcurrent(t *testing.T) {
+	p := huff0pTestExps(300000, 6)
+	b, err := huff0Op{log2: 14}.Encode(nil, codec.Segment{SegInfo: codec.SegInfo{Name: "p", Len: len(p)}, Data: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Clone(b[0].Data)
+	done := make(chan error)
+	for g := range 4 {
+		go func() {
+			var err error
+			for i := range 6 {
+				var op codec.Op = huff0pOp{log2: uint8(12 + g)}
+				if (g+i)%2 == 1 {
+					op = huff0Op{log2: 14}
+				}
+				outs, e := op.Encode(&codec.Ctx{Arena: &codec.Arena{}}, codec.Segment{SegInfo: codec.SegInfo{Name: "p", Len: len(p)}, Data: p})
+				if e != nil {
+					err = e
+					break
+				}
+				if _, ok := op.(huff0Op); ok && !bytes.Equal(outs[0].Data, want) {
+					err = errors.New("huff0b's bytes changed beside huff0p")
+					break
+				}
+				got, e := op.Decode(nil, make([]byte, 0, len(p)), outs, codec.SegInfo{Name: "p", Len: len(p)})
+				if e != nil || !bytes.Equal(got, p) {
+					err = errors.Join(e, fmt.Errorf("%s: round trip differs", op))
+					break
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	}
 }
