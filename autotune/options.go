@@ -91,10 +91,11 @@ func WithMinFrames(n int) Option {
 // share of the time the frames sent took (default 0.005, at most 0.05):
 // each frame's encoding time, or its time on the link (its size over the
 // link's estimated rate) where that is longer, so that a class stored raw
-// keeps trying the others. The first frame of each class of data tries every candidate once
-// on a sample, whatever the share, and so does a frame after one that came
-// out more than 10% off its recipe's estimate (the data changed; at most
-// once per two minimum-frame spans); 0 turns both off but the first.
+// keeps trying the others. The first frame of each class of data tries
+// every candidate once on a sample, whatever the share, and so does a
+// frame after one that came out more than 10% off its recipe's estimate
+// (the data changed; at most once per two minimum-frame spans); 0 turns
+// both off but the first.
 func WithExplore(share float64) Option {
 	return func(t *Tuner) error {
 		if !(share >= 0 && share <= 0.05) {

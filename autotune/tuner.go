@@ -24,9 +24,10 @@ import (
 // zero byte streams of floats (width); for float tensors the exponent
 // field apart, Huffman-coded in small blocks (fsplit: bfloat16 weights
 // gain most), for bfloat16 also two exponents to a Huffman symbol
-// (huff0p: 0.2% larger on real weights, decodes 1.2-1.5x as fast). A recipe that starts with a
-// shuffle of a fixed width is weighed only on data of that element width;
-// one that starts with width, only on mostly-zero bytes.
+// (huff0p: 0.2% larger on real weights, decodes 1.3-1.5x as fast; docs/
+// BENCHMARKS.md). A recipe that starts with a shuffle of a fixed width is
+// weighed only on data of that element width; one that starts with width,
+// only on mostly-zero bytes.
 func DefaultCandidates() []*codec.Recipe {
 	return []*codec.Recipe{
 		nil,

@@ -180,8 +180,16 @@ func FuzzS2Decode(f *testing.F) {
 }
 
 func FuzzHuff0bDecode(f *testing.F) {
-	for i, s := range [][]byte{huff0TestPlane3(20000, 1), huff0TestSkewed(9000, 2), bytes.Repeat([]byte{9}, 5000)} {
-		op := huff0Op{log2: uint8(12 + i)}
+	fastFuzzBlockCoder(f, huff0bStage, func(p uint8) codec.Op { return huff0Op{log2: p} },
+		huff0TestPlane3(20000, 1), huff0TestSkewed(9000, 2), bytes.Repeat([]byte{9}, 5000))
+}
+
+// fastFuzzBlockCoder fuzzes a coder whose one parameter is a block size's
+// log2 (huff0b, huff0p): seeds coded with blocks of 2^12, 2^13, ... bytes
+// (mk makes the op), then arbitrary parameters, lengths and data.
+func fastFuzzBlockCoder(f *testing.F, st *codec.Stage, mk func(p uint8) codec.Op, seeds ...[]byte) {
+	for i, s := range seeds {
+		op := mk(uint8(12 + i))
 		outs, err := op.Encode(nil, codec.Segment{SegInfo: codec.SegInfo{Len: len(s)}, Data: s})
 		if err != nil {
 			f.Fatal(err)
@@ -189,7 +197,7 @@ func FuzzHuff0bDecode(f *testing.F) {
 		f.Add(op.AppendParams(nil), uint32(len(s)), outs[0].Data)
 	}
 	f.Fuzz(func(t *testing.T, params []byte, n uint32, data []byte) {
-		op, err := huff0bStage.Load(params)
+		op, err := st.Load(params)
 		if err != nil {
 			if !errors.Is(err, codec.ErrCorrupt) {
 				t.Fatalf("Load(%x): %v does not wrap ErrCorrupt", params, err)
@@ -214,24 +222,6 @@ func FuzzFsplitDecode(f *testing.F) {
 }
 
 func FuzzHuff0pDecode(f *testing.F) {
-	for i, s := range [][]byte{huff0pTestExps(20001, 1), huff0TestSkewed(9000, 2), bytes.Repeat([]byte{9}, 5000), huff0pTestValues(7000, 16, 3)} {
-		op := huff0pOp{log2: uint8(12 + i)}
-		outs, err := op.Encode(nil, codec.Segment{SegInfo: codec.SegInfo{Len: len(s)}, Data: s})
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(op.AppendParams(nil), uint32(len(s)), outs[0].Data)
-	}
-	f.Fuzz(func(t *testing.T, params []byte, n uint32, data []byte) {
-		op, err := huff0pStage.Load(params)
-		if err != nil {
-			if !errors.Is(err, codec.ErrCorrupt) {
-				t.Fatalf("Load(%x): %v does not wrap ErrCorrupt", params, err)
-			}
-			return
-		}
-		in := codec.SegInfo{Name: "exp", Elem: codec.Byte, Len: fastFuzzLen(n, data)}
-		fastFuzzDecode(t, op, []codec.Segment{{Data: data}}, in)
-		fastFuzzRoundTrip(t, op, in, data)
-	})
+	fastFuzzBlockCoder(f, huff0pStage, func(p uint8) codec.Op { return huff0pOp{log2: p} },
+		huff0pTestExps(20001, 1), huff0TestSkewed(9000, 2), bytes.Repeat([]byte{9}, 5000), huff0pTestValues(7000, 16, 3))
 }

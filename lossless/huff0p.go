@@ -36,9 +36,9 @@ import (
 //	when n > 1: one huff0 block (huff0's layout) of n/2 bytes (rounded down)
 //
 // Byte i of the huff0 block holds the codes of input bytes 2i (high
-// nibble) and 2i+1 (low nibble). A code c < k stands for sym[c]; any other code takes the next escaped
-// byte, in order (the encoder writes 15). k = 16 allows no escape (e is
-// 0). Every escaped byte is used. The huff0 blocks of a segment share
+// nibble) and 2i+1 (low nibble). A code c < k stands for sym[c]; any
+// other code takes the next escaped byte, in order (the encoder writes
+// 15). k = 16 allows no escape (e is 0). Every escaped byte is used. The huff0 blocks of a segment share
 // tables as huff0's do: a reuse block takes the table of the last block
 // that had one.
 //
@@ -127,9 +127,7 @@ func (o huff0pOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, err
 
 // huff0pTableLog caps the pairs' Huffman codes at 10 bits (huff0's default
 // is 11): a decoder fills a table of 2^10 entries per block instead of
-// 2^11, and only the rarest pairs get longer codes than they would. In a
-// throwaway comparison on human-bf16's exponents (no figure cited) it
-// decoded faster at a ratio within 0.2%.
+// 2^11; the cap touches only the rarest pairs' codes.
 const huff0pTableLog = 10
 
 // huff0pEscape is the code the encoder writes for an escaped byte.
@@ -213,10 +211,9 @@ func huff0pAppendBlock(dst, blk []byte, s *huff0.Scratch, sc *huff0pScratch) ([]
 	return dst, err
 }
 
-// huff0pSample is how many bytes of a block huff0pCount counts: all of a
-// block up to 8 KiB, else 64 windows of 128 bytes spread over it. The
-// ranks need not be exact (a value left out is escaped, not lost), and
-// counting is a sixth of the encoder's time on larger blocks.
+// huff0pCount counts all of a block up to 8 KiB, else these windows
+// spread over it: the ranks need not be exact (a value left out is
+// escaped, not lost), so larger blocks are not read twice whole.
 const (
 	huff0pSampleWindows = 64
 	huff0pSampleWindow  = 128
