@@ -843,15 +843,15 @@ func TestTunerFollowsTheDataAfterTheFirstFrame(t *testing.T) {
 	rs := drive(t, tu, frames, codec.F32)
 	at := slices.IndexFunc(rs, floatRecipe)
 	if at < 0 || at > 5 || slices.ContainsFunc(rs[at:], func(r string) bool { return !floatRecipe(r) }) {
-		t.Fatalf("recipes %v: want a float recipe (shuffle4's planes, fsplit's fields) from frame 5 at the latest, and kept", rs)
+		t.Fatalf("recipes %v: want a float recipe (shuffle4's planes, fsplit's fields, floatrank) from frame 5 at the latest, and kept", rs)
 	}
 	t.Logf("float recipe from frame %d: %v", at, rs)
 }
 
 // floatRecipe reports whether r is one of the default candidates for
-// float32 weights: shuffle4's planes or fsplit's fields.
+// float32 weights: shuffle4's planes, fsplit's fields or floatrank.
 func floatRecipe(r string) bool {
-	return strings.HasPrefix(r, "shuffle4") || strings.HasPrefix(r, "fsplit | exp:huff0b(13) | sm:shuffle(3)")
+	return strings.HasPrefix(r, "shuffle4") || strings.HasPrefix(r, "fsplit | exp:huff0b(13) | sm:shuffle(3)") || r == "floatrank"
 }
 
 // fp16 tensors get the 2-byte plane recipe: a shuffle of the wrong width
@@ -874,15 +874,15 @@ func TestTunerWidthOfTheShuffle(t *testing.T) {
 	// coders, not cgo's zstd) on two cores busy with other work, the f16
 	// plane recipe measured too slow for the link and zstd(1) won every
 	// frame (2 of 6 runs).
-	f32s := []string{"shuffle4", "fsplit | exp:huff0b(13) | sm:shuffle(3)"}
+	f32s := []string{"shuffle4", "fsplit | exp:huff0b(13) | sm:shuffle(3)", "floatrank"}
 	for _, c := range []struct {
 		dt    codec.DType
 		data  []byte
 		want  []string
 		wrong string
 	}{
-		{codec.BF16, view.Of(bf), []string{"fsplit | exp:huff0b(14)", "fsplit | exp:huff0p(15)", "shuffle2"}, "shuffle4"},
-		{codec.F16, view.Of(hf), []string{"shuffle2 | plane1:huff0 | plane0:raw"}, "fsplit"},
+		{codec.BF16, view.Of(bf), []string{"fsplit | exp:huff0b(14)", "fsplit | exp:huff0p(15)", "shuffle2", "floatrank"}, "shuffle4"},
+		{codec.F16, view.Of(hf), []string{"shuffle2 | plane1:huff0 | plane0:raw", "floatrank"}, "fsplit"},
 		{codec.F32, w, f32s, "shuffle2"},
 		{codec.F32, w, f32s, "fsplit | exp:huff0b(14)"}, // nor bfloat16's fsplit
 		{codec.F32, w, f32s, "fsplit | exp:huff0p(15)"},

@@ -25,7 +25,9 @@ import (
 // field apart, Huffman-coded in small blocks (fsplit: bfloat16 weights
 // gain most), for bfloat16 also two exponents to a Huffman symbol
 // (huff0p: 0.2% larger on real weights, decodes 1.3-1.5x as fast; docs/
-// BENCHMARKS.md). A recipe that starts with a shuffle of a fixed width is
+// BENCHMARKS.md); for floats of any width, floatrank's context model (1-2%
+// smaller than those on weights, at tens of MB/s: chosen where the link
+// is slower than that). A recipe that starts with a shuffle of a fixed width is
 // weighed only on data of that element width; one that starts with width,
 // only on mostly-zero bytes.
 func DefaultCandidates() []*codec.Recipe {
@@ -37,6 +39,7 @@ func DefaultCandidates() []*codec.Recipe {
 		codec.MustParseRecipe("fsplit | exp:huff0b(14)"),
 		codec.MustParseRecipe("fsplit | exp:huff0p(15)"),
 		codec.MustParseRecipe("fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)"),
+		codec.MustParseRecipe("floatrank"),
 		codec.MustParseRecipe("*:s2"),
 		codec.MustParseRecipe("*:zstd(1)"),
 		codec.MustParseRecipe("sparse | *:zstd(1)"),

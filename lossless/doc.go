@@ -5,13 +5,16 @@
 // symbol: exponents decode faster), lenbits (integers as bit lengths in context and the bits below them) and
 // floatcm (floats through an adaptive context model and a range coder: the
 // densest coding of model weights here, at some MB/s per core, for slow
-// links and archives). Importing the package
+// links and archives) and floatrank (a lighter model of the same fields:
+// a few tenths of a percent larger on weights, at tens of MB/s). Importing
+// the package
 // registers them with codec under their permanent wire IDs (see ids.go and
 // docs/FORMAT.md); store-raw is built into codec.
 //
 // All ops are immutable and safe for concurrent use; encoder and decoder
 // state (zstd encoders per level, huff0 scratch, floatcm's model: 2.3 MiB
-// for float32 and bfloat16, set up lazily per context) is pooled
+// for float32 and bfloat16, set up lazily per context; floatrank's shares
+// it) is pooled
 // internally.
 // Every decoder takes the exact expected output length from the frame and
 // never writes more than that. One library limit remains: klauspost's zstd

@@ -40,32 +40,53 @@ var floatcmStage = &codec.Stage{
 	SlowDecode: true,
 	Reads:      "a segment of float32, bfloat16 or float16 elements",
 	Writes:     "one range-coded stream: exponents, signs and top mantissa bits under adaptive context models, trailing zeros counted",
-	Doc:        "floats through an adaptive context model and a range coder: the best ratio on weights, tens of MB/s",
+	Doc:        "floats through an adaptive context model and a range coder: the best ratio on weights, some MB/s",
 	New: func(args []codec.Arg) (codec.Op, error) {
 		if len(args) != 0 {
 			return nil, fmt.Errorf("%w: floatcm takes no arguments", codec.ErrRecipe)
 		}
-		return floatcmOp{}, nil
+		return floatcmOp{model: floatcmMix}, nil
 	},
 	Load: func(p []byte) (codec.Op, error) {
-		if len(p) != 1 || p[0] != floatcmModel {
-			return nil, fmt.Errorf("%w: floatcm params %x: want one byte, model %d", codec.ErrCorrupt, p, floatcmModel)
+		if len(p) != 1 || p[0] != floatcmMix {
+			return nil, fmt.Errorf("%w: floatcm params %x: want one byte, model %d", codec.ErrCorrupt, p, floatcmMix)
 		}
-		return floatcmOp{}, nil
+		return floatcmOp{model: floatcmMix}, nil
 	},
 }
 
-func init() { codec.Register(floatcmStage) }
+func init() {
+	codec.Register(floatcmStage)
+	codec.Register(floatrankStage)
+}
 
-const floatcmModel = 1
+// The models: floatcm's mixes three predictions of each exponent bit;
+// floatrank's codes exponents by rank.
+const (
+	floatcmMix  = 1 // floatcm's model number on the wire
+	floatcmRank = 2
+)
 
-type floatcmOp struct{}
+// floatcmOp is floatcm (model floatcmMix) or floatrank (floatcmRank).
+type floatcmOp struct{ model uint8 }
 
 var _ codec.Op = floatcmOp{}
 
-func (floatcmOp) Stage() *codec.Stage            { return floatcmStage }
-func (floatcmOp) String() string                 { return "floatcm" }
-func (floatcmOp) AppendParams(dst []byte) []byte { return append(dst, floatcmModel) }
+func (o floatcmOp) Stage() *codec.Stage {
+	if o.model == floatcmRank {
+		return floatrankStage
+	}
+	return floatcmStage
+}
+
+func (o floatcmOp) String() string { return o.Stage().Name }
+
+func (o floatcmOp) AppendParams(dst []byte) []byte {
+	if o.model == floatcmRank {
+		return dst
+	}
+	return append(dst, floatcmMix)
+}
 
 func (floatcmOp) Outputs(in codec.SegInfo) ([]codec.SegInfo, error) {
 	f, ok := floatFieldsOf(in.Elem)
@@ -88,34 +109,44 @@ func (o floatcmOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, er
 	if ctx != nil {
 		a = ctx.Arena
 	}
-	m := getFCM(f)
+	m := getFCM(f, o.model)
 	defer fcmPool.Put(m)
-	var e rcEncoder
-	// Incompressible input grows by well under 1%; the arena slice only
-	// saves the first allocation.
-	e.reset(a.Alloc(len(in.Data) + len(in.Data)/64 + 16)[:0])
 	n := len(in.Data) / f.size
-	for i := range n {
-		m.encode(&e, f.load(in.Data, i))
+	if m.model != floatcmRank {
+		var e rcEncoder
+		// Incompressible input grows by well under 1%; the arena slice
+		// only saves the first allocation.
+		e.reset(a.Alloc(len(in.Data) + len(in.Data)/64 + 16)[:0])
+		for i := range n {
+			m.encode(&e, f.load(in.Data, i))
+		}
+		data := e.finish()
+		outs[0].Len = len(data)
+		return []codec.Segment{{SegInfo: outs[0], Data: data}}, nil
 	}
-	data := e.finish()
-	outs[0].Len = len(data)
-	return []codec.Segment{{SegInfo: outs[0], Data: data}}, nil
+	return m.appendRank(a, outs[0], in.Data[:n*f.size]), nil
 }
 
-func (floatcmOp) Decode(_ *codec.Ctx, dst []byte, parts []codec.Segment, in codec.SegInfo) ([]byte, error) {
+func (o floatcmOp) Decode(_ *codec.Ctx, dst []byte, parts []codec.Segment, in codec.SegInfo) ([]byte, error) {
 	f, ok := floatFieldsOf(in.Elem)
 	if len(parts) != 1 || !ok || in.Len < 0 || in.Len%f.size != 0 {
 		return nil, fmt.Errorf("%w: floatcm: want 1 segment and whole float elements", codec.ErrCorrupt)
 	}
-	var d rcDecoder
-	if !d.reset(parts[0].Data) {
-		return nil, fmt.Errorf("%w: floatcm: a stream of %d bytes does not start as the range coder's", codec.ErrCorrupt, len(parts[0].Data))
-	}
-	m := getFCM(f)
+	src := parts[0].Data
+	m := getFCM(f, o.model)
 	defer fcmPool.Put(m)
 	start := len(dst)
 	dst = slices.Grow(dst, in.Len)[:start+in.Len]
+	if o.model == floatcmRank {
+		if err := m.decodeRank(dst[start:], src); err != nil {
+			return nil, err
+		}
+		return dst, nil
+	}
+	var d rcDecoder
+	if !d.reset(src) {
+		return nil, fmt.Errorf("%w: floatcm: a stream of %d bytes does not start as the range coder's", codec.ErrCorrupt, len(src))
+	}
 	out := dst[start:]
 	n := in.Len / f.size
 	for i := range n {
@@ -129,7 +160,7 @@ func (floatcmOp) Decode(_ *codec.Ctx, dst []byte, parts []codec.Segment, in code
 		f.store(out, i, v)
 	}
 	if !d.done() {
-		return nil, fmt.Errorf("%w: floatcm: the stream of %d bytes does not end after %d elements (read %d)", codec.ErrCorrupt, len(d.src), n, d.pos)
+		return nil, fmt.Errorf("%w: floatcm: the stream of %d bytes does not end after %d elements (read %d)", codec.ErrCorrupt, len(src), n, d.pos)
 	}
 	return dst, nil
 }
@@ -152,12 +183,15 @@ func (f floatFields) store(b []byte, i int, v uint32) {
 // Model constants (docs/FORMAT.md, "Float context model"); changing any
 // of them changes the model, and needs a new model number.
 const (
-	fcmTopBits   = 2  // mantissa bits under the exponent's context
-	fcmExpLimit  = 6  // adaptation limits (shift) of the counters
-	fcmBitLimit  = 6  // sign and mantissa
-	fcmTZLimit   = 7  // trailing zeros
-	fcmDiffClass = 4  // order 2: e2-e1 clamped to [-4, 3]
-	fcmMaxDirect = 16 // direct bits coded at once
+	fcmTopBits   = 2                  // mantissa bits under the exponent's context
+	fcmExpLimit  = 6                  // adaptation limits (shift) of the counters
+	fcmBitLimit  = 6                  // sign and mantissa
+	fcmTZLimit   = 7                  // trailing zeros
+	fcmDiffClass = 4                  // order 2: e2-e1 clamped to [-4, 3]
+	fcmMaxDirect = 16                 // direct bits coded at once
+	fcmRankBits  = 4                  // floatrank: exponent ranks coded as a tree of 4 levels
+	fcmRankEsc   = 1<<fcmRankBits - 1 // the escape: ranks from 15 on
+	fcmRankHalve = 64                 // floatrank: counts halve when one reaches it
 )
 
 // fcmCounter is an adaptive probability: p is the probability of a 0 bit
@@ -174,8 +208,10 @@ func (c *fcmCounter) update(bit uint32, limit uint16) {
 		c.n++
 	}
 	// Without a branch on the bit: p + d0 for a 0, p - d1 for a 1.
+	// (r is at most 16: the mask spares the compiler's check for shifts
+	// past 31.)
 	p := uint32(c.p)
-	d0, d1 := (65536-p)>>r, p>>r
+	d0, d1 := (65536-p)>>(r&31), p>>(r&31)
 	c.p = uint16(p + d0 - (d0+d1)&-bit)
 }
 
@@ -193,6 +229,7 @@ func (t *fcmTree) start(ne int) {
 // fcm is the state of the model for one segment.
 type fcm struct {
 	f              floatFields
+	model          uint8
 	top, low       uint // mantissa bits modelled under the exponent, bits below them
 	o0             fcmTree
 	o1, o2         []fcmTree     // by context: e1; e1 and the class of e2-e1
@@ -205,15 +242,25 @@ type fcm struct {
 	gen            uint32
 	st             [3]int32 // the last prediction's stretched inputs
 	p1             int32    // and its mixed probability of a 1, in 1/4096
+
+	// Model 2: exponents by rank of their count so far, in unary under
+	// the exponent before; low mantissa bits of 2-byte floats as they are.
+	cnt         [256]uint8 // counts since the last halving
+	order, rank [256]uint8 // exponent by rank, rank by exponent
+	ro1         [256][1 << fcmRankBits]fcmCounter
+	rawLow      bool   // low mantissa bits as they are (floatrank's 2-byte floats)
+	xbuf, rbuf  []byte // the encoder's range-coded streams
+	lbuf        []byte // and its low mantissa bits
 }
 
 var fcmPool sync.Pool
 
-func getFCM(f floatFields) *fcm {
+func getFCM(f floatFields, model uint8) *fcm {
 	m, _ := fcmPool.Get().(*fcm)
 	if m == nil {
 		m = new(fcm)
 	}
+	m.model = model
 	m.reset(f)
 	return m
 }
@@ -256,6 +303,15 @@ func (m *fcm) reset(f floatFields) {
 	}
 	m.tz = fcmCounters(m.tz, int(m.low)*int(m.low+1))
 	m.e1, m.e2, m.s1, m.tz1 = 0, 0, 0, 0
+	m.rawLow = m.model == floatcmRank && f.size == 2
+	if m.model == floatcmRank {
+		for i := range ne {
+			m.cnt[i], m.order[i], m.rank[i] = 0, uint8(i), uint8(i)
+			for j := range m.ro1[i] {
+				m.ro1[i][j] = fcmCounter{p: 32768}
+			}
+		}
+	}
 }
 
 // expCtx returns the order-1 and order-2 tables of the next exponent,
@@ -303,12 +359,10 @@ func (m *fcm) learn(t1, t2 *fcmTree, node, bit uint32) {
 	t2[n].update(bit, fcmExpLimit)
 }
 
+// encode codes one element with floatcm's model.
 func (m *fcm) encode(e *rcEncoder, v uint32) {
 	f := m.f
-	mant := v & (1<<f.mb - 1)
 	ex := v >> f.mb & (1<<f.eb - 1)
-	s := v >> (f.mb + f.eb) & 1
-
 	t1, t2 := m.expCtx()
 	node := uint32(1)
 	for i := int(f.eb) - 1; i >= 0; i-- {
@@ -317,6 +371,16 @@ func (m *fcm) encode(e *rcEncoder, v uint32) {
 		m.learn(t1, t2, node, b)
 		node = node<<1 | b
 	}
+	m.encodeRest(e, v)
+}
+
+// encodeRest codes the sign and the mantissa of element v, whose
+// exponent is coded, and makes it the element before.
+func (m *fcm) encodeRest(e *rcEncoder, v uint32) {
+	f := m.f
+	mant := v & (1<<f.mb - 1)
+	ex := v >> f.mb & (1<<f.eb - 1)
+	s := v >> (f.mb + f.eb) & 1
 	c := &m.sign[ex<<1|m.s1]
 	e.encode(uint32(c.p), s)
 	c.update(s, fcmBitLimit)
@@ -324,13 +388,16 @@ func (m *fcm) encode(e *rcEncoder, v uint32) {
 
 	if ex == 0 && len(m.mz) > 0 {
 		t := m.mz[s<<f.mb : (s+1)<<f.mb]
-		fcmEncodeTree(e, t, mant, f.mb)
+		e.tree(t, mant, f.mb, fcmBitLimit)
 		return
 	}
 	t := m.mant[(ex<<1|s)<<m.top : (ex<<1|s+1)<<m.top]
-	fcmEncodeTree(e, t, mant>>m.low, m.top)
+	e.tree(t, mant>>m.low, m.top, fcmBitLimit)
 	if m.low == 0 {
 		return
+	}
+	if m.rawLow {
+		return // the caller's
 	}
 	low := mant & (1<<m.low - 1)
 	tz := uint32(m.low)
@@ -361,27 +428,24 @@ func (m *fcm) encode(e *rcEncoder, v uint32) {
 	}
 }
 
-func fcmEncodeTree(e *rcEncoder, t []fcmCounter, v uint32, nb uint) {
-	node := uint32(1)
-	for i := int(nb) - 1; i >= 0; i-- {
-		b := v >> uint(i) & 1
-		e.encode(uint32(t[node].p), b)
-		t[node].update(b, fcmBitLimit)
-		node = node<<1 | b
-	}
-}
-
-// decode decodes one element; ok is false for a corrupt stream.
+// decode decodes one element with floatcm's model; ok is false for a
+// corrupt stream.
 func (m *fcm) decode(d *rcDecoder) (v uint32, ok bool) {
-	f := m.f
 	t1, t2 := m.expCtx()
 	node := uint32(1)
-	for range f.eb {
+	for range m.f.eb {
 		b := d.decode(m.predict(t1, t2, node))
 		m.learn(t1, t2, node, b)
 		node = node<<1 | b
 	}
-	ex := node - 1<<f.eb
+	return m.decodeRest(d, node-1<<m.f.eb)
+}
+
+// decodeRest decodes the sign and the mantissa of an element of exponent
+// ex, makes it the element before, and returns it; ok is false for a
+// corrupt stream.
+func (m *fcm) decodeRest(d *rcDecoder, ex uint32) (v uint32, ok bool) {
+	f := m.f
 	c := &m.sign[ex<<1|m.s1]
 	s := d.decode(uint32(c.p))
 	c.update(s, fcmBitLimit)
@@ -390,12 +454,15 @@ func (m *fcm) decode(d *rcDecoder) (v uint32, ok bool) {
 
 	if ex == 0 && len(m.mz) > 0 {
 		t := m.mz[s<<f.mb : (s+1)<<f.mb]
-		return head | fcmDecodeTree(d, t, f.mb), true
+		return head | d.tree(t, f.mb, fcmBitLimit), true
 	}
 	t := m.mant[(ex<<1|s)<<m.top : (ex<<1|s+1)<<m.top]
-	mant := fcmDecodeTree(d, t, m.top) << m.low
+	mant := d.tree(t, m.top, fcmBitLimit) << m.low
 	if m.low == 0 {
 		return head | mant, true
+	}
+	if m.rawLow {
+		return head | mant, true // the caller adds the low bits
 	}
 	tz := uint32(m.low)
 	for j := uint32(0); j < uint32(m.low); j++ {
@@ -426,16 +493,6 @@ func (m *fcm) decode(d *rcDecoder) (v uint32, ok bool) {
 		low |= rest << (tz + 1)
 	}
 	return head | mant | low, true
-}
-
-func fcmDecodeTree(d *rcDecoder, t []fcmCounter, nb uint) uint32 {
-	node := uint32(1)
-	for range nb {
-		b := d.decode(uint32(t[node].p))
-		t[node].update(b, fcmBitLimit)
-		node = node<<1 | b
-	}
-	return node - 1<<nb
 }
 
 // The logistic functions of the mixer, in integers so that every platform

@@ -16,4 +16,5 @@ const (
 	LenbitsID   codec.StageID = 10 // params: width (1 byte: 2, 4 or 8)
 	FloatcmID   codec.StageID = 11 // params: model (1 byte: 1)
 	Huff0pID    codec.StageID = 12 // params: block size log2 (1 byte, 12..17)
+	FloatrankID codec.StageID = 13 // params: none
 )

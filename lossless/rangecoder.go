@@ -43,6 +43,16 @@ func (e *rcEncoder) encode(p0 uint32, bit uint32) {
 	mask := -bit
 	e.low += uint64(bound & mask)
 	e.rng = bound ^ (bound^(e.rng-bound))&mask
+	if e.rng < 1<<24 {
+		e.normalize()
+	}
+}
+
+// normalize shifts bytes out until the range is 2^24 or more again (out
+// of line, so that encode inlines).
+//
+//go:noinline
+func (e *rcEncoder) normalize() {
 	for e.rng < 1<<24 {
 		e.rng <<= 8
 		e.shiftLow()
@@ -102,11 +112,21 @@ func (d *rcDecoder) decode(p0 uint32) uint32 {
 	mask := -bit
 	d.code -= bound & mask
 	d.rng = bound ^ (bound^(d.rng-bound))&mask
+	if d.rng < 1<<24 {
+		d.normalize()
+	}
+	return bit
+}
+
+// normalize shifts bytes in until the range is 2^24 or more again (out of
+// line, so that decode inlines).
+//
+//go:noinline
+func (d *rcDecoder) normalize() {
 	for d.rng < 1<<24 {
 		d.rng <<= 8
 		d.code = d.code<<8 | d.next()
 	}
-	return bit
 }
 
 // direct decodes a value coded by rcEncoder.direct with the same w; ok is
@@ -128,4 +148,76 @@ func (d *rcDecoder) direct(w uint) (v uint32, ok bool) {
 // done reports whether the stream ended exactly where the encoder's did.
 func (d *rcDecoder) done() bool {
 	return !d.overrun && d.pos == len(d.src) && d.code == 0
+}
+
+// tree decodes nb bits from the top as a binary tree of the counters t
+// (by node, from 1; t holds 2^nb of them), updating them under limit: the
+// same as nb calls of decode, with the coder's state in registers.
+func (d *rcDecoder) tree(t []fcmCounter, nb uint, limit uint16) uint32 {
+	rng, code := d.rng, d.code
+	node := uint32(1)
+	for range nb {
+		c := &t[node]
+		bound := (rng >> 16) * uint32(c.p)
+		bit := 1 ^ uint32((uint64(code)-uint64(bound))>>63)
+		mask := -bit
+		code -= bound & mask
+		rng = bound ^ (bound^(rng-bound))&mask
+		c.update(bit, limit)
+		node = node<<1 | bit
+		for rng < 1<<24 {
+			rng <<= 8
+			code = code<<8 | d.next()
+		}
+	}
+	d.rng, d.code = rng, code
+	return node - 1<<nb
+}
+
+// tree codes v, nb bits from the top, as a binary tree of the counters t
+// (by node, from 1) under limit: the same as nb calls of encode.
+func (e *rcEncoder) tree(t []fcmCounter, v uint32, nb uint, limit uint16) {
+	rng, low := e.rng, e.low
+	node := uint32(1)
+	for i := int(nb) - 1; i >= 0; i-- {
+		b := v >> uint(i) & 1
+		c := &t[node]
+		bound := (rng >> 16) * uint32(c.p)
+		mask := -b
+		low += uint64(bound & mask)
+		rng = bound ^ (bound^(rng-bound))&mask
+		c.update(b, limit)
+		node = node<<1 | b
+		if rng < 1<<24 {
+			e.rng, e.low = rng, low
+			e.normalize()
+			rng, low = e.rng, e.low
+		}
+	}
+	e.rng, e.low = rng, low
+}
+
+// unary decodes the number of 0 bits before a 1 with the counters t, one
+// per place, updating them under limit: len(t) when all of them code a 0.
+func (d *rcDecoder) unary(t []fcmCounter, limit uint16) uint32 {
+	rng, code := d.rng, d.code
+	k := uint32(0)
+	for ; k < uint32(len(t)); k++ {
+		c := &t[k]
+		bound := (rng >> 16) * uint32(c.p)
+		bit := 1 ^ uint32((uint64(code)-uint64(bound))>>63)
+		mask := -bit
+		code -= bound & mask
+		rng = bound ^ (bound^(rng-bound))&mask
+		c.update(bit, limit)
+		for rng < 1<<24 {
+			rng <<= 8
+			code = code<<8 | d.next()
+		}
+		if bit == 1 {
+			break
+		}
+	}
+	d.rng, d.code = rng, code
+	return k
 }

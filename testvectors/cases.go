@@ -115,6 +115,11 @@ func Cases() []Case {
 		{Name: "floatcm-bf16", Recipe: "floatcm", Exact: true, Tensor: Half("wcb", codec.BF16, 3000, 25)},
 		{Name: "floatcm-f16", Recipe: "floatcm", Exact: true, Tensor: fcmF16},
 		{Name: "floatcm-f16-bits", Recipe: "floatcm", Exact: true, Tensor: Ints("hc", codec.F16, 1000, 27)},
+		// floatrank on the same paths; any bits escape past rank 15.
+		{Name: "floatrank-f32", Recipe: "floatrank", Exact: true, Tensor: fcmF32},
+		{Name: "floatrank-bf16", Recipe: "floatrank", Exact: true, Tensor: Half("wrb", codec.BF16, 3000, 28)},
+		{Name: "floatrank-f16", Recipe: "floatrank", Exact: true, Tensor: fcmF16},
+		{Name: "floatrank-f16-bits", Recipe: "floatrank", Exact: true, Tensor: Ints("hr", codec.F16, 1000, 29)},
 		{Name: "huff0p-bf16", Recipe: "fsplit | exp:huff0p(12)", Exact: true, Tensor: h0pBF16},
 		{Name: "huff0p-bytes", Recipe: "huff0p(12)", Exact: true, Bytes: h0pBytes},
 		// Contexts with streams of their own and the pool; a tail; 64-bit lengths.

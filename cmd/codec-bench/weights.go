@@ -345,8 +345,10 @@ var weightsChains = []defChain{
 	{"fsplit | exp:huff0p(15)", isBF16},
 	{"fsplit | exp:huff0b(13) | sm:shuffle(3) | *:huff0b(13)", isF32},
 	{"fsplit | exp:huff0b(13) | sm:shuffle2 | sm.plane1:huff0", isF16},
-	// The densest, at tens of MB/s: an adaptive context model.
+	// The densest, at some MB/s: an adaptive context model; and a lighter
+	// one, at tens of MB/s.
 	{"floatcm", isFloat},
+	{"floatrank", isFloat},
 }
 
 func isFloat(d codec.DType) bool { return d == codec.F32 || d == codec.BF16 || d == codec.F16 }

@@ -1,0 +1,257 @@
+package lossless
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/tensorpress/tensorpress/codec"
+)
+
+// The floatrank stage codes the same segments as floatcm with a lighter
+// model, a few times as fast for a few tenths of a percent of the size on
+// weights (docs/BENCHMARKS.md, "Float context model"):
+//
+//   - the exponent by its rank among the segment's exponents so far (the
+//     most frequent first), in unary under the exponent before, up to 8;
+//     past that, an escape and the exponent itself as a binary tree;
+//   - the sign and the mantissa's top bits as floatcm codes them, the
+//     rest of a float16's or bfloat16's mantissa as it is (their low bits
+//     are near uniform in weights), a float32's as floatcm codes it;
+//   - the exponents in one range-coded stream, the rest in another, so
+//     that the decoder's two chains of steps overlap.
+//
+// docs/FORMAT.md ("Float rank model") specifies it to the bit. Wire
+// parameters: none. Recipe: "floatrank". A Coder, like floatcm.
+var floatrankStage = &codec.Stage{
+	ID:         FloatrankID,
+	Name:       "floatrank",
+	Kind:       codec.Coder,
+	SlowDecode: true,
+	Reads:      "a segment of float32, bfloat16 or float16 elements",
+	Writes:     "two range-coded streams: exponents by rank under the exponent before; signs and mantissas",
+	Doc:        "floats through a light context model and a range coder: near floatcm's ratio, tens of MB/s",
+	New: func(args []codec.Arg) (codec.Op, error) {
+		if len(args) != 0 {
+			return nil, fmt.Errorf("%w: floatrank takes no arguments", codec.ErrRecipe)
+		}
+		return floatcmOp{model: floatcmRank}, nil
+	},
+	Load: func(p []byte) (codec.Op, error) {
+		if len(p) != 0 {
+			return nil, fmt.Errorf("%w: floatrank params %x: want none", codec.ErrCorrupt, p)
+		}
+		return floatcmOp{model: floatcmRank}, nil
+	},
+}
+
+// promote counts exponent ex and moves it up the ranks past those
+// counted less often (ties keep their order). When its count reaches
+// fcmRankHalve, every count halves (rounding down), so that the ranks
+// follow the exponents of the last few hundred elements.
+func (m *fcm) promote(ex uint32) {
+	c := m.cnt[ex] + 1
+	m.cnt[ex] = c
+	r := m.rank[ex]
+	for r > 0 {
+		o := m.order[r-1]
+		if m.cnt[o] >= c {
+			break
+		}
+		m.order[r], m.rank[o] = o, r
+		r--
+	}
+	m.order[r], m.rank[ex] = uint8(ex), r
+	if c == fcmRankHalve {
+		// Halving keeps the order (counts at least equal stay so).
+		for i := range m.cnt[:1<<m.f.eb] {
+			m.cnt[i] >>= 1
+		}
+	}
+}
+
+// appendRank codes the elements of src (whole ones) with floatrank's
+// model and returns the segment: the uvarint lengths of the exponents'
+// stream and of the signs' and mantissas' stream, the two streams, and the
+// low mantissa bits of 2-byte floats as they are.
+func (m *fcm) appendRank(a *codec.Arena, info codec.SegInfo, src []byte) []codec.Segment {
+	f := m.f
+	var x, e rcEncoder
+	x.reset(m.xbuf[:0])
+	e.reset(m.rbuf[:0])
+	w := bitWriter{out: m.lbuf[:0]}
+	// The exponents' coder in registers: its steps are most of the work.
+	rng, low := x.rng, x.low
+	for i := range len(src) / f.size {
+		v := f.load(src, i)
+		ex := v >> f.mb & (1<<f.eb - 1)
+		t := &m.ro1[uint8(m.e1)]
+		r := min(uint32(m.rank[ex]), fcmRankEsc)
+		node := uint32(1)
+		for k := fcmRankBits - 1; k >= 0; k-- {
+			b := r >> uint(k) & 1
+			c := &t[node&(1<<fcmRankBits-1)]
+			bound := (rng >> 16) * uint32(c.p)
+			mask := -b
+			low += uint64(bound & mask)
+			rng = bound ^ (bound^(rng-bound))&mask
+			c.update(b, fcmExpLimit)
+			node = node<<1 | b
+			if rng < 1<<24 {
+				x.rng, x.low = rng, low
+				x.normalize()
+				rng, low = x.rng, x.low
+			}
+		}
+		if r == fcmRankEsc {
+			x.rng, x.low = rng, low
+			x.tree(m.o0[:], ex, f.eb, fcmExpLimit)
+			rng, low = x.rng, x.low
+		}
+		m.promote(ex)
+		m.encodeRest(&e, v)
+		if m.rawLow && ex != 0 {
+			w.put(v&(1<<m.low-1), m.low)
+		}
+	}
+	x.rng, x.low = rng, low
+	xs, rest, lows := x.finish(), e.finish(), w.finish()
+	m.xbuf, m.rbuf, m.lbuf = xs[:0], rest[:0], lows[:0]
+	data := a.Alloc(2*binary.MaxVarintLen64 + len(xs) + len(rest) + len(lows))[:0]
+	data = binary.AppendUvarint(data, uint64(len(xs)))
+	data = binary.AppendUvarint(data, uint64(len(rest)))
+	data = append(append(append(data, xs...), rest...), lows...)
+	info.Len = len(data)
+	return []codec.Segment{{SegInfo: info, Data: data}}
+}
+
+// decodeRank decodes floatrank's segment src into out, whole elements.
+func (m *fcm) decodeRank(out, src []byte) error {
+	f := m.f
+	n := len(out) / f.size
+	var lens [2]int
+	for j := range lens {
+		l, k := binary.Uvarint(src)
+		if k <= 0 || k != uvarintLen(l) || l > uint64(len(src)-k) {
+			return fmt.Errorf("%w: floatrank: a segment of %d bytes does not start with its streams' lengths", codec.ErrCorrupt, len(src))
+		}
+		lens[j], src = int(l), src[k:]
+	}
+	if lens[0]+lens[1] > len(src) {
+		return fmt.Errorf("%w: floatrank: streams of %d and %d bytes in %d", codec.ErrCorrupt, lens[0], lens[1], len(src))
+	}
+	var x, d rcDecoder
+	if !x.reset(src[:lens[0]]) || !d.reset(src[lens[0]:lens[0]+lens[1]]) {
+		return fmt.Errorf("%w: floatrank: streams of %d and %d bytes do not start as the range coder's", codec.ErrCorrupt, lens[0], lens[1])
+	}
+	lr := bitReader{src: src[lens[0]+lens[1]:]}
+	rng, code := x.rng, x.code
+	for i := range n {
+		t := &m.ro1[uint8(m.e1)]
+		node := uint32(1)
+		for range fcmRankBits {
+			c := &t[node&(1<<fcmRankBits-1)]
+			bound := (rng >> 16) * uint32(c.p)
+			bit := 1 ^ uint32((uint64(code)-uint64(bound))>>63)
+			mask := -bit
+			code -= bound & mask
+			rng = bound ^ (bound^(rng-bound))&mask
+			c.update(bit, fcmExpLimit)
+			node = node<<1 | bit
+			for rng < 1<<24 {
+				rng <<= 8
+				code = code<<8 | x.next()
+			}
+		}
+		r := node - 1<<fcmRankBits
+		var ex uint32
+		if r < fcmRankEsc {
+			ex = uint32(m.order[r])
+		} else {
+			x.rng, x.code = rng, code
+			ex = x.tree(m.o0[:], f.eb, fcmExpLimit)
+			rng, code = x.rng, x.code
+			if m.rank[ex] < fcmRankEsc {
+				return fmt.Errorf("%w: floatrank: element %d of %d: an escape for an exponent of rank %d", codec.ErrCorrupt, i, n, m.rank[ex])
+			}
+		}
+		m.promote(ex)
+		v, ok := m.decodeRest(&d, ex)
+		if ok && m.rawLow && ex != 0 {
+			var low uint32
+			low, ok = lr.get(m.low)
+			v |= low
+		}
+		if !ok || x.overrun || d.overrun {
+			return fmt.Errorf("%w: floatrank: the streams end or go out of range at element %d of %d", codec.ErrCorrupt, i, n)
+		}
+		f.store(out, i, v)
+	}
+	x.rng, x.code = rng, code
+	if !x.done() || !d.done() || !lr.done() {
+		return fmt.Errorf("%w: floatrank: the streams do not end after %d elements", codec.ErrCorrupt, n)
+	}
+	return nil
+}
+
+// bitWriter packs values of a few bits, the first in the lowest bits of
+// the first byte.
+type bitWriter struct {
+	out []byte
+	acc uint64
+	n   uint // bits in acc
+}
+
+func (w *bitWriter) put(v uint32, k uint) {
+	w.acc |= uint64(v) << w.n
+	w.n += k
+	if w.n >= 32 {
+		w.out = binary.LittleEndian.AppendUint32(w.out, uint32(w.acc))
+		w.acc >>= 32
+		w.n -= 32
+	}
+}
+
+// finish writes the bits left, the last byte padded with zeros.
+func (w *bitWriter) finish() []byte {
+	for ; w.n > 0; w.n -= min(w.n, 8) {
+		w.out = append(w.out, byte(w.acc))
+		w.acc >>= 8
+	}
+	return w.out
+}
+
+// bitReader reads what a bitWriter wrote.
+type bitReader struct {
+	src []byte
+	acc uint64
+	n   uint // bits in acc
+}
+
+// get returns the next k bits (k <= 24); ok is false past the end.
+func (r *bitReader) get(k uint) (v uint32, ok bool) {
+	if r.n < k {
+		if len(r.src) >= 4 {
+			r.acc |= uint64(binary.LittleEndian.Uint32(r.src)) << r.n
+			r.src = r.src[4:]
+			r.n += 32
+		} else {
+			for r.n < k && len(r.src) > 0 {
+				r.acc |= uint64(r.src[0]) << r.n
+				r.src = r.src[1:]
+				r.n += 8
+			}
+			if r.n < k {
+				return 0, false
+			}
+		}
+	}
+	v = uint32(r.acc) & (1<<k - 1)
+	r.acc >>= k
+	r.n -= k
+	return v, true
+}
+
+// done reports whether every byte was read and the padding is zeros.
+func (r *bitReader) done() bool {
+	return len(r.src) == 0 && r.n < 8 && r.acc == 0
+}
