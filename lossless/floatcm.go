@@ -207,9 +207,8 @@ func (c *fcmCounter) update(bit uint32, limit uint16) {
 	} else {
 		c.n++
 	}
-	// Without a branch on the bit: p + d0 for a 0, p - d1 for a 1.
-	// (r is at most 16: the mask spares the compiler's check for shifts
-	// past 31.)
+	// Without a branch on the bit: p + d0 for a 0, p - d1 for a 1. (r is
+	// at most 16: the mask spares the compiler's check for shifts past 31.)
 	p := uint32(c.p)
 	d0, d1 := (65536-p)>>(r&31), p>>(r&31)
 	c.p = uint16(p + d0 - (d0+d1)&-bit)

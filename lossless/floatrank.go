@@ -90,16 +90,11 @@ func (m *fcm) appendRank(a *codec.Arena, info codec.SegInfo, src []byte) []codec
 		for k := fcmRankBits - 1; k >= 0; k-- {
 			b := r >> uint(k) & 1
 			c := &t[node&(1<<fcmRankBits-1)]
-			bound := (rng >> 16) * uint32(c.p)
-			mask := -b
-			low += uint64(bound & mask)
-			rng = bound ^ (bound^(rng-bound))&mask
+			rng, low = rcEncBit(rng, low, uint32(c.p), b)
 			c.update(b, fcmExpLimit)
 			node = node<<1 | b
 			if rng < 1<<24 {
-				x.rng, x.low = rng, low
-				x.normalize()
-				rng, low = x.rng, x.low
+				rng, low = x.normalize2(rng, low)
 			}
 		}
 		if r == fcmRankEsc {
@@ -108,9 +103,10 @@ func (m *fcm) appendRank(a *codec.Arena, info codec.SegInfo, src []byte) []codec
 			rng, low = x.rng, x.low
 		}
 		m.promote(ex)
-		m.encodeRest(&e, v)
-		if m.rawLow && ex != 0 {
-			w.put(v&(1<<m.low-1), m.low)
+		if m.rawLow {
+			m.encodeRest16(&e, &w, v)
+		} else {
+			m.encodeRest(&e, v)
 		}
 	}
 	x.rng, x.low = rng, low
@@ -122,6 +118,44 @@ func (m *fcm) appendRank(a *codec.Arena, info codec.SegInfo, src []byte) []codec
 	data = append(append(append(data, xs...), rest...), lows...)
 	info.Len = len(data)
 	return []codec.Segment{{SegInfo: info, Data: data}}
+}
+
+// encodeRest16 is encodeRest for float16 and bfloat16 in floatrank: the
+// sign and the top 2 mantissa bits with e, the low bits into w.
+func (m *fcm) encodeRest16(e *rcEncoder, w *bitWriter, v uint32) {
+	eb, mb, lb := m.f.eb&15, m.f.mb&15, m.low&15
+	ex := v >> mb & (1<<eb - 1)
+	s := v >> ((eb + mb) & 31) & 1
+	c := &m.sign[(ex<<1|m.s1)&511]
+	rng, low := rcEncBit(e.rng, e.low, uint32(c.p), s)
+	c.update(s, fcmBitLimit)
+	if rng < 1<<24 {
+		rng, low = e.normalize2(rng, low)
+	}
+	m.e2, m.e1, m.s1 = m.e1, ex, s
+	mant := v & (1<<mb - 1)
+	if ex == 0 {
+		e.rng, e.low = rng, low
+		e.tree(m.mz[s<<mb:(s+1)<<mb], mant, mb, fcmBitLimit)
+		return
+	}
+	t := (*[1 << fcmTopBits]fcmCounter)(m.mant[(ex<<1|s)<<fcmTopBits:])
+	b := mant >> (lb + 1) & 1
+	c = &t[1]
+	rng, low = rcEncBit(rng, low, uint32(c.p), b)
+	c.update(b, fcmBitLimit)
+	if rng < 1<<24 {
+		rng, low = e.normalize2(rng, low)
+	}
+	c = &t[2|b]
+	b = mant >> lb & 1
+	rng, low = rcEncBit(rng, low, uint32(c.p), b)
+	c.update(b, fcmBitLimit)
+	if rng < 1<<24 {
+		rng, low = e.normalize2(rng, low)
+	}
+	e.rng, e.low = rng, low
+	w.put(mant&(1<<lb-1), lb)
 }
 
 // decodeRank decodes floatrank's segment src into out, whole elements.
@@ -144,6 +178,23 @@ func (m *fcm) decodeRank(out, src []byte) error {
 		return fmt.Errorf("%w: floatrank: streams of %d and %d bytes do not start as the range coder's", codec.ErrCorrupt, lens[0], lens[1])
 	}
 	lr := bitReader{src: src[lens[0]+lens[1]:]}
+	if m.rawLow {
+		if err := m.decodeRank16(&x, &d, &lr, out[:2*n]); err != nil {
+			return err
+		}
+	} else if err := m.decodeRankAny(&x, &d, out[:n*f.size]); err != nil {
+		return err
+	}
+	if !x.done() || !d.done() || !lr.done() {
+		return fmt.Errorf("%w: floatrank: the streams do not end after %d elements", codec.ErrCorrupt, n)
+	}
+	return nil
+}
+
+// decodeRankAny decodes whole elements of any float type into out.
+func (m *fcm) decodeRankAny(x, d *rcDecoder, out []byte) error {
+	f := m.f
+	n := len(out) / f.size
 	rng, code := x.rng, x.code
 	for i := range n {
 		t := &m.ro1[uint8(m.e1)]
@@ -175,22 +226,113 @@ func (m *fcm) decodeRank(out, src []byte) error {
 			}
 		}
 		m.promote(ex)
-		v, ok := m.decodeRest(&d, ex)
-		if ok && m.rawLow && ex != 0 {
-			var low uint32
-			low, ok = lr.get(m.low)
-			v |= low
-		}
+		v, ok := m.decodeRest(d, ex)
 		if !ok || x.overrun || d.overrun {
 			return fmt.Errorf("%w: floatrank: the streams end or go out of range at element %d of %d", codec.ErrCorrupt, i, n)
 		}
 		f.store(out, i, v)
 	}
 	x.rng, x.code = rng, code
-	if !x.done() || !d.done() || !lr.done() {
-		return fmt.Errorf("%w: floatrank: the streams do not end after %d elements", codec.ErrCorrupt, n)
-	}
 	return nil
+}
+
+// decodeRank16 decodes float16 or bfloat16 elements into out: what
+// decodeRankAny and decodeRest do for them, with the exponents' decoder's
+// state in registers (decodeRest16 holds the other's), the low bits from
+// lr.
+func (m *fcm) decodeRank16(x, d *rcDecoder, lr *bitReader, out []byte) error {
+	rng, code := x.rng, x.code
+	var bit uint32
+	for i := 0; i+1 < len(out); i += 2 {
+		// The exponent's rank: 4 levels of a tree, unrolled.
+		t := &m.ro1[uint8(m.e1)]
+		c := &t[1]
+		bit, rng, code = rcBit(rng, code, uint32(c.p))
+		c.update(bit, fcmExpLimit)
+		node := 2 | bit
+		if rng < 1<<24 {
+			rng, code = x.normalize2(rng, code)
+		}
+		c = &t[node]
+		bit, rng, code = rcBit(rng, code, uint32(c.p))
+		c.update(bit, fcmExpLimit)
+		node = node<<1 | bit
+		if rng < 1<<24 {
+			rng, code = x.normalize2(rng, code)
+		}
+		c = &t[node&7]
+		bit, rng, code = rcBit(rng, code, uint32(c.p))
+		c.update(bit, fcmExpLimit)
+		node = node<<1 | bit
+		if rng < 1<<24 {
+			rng, code = x.normalize2(rng, code)
+		}
+		c = &t[node&15]
+		bit, rng, code = rcBit(rng, code, uint32(c.p))
+		c.update(bit, fcmExpLimit)
+		if rng < 1<<24 {
+			rng, code = x.normalize2(rng, code)
+		}
+		var ex uint32
+		if r := (node<<1 | bit) & 15; r < fcmRankEsc {
+			ex = uint32(m.order[r])
+		} else {
+			x.rng, x.code = rng, code
+			ex = x.tree(m.o0[:], m.f.eb, fcmExpLimit)
+			rng, code = x.rng, x.code
+			if m.rank[ex] < fcmRankEsc {
+				return fmt.Errorf("%w: floatrank: element %d of %d: an escape for an exponent of rank %d", codec.ErrCorrupt, i/2, len(out)/2, m.rank[ex])
+			}
+		}
+		m.promote(ex)
+		v, ok := m.decodeRest16(d, lr, ex)
+		if !ok || x.overrun || d.overrun {
+			return fmt.Errorf("%w: floatrank: the streams end at element %d of %d", codec.ErrCorrupt, i/2, len(out)/2)
+		}
+		binary.LittleEndian.PutUint16(out[i:], uint16(v))
+	}
+	x.rng, x.code = rng, code
+	return nil
+}
+
+// decodeRest16 is decodeRest for float16 and bfloat16 in floatrank: the
+// sign and the top 2 mantissa bits from d, the low bits from lr.
+func (m *fcm) decodeRest16(d *rcDecoder, lr *bitReader, ex uint32) (v uint32, ok bool) {
+	eb, mb := m.f.eb&15, m.f.mb&15
+	c := &m.sign[(ex<<1|m.s1)&511]
+	s, rng, code := rcBit(d.rng, d.code, uint32(c.p))
+	c.update(s, fcmBitLimit)
+	if rng < 1<<24 {
+		rng, code = d.normalize2(rng, code)
+	}
+	m.e2, m.e1, m.s1 = m.e1, ex, s
+	v = s<<((eb+mb)&31) | ex<<mb
+	if ex == 0 {
+		// Zeros and subnormals: the whole mantissa under the sign.
+		d.rng, d.code = rng, code
+		return v | d.tree(m.mz[s<<mb:(s+1)<<mb], mb, fcmBitLimit), true
+	}
+	// The top 2 bits under the exponent and the sign, the low ones as
+	// they are.
+	t := (*[1 << fcmTopBits]fcmCounter)(m.mant[(ex<<1|s)<<fcmTopBits:])
+	var bit uint32
+	c = &t[1]
+	bit, rng, code = rcBit(rng, code, uint32(c.p))
+	c.update(bit, fcmBitLimit)
+	node := 2 | bit
+	if rng < 1<<24 {
+		rng, code = d.normalize2(rng, code)
+	}
+	c = &t[node&3]
+	bit, rng, code = rcBit(rng, code, uint32(c.p))
+	c.update(bit, fcmBitLimit)
+	if rng < 1<<24 {
+		rng, code = d.normalize2(rng, code)
+	}
+	d.rng, d.code = rng, code
+	low := m.low & 15
+	lo, ok := lr.get(low)
+	return v | ((node<<1|bit)&3)<<low | lo, ok
 }
 
 // bitWriter packs values of a few bits, the first in the lowest bits of

@@ -49,7 +49,7 @@ func (e *rcEncoder) encode(p0 uint32, bit uint32) {
 }
 
 // normalize shifts bytes out until the range is 2^24 or more again (out
-// of line, so that encode inlines).
+// of line: about one step in eight).
 //
 //go:noinline
 func (e *rcEncoder) normalize() {
@@ -119,7 +119,7 @@ func (d *rcDecoder) decode(p0 uint32) uint32 {
 }
 
 // normalize shifts bytes in until the range is 2^24 or more again (out of
-// line, so that decode inlines).
+// line: about one step in eight).
 //
 //go:noinline
 func (d *rcDecoder) normalize() {
@@ -197,27 +197,38 @@ func (e *rcEncoder) tree(t []fcmCounter, v uint32, nb uint, limit uint16) {
 	e.rng, e.low = rng, low
 }
 
-// unary decodes the number of 0 bits before a 1 with the counters t, one
-// per place, updating them under limit: len(t) when all of them code a 0.
-func (d *rcDecoder) unary(t []fcmCounter, limit uint16) uint32 {
-	rng, code := d.rng, d.code
-	k := uint32(0)
-	for ; k < uint32(len(t)); k++ {
-		c := &t[k]
-		bound := (rng >> 16) * uint32(c.p)
-		bit := 1 ^ uint32((uint64(code)-uint64(bound))>>63)
-		mask := -bit
-		code -= bound & mask
-		rng = bound ^ (bound^(rng-bound))&mask
-		c.update(bit, limit)
-		for rng < 1<<24 {
-			rng <<= 8
-			code = code<<8 | d.next()
-		}
-		if bit == 1 {
-			break
-		}
+// rcBit is one step of decode on a decoder's state (rng, code) held by
+// the caller: the bit coded with probability p0 and the new state, which
+// the caller normalizes.
+func rcBit(rng, code, p0 uint32) (bit, rng1, code1 uint32) {
+	bound := (rng >> 16) * p0
+	bit = 1 ^ uint32((uint64(code)-uint64(bound))>>63)
+	mask := -bit
+	return bit, bound ^ (bound^(rng-bound))&mask, code - bound&mask
+}
+
+// normalize2 normalizes a state (rng, code) the caller holds, which one
+// step took below 2^24: one or two bytes in.
+func (d *rcDecoder) normalize2(rng, code uint32) (uint32, uint32) {
+	for rng < 1<<24 {
+		rng <<= 8
+		code = code<<8 | d.next()
 	}
-	d.rng, d.code = rng, code
-	return k
+	return rng, code
+}
+
+// rcEncBit is one step of encode on an encoder's state (rng, low) held by
+// the caller: bit coded with probability p0; the caller normalizes the new
+// state (normalize2).
+func rcEncBit(rng uint32, low uint64, p0, bit uint32) (uint32, uint64) {
+	bound := (rng >> 16) * p0
+	mask := -bit
+	return bound ^ (bound^(rng-bound))&mask, low + uint64(bound&mask)
+}
+
+// normalize2 normalizes a state (rng, low) the caller holds.
+func (e *rcEncoder) normalize2(rng uint32, low uint64) (uint32, uint64) {
+	e.rng, e.low = rng, low
+	e.normalize()
+	return e.rng, e.low
 }
