@@ -306,9 +306,7 @@ func (m *fcm) reset(f floatFields) {
 	if m.model == floatcmRank {
 		for i := range ne {
 			m.cnt[i], m.order[i], m.rank[i] = 0, uint8(i), uint8(i)
-			for j := range m.ro1[i] {
-				m.ro1[i][j] = fcmCounter{p: 32768}
-			}
+			m.ro1[i] = fcmRankStart
 		}
 	}
 }
