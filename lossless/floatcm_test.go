@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -418,5 +419,51 @@ func TestFloatcmEncoderLimit(t *testing.T) {
 	}
 	if _, _, err := dec.DecodeFrame(frame); !errors.Is(err, codec.ErrLimit) {
 		t.Fatalf("two tensors of 1 MiB through floatcm, a limit of 1.5 MiB: %v", err)
+	}
+}
+
+// TestFloatcmConcurrent: floatcm and floatrank share their pool of model
+// state; on four goroutines at once, over every float type, each codes
+// the bytes it codes alone and decodes them back.
+func TestFloatcmConcurrent(t *testing.T) {
+	dts := []codec.DType{codec.F32, codec.BF16, codec.F16}
+	data := make([][]byte, len(dts))
+	want := make([][][]byte, len(floatcmOps))
+	for k, op := range floatcmOps {
+		want[k] = make([][]byte, len(dts))
+		for j, dt := range dts {
+			data[j] = floatcmTestRuns(dt, 20000, uint64(j))
+			outs, err := op.Encode(nil, codec.Segment{SegInfo: codec.SegInfo{Name: "w", Elem: dt, Len: len(data[j])}, Data: data[j]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[k][j] = bytes.Clone(outs[0].Data)
+		}
+	}
+	done := make(chan error)
+	for g := range 4 {
+		go func() {
+			var err error
+			for i := range 6 {
+				k, j := (g+i)%len(floatcmOps), (g+2*i)%len(dts)
+				op, in := floatcmOps[k], codec.SegInfo{Name: "w", Elem: dts[j], Len: len(data[j])}
+				outs, e := op.Encode(&codec.Ctx{Arena: &codec.Arena{}}, codec.Segment{SegInfo: in, Data: data[j]})
+				if e != nil || !bytes.Equal(outs[0].Data, want[k][j]) {
+					err = errors.Join(e, fmt.Errorf("%v %v: other bytes than alone", op, dts[j]))
+					break
+				}
+				got, e := op.Decode(nil, nil, outs, in)
+				if e != nil || !bytes.Equal(got, data[j]) {
+					err = errors.Join(e, fmt.Errorf("%v %v: round trip differs", op, dts[j]))
+					break
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	}
 }
