@@ -48,8 +48,8 @@ var floatrankStage = &codec.Stage{
 // fcmRankStart is the counters of a rank tree at the start: by level,
 // from the root, the probability of a 0 of ranks falling off as 0.7^rank
 // (0.94, 0.78, 0.67, 0.59), and a count of 3, as if learned already, so
-// that a short segment pays less for learning (16 KiB of real weights:
-// 0.6% smaller, docs/BENCHMARKS.md).
+// that a short segment pays less for learning (frames of 16 KiB of real
+// weights 0.4-0.6% smaller; docs/BENCHMARKS.md, "floatrank").
 var fcmRankStart = func() (t [1 << fcmRankBits]fcmCounter) {
 	level := [fcmRankBits]uint16{61603, 51118, 43909, 38666}
 	for node := 1; node < len(t); node++ {
