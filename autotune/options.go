@@ -92,7 +92,9 @@ func WithMinFrames(n int) Option {
 // each frame's encoding time, or its time on the link (its size over the
 // link's estimated rate) where that is longer, so that a class stored raw
 // keeps trying the others. The first frame of each class of data tries
-// every candidate once on a sample, whatever the share, and so does a
+// every candidate once on a sample, whatever the share and outside it
+// (a slow candidate's first sample does not hold the next ones back),
+// and so does a
 // frame after one that came out more than 10% off its recipe's estimate
 // (the data changed; at most once per two minimum-frame spans); 0 turns
 // both off but the first.

@@ -168,7 +168,8 @@ type Tuner struct {
 	peer     map[codec.StageID]bool
 	peerOK   map[string]bool
 	work     time.Duration // encode time of the frames sent
-	spent    time.Duration // time spent measuring samples
+	spent    time.Duration // time spent measuring samples but the first frame's of each class
+	boot     time.Duration // and those
 	paced    time.Duration // the frames' time: each its encoding or its time on the link, the longer
 	switches int
 	lastDec  Decision
@@ -287,7 +288,7 @@ func (t *Tuner) Probes() int {
 func (t *Tuner) Costs() (work, explore time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.work, t.spent
+	return t.work, t.spent + t.boot
 }
 
 // Choose implements codec.Policy.
@@ -318,12 +319,12 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 	key := stateKey{ri, c}
 	st := t.states[key]
 	var todo []candidate
-	var fresh bool
+	var fresh, boot bool
 	size := sampleSize
 	if st == nil {
 		st = &classState{fresh: true}
 		t.states[key] = st
-		todo, size = t.bootstrap(c, rs, &fi), bootstrapSize
+		todo, size, boot = t.bootstrap(c, rs, &fi), bootstrapSize, true
 	} else if st.drift && t.explore > 0 && (st.resampled == 0 || st.frames+1 >= st.resampled+uint64(resampleEvery*max(t.minFrames, 1))) {
 		// The data changed under the current recipe: what the others
 		// were measured on may be stale too (their ratios are replaced).
@@ -348,7 +349,14 @@ func (t *Tuner) Choose(fi codec.FrameInfo) *codec.Recipe {
 			spent += d
 		}
 		t.mu.Lock()
-		t.spent += spent
+		if boot {
+			// Outside the exploration's share (WithExplore): once per
+			// class, and a slow candidate's sample would otherwise hold
+			// the class's next explorations back for many frames.
+			t.boot += spent
+		} else {
+			t.spent += spent
+		}
 		for _, cd := range todo {
 			t.measured[profKey{c, cd.name}] = fi.Seq
 		}

@@ -209,32 +209,12 @@ func (m *fcm) decodeRank(out, src []byte) error {
 func (m *fcm) decodeRankAny(x, d *rcDecoder, out []byte) error {
 	f := m.f
 	n := len(out) / f.size
-	rng, code := x.rng, x.code
 	for i := range n {
-		t := &m.ro1[uint8(m.e1)]
-		node := uint32(1)
-		for range fcmRankBits {
-			c := &t[node&(1<<fcmRankBits-1)]
-			bound := (rng >> 16) * uint32(c.p)
-			bit := 1 ^ uint32((uint64(code)-uint64(bound))>>63)
-			mask := -bit
-			code -= bound & mask
-			rng = bound ^ (bound^(rng-bound))&mask
-			c.update(bit, fcmExpLimit)
-			node = node<<1 | bit
-			for rng < 1<<24 {
-				rng <<= 8
-				code = code<<8 | x.next()
-			}
-		}
-		r := node - 1<<fcmRankBits
 		var ex uint32
-		if r < fcmRankEsc {
+		if r := x.tree(m.ro1[uint8(m.e1)][:], fcmRankBits, fcmExpLimit); r < fcmRankEsc {
 			ex = uint32(m.order[r])
 		} else {
-			x.rng, x.code = rng, code
 			ex = x.tree(m.o0[:], f.eb, fcmExpLimit)
-			rng, code = x.rng, x.code
 			if m.rank[ex] < fcmRankEsc {
 				return fmt.Errorf("%w: floatrank: element %d of %d: an escape for an exponent of rank %d", codec.ErrCorrupt, i, n, m.rank[ex])
 			}
@@ -246,7 +226,6 @@ func (m *fcm) decodeRankAny(x, d *rcDecoder, out []byte) error {
 		}
 		f.store(out, i, v)
 	}
-	x.rng, x.code = rng, code
 	return nil
 }
 
@@ -258,37 +237,20 @@ func (m *fcm) decodeRank16(x, d *rcDecoder, lr *bitReader, out []byte) error {
 	rng, code := x.rng, x.code
 	var bit uint32
 	for i := 0; i+1 < len(out); i += 2 {
-		// The exponent's rank: 4 levels of a tree, unrolled.
+		// The exponent's rank: a tree of 4 levels.
 		t := &m.ro1[uint8(m.e1)]
-		c := &t[1]
-		bit, rng, code = rcBit(rng, code, uint32(c.p))
-		c.update(bit, fcmExpLimit)
-		node := 2 | bit
-		if rng < 1<<24 {
-			rng, code = x.normalize2(rng, code)
-		}
-		c = &t[node]
-		bit, rng, code = rcBit(rng, code, uint32(c.p))
-		c.update(bit, fcmExpLimit)
-		node = node<<1 | bit
-		if rng < 1<<24 {
-			rng, code = x.normalize2(rng, code)
-		}
-		c = &t[node&7]
-		bit, rng, code = rcBit(rng, code, uint32(c.p))
-		c.update(bit, fcmExpLimit)
-		node = node<<1 | bit
-		if rng < 1<<24 {
-			rng, code = x.normalize2(rng, code)
-		}
-		c = &t[node&15]
-		bit, rng, code = rcBit(rng, code, uint32(c.p))
-		c.update(bit, fcmExpLimit)
-		if rng < 1<<24 {
-			rng, code = x.normalize2(rng, code)
+		node := uint32(1)
+		for range fcmRankBits {
+			c := &t[node&(1<<fcmRankBits-1)]
+			bit, rng, code = rcBit(rng, code, uint32(c.p))
+			c.update(bit, fcmExpLimit)
+			node = node<<1 | bit
+			if rng < 1<<24 {
+				rng, code = x.normalize2(rng, code)
+			}
 		}
 		var ex uint32
-		if r := (node<<1 | bit) & 15; r < fcmRankEsc {
+		if r := node - 1<<fcmRankBits; r < fcmRankEsc {
 			ex = uint32(m.order[r])
 		} else {
 			x.rng, x.code = rng, code

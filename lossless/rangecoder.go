@@ -37,12 +37,7 @@ func (e *rcEncoder) shiftLow() {
 // encode codes bit (0 or 1) with p0, the probability of a 0 in 1/65536
 // (1..65535).
 func (e *rcEncoder) encode(p0 uint32, bit uint32) {
-	// Without a branch on the bit (it is as often as not unpredictable):
-	// a 0 keeps [low, low+bound), a 1 the rest.
-	bound := (e.rng >> 16) * p0
-	mask := -bit
-	e.low += uint64(bound & mask)
-	e.rng = bound ^ (bound^(e.rng-bound))&mask
+	e.rng, e.low = rcEncBit(e.rng, e.low, p0, bit)
 	if e.rng < 1<<24 {
 		e.normalize()
 	}
@@ -107,12 +102,9 @@ func (d *rcDecoder) next() uint32 {
 }
 
 func (d *rcDecoder) decode(p0 uint32) uint32 {
-	bound := (d.rng >> 16) * p0
-	bit := 1 ^ uint32((uint64(d.code)-uint64(bound))>>63) // code >= bound
-	mask := -bit
-	d.code -= bound & mask
-	d.rng = bound ^ (bound^(d.rng-bound))&mask
-	if d.rng < 1<<24 {
+	bit, rng, code := rcBit(d.rng, d.code, p0)
+	d.rng, d.code = rng, code
+	if rng < 1<<24 {
 		d.normalize()
 	}
 	return bit
@@ -156,18 +148,14 @@ func (d *rcDecoder) done() bool {
 func (d *rcDecoder) tree(t []fcmCounter, nb uint, limit uint16) uint32 {
 	rng, code := d.rng, d.code
 	node := uint32(1)
+	var bit uint32
 	for range nb {
 		c := &t[node]
-		bound := (rng >> 16) * uint32(c.p)
-		bit := 1 ^ uint32((uint64(code)-uint64(bound))>>63)
-		mask := -bit
-		code -= bound & mask
-		rng = bound ^ (bound^(rng-bound))&mask
+		bit, rng, code = rcBit(rng, code, uint32(c.p))
 		c.update(bit, limit)
 		node = node<<1 | bit
-		for rng < 1<<24 {
-			rng <<= 8
-			code = code<<8 | d.next()
+		if rng < 1<<24 {
+			rng, code = d.normalize2(rng, code)
 		}
 	}
 	d.rng, d.code = rng, code
@@ -182,16 +170,11 @@ func (e *rcEncoder) tree(t []fcmCounter, v uint32, nb uint, limit uint16) {
 	for i := int(nb) - 1; i >= 0; i-- {
 		b := v >> uint(i) & 1
 		c := &t[node]
-		bound := (rng >> 16) * uint32(c.p)
-		mask := -b
-		low += uint64(bound & mask)
-		rng = bound ^ (bound^(rng-bound))&mask
+		rng, low = rcEncBit(rng, low, uint32(c.p), b)
 		c.update(b, limit)
 		node = node<<1 | b
 		if rng < 1<<24 {
-			e.rng, e.low = rng, low
-			e.normalize()
-			rng, low = e.rng, e.low
+			rng, low = e.normalize2(rng, low)
 		}
 	}
 	e.rng, e.low = rng, low
@@ -201,6 +184,8 @@ func (e *rcEncoder) tree(t []fcmCounter, v uint32, nb uint, limit uint16) {
 // the caller: the bit coded with probability p0 and the new state, which
 // the caller normalizes.
 func rcBit(rng, code, p0 uint32) (bit, rng1, code1 uint32) {
+	// Without a branch on the bit (it is as often as not unpredictable):
+	// code < bound is a 0, which keeps [0, bound); a 1 the rest.
 	bound := (rng >> 16) * p0
 	bit = 1 ^ uint32((uint64(code)-uint64(bound))>>63)
 	mask := -bit
@@ -221,6 +206,7 @@ func (d *rcDecoder) normalize2(rng, code uint32) (uint32, uint32) {
 // the caller: bit coded with probability p0; the caller normalizes the new
 // state (normalize2).
 func rcEncBit(rng uint32, low uint64, p0, bit uint32) (uint32, uint64) {
+	// Without a branch on the bit: a 0 keeps [low, low+bound), a 1 the rest.
 	bound := (rng >> 16) * p0
 	mask := -bit
 	return bound ^ (bound^(rng-bound))&mask, low + uint64(bound&mask)
