@@ -32,7 +32,17 @@ import (
 	"github.com/tensorpress/tensorpress/testvectors"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks that no test leaves a goroutine behind, but one that
+// nats.go (v1.55.0) leaks itself: ObjectStore.Put publishes through a
+// JetStream context of its own, whose first async publish starts
+// resetPendingAcksOnReconnect, and Put's deferred cleanupReplySub sets the
+// status channel that goroutine is about to read to nil; when the cleanup
+// wins, the goroutine waits on the nil channel for good (1 fresh-clone
+// `make test` of 2 on 2026-11-28). Not ours to mend: each such Put costs a
+// goroutine in a long-running hub.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+}
 
 // natsServer is the Debian nats-server binary the cluster tests run.
 const natsServer = "/usr/sbin/nats-server"
