@@ -247,7 +247,7 @@ type fcm struct {
 	cnt         [256]uint8 // counts since the last halving
 	order, rank [256]uint8 // exponent by rank, rank by exponent
 	ro1         [256][1 << fcmRankBits]fcmCounter
-	rawLow      bool   // low mantissa bits as they are (floatrank's 2-byte floats)
+	rawLow      bool   // floatrank's 2-byte floats: encodeRest16, decodeRest16
 	xbuf, rbuf  []byte // the encoder's range-coded streams
 	lbuf        []byte // and its low mantissa bits
 }
@@ -393,9 +393,6 @@ func (m *fcm) encodeRest(e *rcEncoder, v uint32) {
 	if m.low == 0 {
 		return
 	}
-	if m.rawLow {
-		return // the caller's
-	}
 	low := mant & (1<<m.low - 1)
 	tz := uint32(m.low)
 	if low != 0 {
@@ -457,9 +454,6 @@ func (m *fcm) decodeRest(d *rcDecoder, ex uint32) (v uint32, ok bool) {
 	mant := d.tree(t, m.top, fcmBitLimit) << m.low
 	if m.low == 0 {
 		return head | mant, true
-	}
-	if m.rawLow {
-		return head | mant, true // the caller adds the low bits
 	}
 	tz := uint32(m.low)
 	for j := uint32(0); j < uint32(m.low); j++ {
