@@ -9,15 +9,16 @@ import (
 )
 
 // The floatrank stage codes the same segments as floatcm with a lighter
-// model, a few times as fast for a few tenths of a percent of the size on
-// weights (docs/BENCHMARKS.md, "Float context model"):
+// model: on real weights 0.2-0.5% larger, at 1.4-5.6 times floatcm's speed
+// (docs/BENCHMARKS.md, "floatrank"):
 //
-//   - the exponent by its rank among the segment's exponents so far (the
-//     most frequent first), in unary under the exponent before, up to 8;
-//     past that, an escape and the exponent itself as a binary tree;
+//   - the exponent by its rank among the segment's exponents (by count,
+//     the counts halving when one reaches 64), as a binary tree of 4 levels
+//     under the exponent before; rank 15 escapes to the exponent itself;
 //   - the sign and the mantissa's top bits as floatcm codes them, the
 //     rest of a float16's or bfloat16's mantissa as it is (their low bits
-//     are near uniform in weights), a float32's as floatcm codes it;
+//     are near uniform in weights), packed apart from the range coder; a
+//     float32's as floatcm codes it;
 //   - the exponents in one range-coded stream, the rest in another, so
 //     that the decoder's two chains of steps overlap.
 //
@@ -29,7 +30,7 @@ var floatrankStage = &codec.Stage{
 	Kind:       codec.Coder,
 	SlowDecode: true,
 	Reads:      "a segment of float32, bfloat16 or float16 elements",
-	Writes:     "two range-coded streams: exponents by rank under the exponent before; signs and mantissas",
+	Writes:     "two range-coded streams, exponents by rank under the exponent before and signs and mantissas, then float16's and bfloat16's low mantissa bits packed",
 	Doc:        "floats through a light context model and a range coder: near floatcm's ratio, tens of MB/s",
 	New: func(args []codec.Arg) (codec.Op, error) {
 		if len(args) != 0 {
