@@ -59,8 +59,8 @@ class Limits:
     max_tensors: int = 0
     max_name: int = 0
     max_tags: int = 0
-    #: bytes of a frame decoded through stages that decode at some MB/s
-    #: (floatcm); default 64 MiB
+    #: bytes of a frame decoded through stages that decode at some or tens
+    #: of MB/s (floatcm, floatrank); default 64 MiB
     max_slow_decoded: int = 0
 
     def _struct(self) -> tp_limits:

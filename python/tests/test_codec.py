@@ -257,6 +257,20 @@ def test_floatcm_and_its_limit() -> None:
         tp.decode(f, limits=tp.Limits(max_slow_decoded=w.nbytes - 4))
 
 
+def test_floatrank() -> None:
+    """floatrank codes float32 and float16 weights losslessly, near floatcm's
+    size; max_slow_decoded bounds it too."""
+    rng = np.random.default_rng(2)
+    for dt in (np.float32, np.float16):
+        w = (rng.standard_normal(8192) * 0.02).astype(dt)
+        f = tp.encode(w, recipe="floatrank")
+        assert len(f) < w.nbytes
+        assert len(f) <= len(tp.encode(w, recipe="floatcm")) * 1.02
+        np.testing.assert_array_equal(tp.decode(f), w)
+        with pytest.raises(tp.LimitError):
+            tp.decode(f, limits=tp.Limits(max_slow_decoded=w.nbytes - 2))
+
+
 def test_profile() -> None:
     names = tp.Profile.builtins()
     assert names
