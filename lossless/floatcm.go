@@ -130,7 +130,7 @@ func (o floatcmOp) Encode(ctx *codec.Ctx, in codec.Segment) ([]codec.Segment, er
 func (o floatcmOp) Decode(_ *codec.Ctx, dst []byte, parts []codec.Segment, in codec.SegInfo) ([]byte, error) {
 	f, ok := floatFieldsOf(in.Elem)
 	if len(parts) != 1 || !ok || in.Len < 0 || in.Len%f.size != 0 {
-		return nil, fmt.Errorf("%w: floatcm: want 1 segment and whole float elements", codec.ErrCorrupt)
+		return nil, fmt.Errorf("%w: %v: want 1 segment and whole float elements", codec.ErrCorrupt, o)
 	}
 	src := parts[0].Data
 	m := getFCM(f, o.model)

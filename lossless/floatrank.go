@@ -94,28 +94,13 @@ func (m *fcm) appendRank(a *codec.Arena, info codec.SegInfo, src []byte) []codec
 	x.reset(m.xbuf[:0])
 	e.reset(m.rbuf[:0])
 	w := bitWriter{out: m.lbuf[:0]}
-	// The exponents' coder in registers: its steps are most of the work.
-	rng, low := x.rng, x.low
 	for i := range len(src) / f.size {
 		v := f.load(src, i)
 		ex := v >> f.mb & (1<<f.eb - 1)
-		t := &m.ro1[uint8(m.e1)]
 		r := min(uint32(m.rank[ex]), fcmRankEsc)
-		node := uint32(1)
-		for k := fcmRankBits - 1; k >= 0; k-- {
-			b := r >> uint(k) & 1
-			c := &t[node&(1<<fcmRankBits-1)]
-			rng, low = rcEncBit(rng, low, uint32(c.p), b)
-			c.update(b, fcmExpLimit)
-			node = node<<1 | b
-			if rng < 1<<24 {
-				rng, low = x.normalize2(rng, low)
-			}
-		}
+		x.tree(m.ro1[uint8(m.e1)][:], r, fcmRankBits, fcmExpLimit)
 		if r == fcmRankEsc {
-			x.rng, x.low = rng, low
 			x.tree(m.o0[:], ex, f.eb, fcmExpLimit)
-			rng, low = x.rng, x.low
 		}
 		m.promote(ex)
 		if m.rawLow {
@@ -124,7 +109,6 @@ func (m *fcm) appendRank(a *codec.Arena, info codec.SegInfo, src []byte) []codec
 			m.encodeRest(&e, v)
 		}
 	}
-	x.rng, x.low = rng, low
 	xs, rest, lows := x.finish(), e.finish(), w.finish()
 	m.xbuf, m.rbuf, m.lbuf = xs[:0], rest[:0], lows[:0]
 	data := a.Alloc(2*binary.MaxVarintLen64 + len(xs) + len(rest) + len(lows))[:0]
@@ -193,23 +177,6 @@ func (m *fcm) decodeRank(out, src []byte) error {
 		return fmt.Errorf("%w: floatrank: streams of %d and %d bytes do not start as the range coder's", codec.ErrCorrupt, lens[0], lens[1])
 	}
 	lr := bitReader{src: src[lens[0]+lens[1]:]}
-	if m.rawLow {
-		if err := m.decodeRank16(&x, &d, &lr, out[:2*n]); err != nil {
-			return err
-		}
-	} else if err := m.decodeRankAny(&x, &d, out[:n*f.size]); err != nil {
-		return err
-	}
-	if !x.done() || !d.done() || !lr.done() {
-		return fmt.Errorf("%w: floatrank: the streams do not end after %d elements", codec.ErrCorrupt, n)
-	}
-	return nil
-}
-
-// decodeRankAny decodes whole elements of any float type into out.
-func (m *fcm) decodeRankAny(x, d *rcDecoder, out []byte) error {
-	f := m.f
-	n := len(out) / f.size
 	for i := range n {
 		var ex uint32
 		if r := x.tree(m.ro1[uint8(m.e1)][:], fcmRankBits, fcmExpLimit); r < fcmRankEsc {
@@ -221,54 +188,21 @@ func (m *fcm) decodeRankAny(x, d *rcDecoder, out []byte) error {
 			}
 		}
 		m.promote(ex)
-		v, ok := m.decodeRest(d, ex)
+		var v uint32
+		var ok bool
+		if m.rawLow {
+			v, ok = m.decodeRest16(&d, &lr, ex)
+		} else {
+			v, ok = m.decodeRest(&d, ex)
+		}
 		if !ok || x.overrun || d.overrun {
 			return fmt.Errorf("%w: floatrank: the streams end or go out of range at element %d of %d", codec.ErrCorrupt, i, n)
 		}
 		f.store(out, i, v)
 	}
-	return nil
-}
-
-// decodeRank16 decodes float16 or bfloat16 elements into out: what
-// decodeRankAny and decodeRest do for them, with the exponents' decoder's
-// state in registers (decodeRest16 holds the other's), the low bits from
-// lr.
-func (m *fcm) decodeRank16(x, d *rcDecoder, lr *bitReader, out []byte) error {
-	rng, code := x.rng, x.code
-	var bit uint32
-	for i := 0; i+1 < len(out); i += 2 {
-		// The exponent's rank: a tree of 4 levels.
-		t := &m.ro1[uint8(m.e1)]
-		node := uint32(1)
-		for range fcmRankBits {
-			c := &t[node&(1<<fcmRankBits-1)]
-			bit, rng, code = rcBit(rng, code, uint32(c.p))
-			c.update(bit, fcmExpLimit)
-			node = node<<1 | bit
-			if rng < 1<<24 {
-				rng, code = x.normalize2(rng, code)
-			}
-		}
-		var ex uint32
-		if r := node - 1<<fcmRankBits; r < fcmRankEsc {
-			ex = uint32(m.order[r])
-		} else {
-			x.rng, x.code = rng, code
-			ex = x.tree(m.o0[:], m.f.eb, fcmExpLimit)
-			rng, code = x.rng, x.code
-			if m.rank[ex] < fcmRankEsc {
-				return fmt.Errorf("%w: floatrank: element %d of %d: an escape for an exponent of rank %d", codec.ErrCorrupt, i/2, len(out)/2, m.rank[ex])
-			}
-		}
-		m.promote(ex)
-		v, ok := m.decodeRest16(d, lr, ex)
-		if !ok || x.overrun || d.overrun {
-			return fmt.Errorf("%w: floatrank: the streams end at element %d of %d", codec.ErrCorrupt, i/2, len(out)/2)
-		}
-		binary.LittleEndian.PutUint16(out[i:], uint16(v))
+	if !x.done() || !d.done() || !lr.done() {
+		return fmt.Errorf("%w: floatrank: the streams do not end after %d elements", codec.ErrCorrupt, n)
 	}
-	x.rng, x.code = rng, code
 	return nil
 }
 
