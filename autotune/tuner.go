@@ -26,7 +26,7 @@ import (
 // gain most), for bfloat16 also two exponents to a Huffman symbol
 // (huff0p: 0.2% larger on real weights, decodes 1.3-1.5x as fast; docs/
 // BENCHMARKS.md); for floats of any width, floatrank's context model
-// (0.6-1.8% smaller than those on real weights, at tens of MB/s: chosen
+// (0.6-2.9% smaller than those on real weights, at tens of MB/s: chosen
 // where the link is slower than that). A recipe that starts with a shuffle of a fixed width is
 // weighed only on data of that element width; one that starts with width,
 // only on mostly-zero bytes.
