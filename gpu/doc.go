@@ -15,11 +15,15 @@
 // generate and embedded) compute what the CPU code computes, bit for bit:
 // fp16 and bf16 conversion (F16, BF16: internal/float16), blockwise int8,
 // nf4 and fp4 (Int8Blocks, Q4Blocks: the lossy stages' codes and scales),
-// exact top-k by
-// magnitude with ties to the lower index (Selector.Exact: topk.Exact, a
-// radix selection in three histogram passes and an ordered compaction),
-// DGC's sampled threshold and its adaptations (Selector.Sampled:
-// topk.Sampled), error-feedback compensation and DGC's momentum
+// exact top-k by magnitude with ties to the lower index (Selector.Exact:
+// topk.Exact; a histogram of the magnitudes' top 11 bits, then, where the
+// bin of the cut and those above it hold few elements, those compacted in
+// order and the selection made among them: three passes over the input;
+// otherwise two more histogram passes and an ordered compaction), DGC's
+// sampled threshold and its adaptations (Selector.Sampled: topk.Sampled;
+// the count at a threshold places the elements for the compaction that
+// follows it: two passes over the input where no adaptation is needed),
+// error-feedback compensation and DGC's momentum
 // correction (AddF32, DGCCompensate). Integer work is the CPU's integer
 // work, and float32 products and sums are rounded one by one (no FMA), as
 // the Go code rounds them; NaN results may differ in their payload (a GPU

@@ -102,12 +102,12 @@ var fakeKernels = map[string]func(k *fakeLaunch) bool{
 	},
 	"tp_topk_find": func(k *fakeLaunch) bool {
 		nbins, bits := k.u32(1), k.u32(2)
-		hist, st := k.mem(0, 4*uint64(nbins)), k.mem(3, 8)
+		hist, st := k.mem(0, 4*uint64(nbins)), k.mem(3, 12)
 		if hist == nil || st == nil {
 			return false
 		}
-		need := binary.LittleEndian.Uint32(st)
-		b := nbins
+		need0 := binary.LittleEndian.Uint32(st)
+		need, b := need0, nbins
 		for b > 0 {
 			b--
 			c := binary.LittleEndian.Uint32(hist[4*b:])
@@ -118,6 +118,16 @@ var fakeKernels = map[string]func(k *fakeLaunch) bool{
 		}
 		binary.LittleEndian.PutUint32(st, need)
 		binary.LittleEndian.PutUint32(st[4:], binary.LittleEndian.Uint32(st[4:])<<bits|b)
+		binary.LittleEndian.PutUint32(st[8:], need0-need+binary.LittleEndian.Uint32(hist[4*b:]))
+		return true
+	},
+	"tp_topk_state": func(k *fakeLaunch) bool {
+		st := k.mem(0, 8)
+		if st == nil {
+			return false
+		}
+		binary.LittleEndian.PutUint32(st, k.u32(1))
+		binary.LittleEndian.PutUint32(st[4:], k.u32(2))
 		return true
 	},
 	"tp_topk_count": func(k *fakeLaunch) bool {
@@ -267,21 +277,6 @@ var fakeKernels = map[string]func(k *fakeLaunch) bool{
 			}
 			binary.LittleEndian.PutUint32(smp[4*j:], binary.LittleEndian.Uint32(v)&0x7fffffff)
 		}
-		return true
-	},
-	"tp_count_ge": func(k *fakeLaunch) bool {
-		n, t := k.u64(1), k.u32(2)
-		x, count := k.mem(0, 4*n), k.mem(3, 4)
-		if x == nil || count == nil {
-			return false
-		}
-		c := binary.LittleEndian.Uint32(count)
-		for i := range n {
-			if binary.LittleEndian.Uint32(x[4*i:])&0x7fffffff >= t {
-				c++
-			}
-		}
-		binary.LittleEndian.PutUint32(count, c)
 		return true
 	},
 }
@@ -476,7 +471,7 @@ func (k *fakeLaunch) at(i int, off, n uint64) []byte {
 var fakeKernelParams = map[string]int{
 	"tp_f32_to_f16": 3, "tp_f32_to_bf16": 3, "tp_int8_blocks": 6, "tp_zero": 2, "tp_topk_hist": 7,
 	"tp_topk_find": 4, "tp_topk_count": 4, "tp_topk_offsets": 4, "tp_topk_compact": 6, "tp_add_f32": 4,
-	"tp_scatter_zero": 3, "tp_dgc_compensate": 8, "tp_gather": 5, "tp_count_ge": 4,
+	"tp_scatter_zero": 3, "tp_dgc_compensate": 8, "tp_gather": 5, "tp_topk_state": 3,
 	"tp_take": 4, "tp_put": 4, "tp_nan_zero": 2, "tp_sumsq_blocks": 4,
 	"tp_pack_sizes": 3, "tp_scan": 3, "tp_pack": 4, "tp_q4_blocks": 7,
 }

@@ -213,13 +213,36 @@ func TestEmulatedTopK(t *testing.T) {
 			if k < 1 {
 				continue
 			}
-			got := run(t, exe, "topk", []uint64{uint64(n), uint64(k)}, u32bytes(x))
 			want := topk.Exact(nil, xs, k, nil)
-			for j, w := range want {
-				gi := binary.LittleEndian.Uint32(got[4*j:])
-				gv := binary.LittleEndian.Uint32(got[4*(k+j):])
-				if gi != w || gv != x[w] {
-					t.Fatalf("n=%d k=%d: element %d: got index %d (%#08x), want %d (%#08x)", n, k, j, gi, gv, w, x[w])
+			// Five passes, then among the first pass's candidates.
+			for _, op := range []string{"topk", "topc"} {
+				got := run(t, exe, op, []uint64{uint64(n), uint64(k)}, u32bytes(x))
+				for j, w := range want {
+					gi := binary.LittleEndian.Uint32(got[4*j:])
+					gv := binary.LittleEndian.Uint32(got[4*(k+j):])
+					if gi != w || gv != x[w] {
+						t.Fatalf("%s n=%d k=%d: element %d: got index %d (%#08x), want %d (%#08x)", op, n, k, j, gi, gv, w, x[w])
+					}
+				}
+				if op != "topk" {
+					continue
+				}
+				// The first pass's state: the bin of the k-th largest
+				// magnitude's top 11 bits, the elements still to take in
+				// it, the elements in it and above.
+				st := got[8*k:]
+				need, bin, ge := binary.LittleEndian.Uint32(st), binary.LittleEndian.Uint32(st[4:]), binary.LittleEndian.Uint32(st[8:])
+				var above, in uint32
+				for _, v := range x {
+					switch b := v & 0x7fffffff >> 20; {
+					case b > bin:
+						above++
+					case b == bin:
+						in++
+					}
+				}
+				if above >= uint32(k) || above+in < uint32(k) || need != uint32(k)-above || ge != above+in {
+					t.Fatalf("n=%d k=%d: first pass: bin %d, need %d, at or above %d; counted %d above, %d in it", n, k, bin, need, ge, above, in)
 				}
 			}
 		}
@@ -262,7 +285,7 @@ func TestPTXUpToDate(t *testing.T) {
 	}
 	for _, name := range []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
 		"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero",
-		"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks", "tp_pack_sizes", "tp_scan", "tp_pack", "tp_q4_blocks"} {
+		"tp_dgc_compensate", "tp_gather", "tp_topk_state", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks", "tp_pack_sizes", "tp_scan", "tp_pack", "tp_q4_blocks"} {
 		if !bytes.Contains(kernelsPTX, []byte(".visible .entry "+name+"(")) {
 			t.Errorf("the PTX has no kernel %s", name)
 		}
@@ -369,9 +392,22 @@ func TestEmulatedSampleAndCount(t *testing.T) {
 				want++
 			}
 		}
-		got := run(t, exe, "cnge", []uint64{uint64(n), uint64(th)}, u32bytes(x))
-		if g := binary.LittleEndian.Uint32(got); int(g) != want {
-			t.Fatalf("count >= %#08x: %d, want %d", th, g, want)
+		// Selector.countAtOrAbove's total from the last tile, then the
+		// compaction it placed: every index at or above, ascending.
+		got := run(t, exe, "cnta", []uint64{uint64(n), uint64(th)}, u32bytes(x))
+		c := int(binary.LittleEndian.Uint32(got))
+		if c != want || len(got) != 4+8*c {
+			t.Fatalf("count >= %#08x: %d (%d bytes), want %d", th, c, len(got), want)
+		}
+		j := 0
+		for i, v := range x {
+			if v&0x7fffffff < th {
+				continue
+			}
+			if gi, gv := binary.LittleEndian.Uint32(got[4+4*j:]), binary.LittleEndian.Uint32(got[4+4*(c+j):]); gi != uint32(i) || gv != v {
+				t.Fatalf(">= %#08x: element %d: index %d (%#08x), want %d (%#08x)", th, j, gi, gv, i, v)
+			}
+			j++
 		}
 	}
 }

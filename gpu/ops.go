@@ -48,7 +48,7 @@ func (d *Device) kernel(name string) (*Function, error) {
 // kernelNames are the kernels of kernels.ptx.
 var kernelNames = []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
 	"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero",
-	"tp_dgc_compensate", "tp_gather", "tp_count_ge", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks", "tp_pack_sizes", "tp_scan", "tp_pack", "tp_q4_blocks"}
+	"tp_dgc_compensate", "tp_gather", "tp_topk_state", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks", "tp_pack_sizes", "tp_scan", "tp_pack", "tp_q4_blocks"}
 
 const threads = 256 // TP_BLOCK_THREADS
 
@@ -150,12 +150,12 @@ func (d *Device) Q4Blocks(q, scale, x Ptr, n, bsize int, fp4 bool, bad Ptr, s *S
 // to the largest input and is freed by Close. Not safe for concurrent use.
 type Selector struct {
 	d        *Device
-	st, hist Ptr // 2 u32 of state; TP_HIST_MAX u32
+	st, hist Ptr // 3 u32 of state (tp_topk_*); TP_HIST_MAX u32
 	cnt, off Ptr // 2 u32 a tile
 	tiles    int
-	cand     Ptr // Sampled's candidates: candN u32 indices, then candN float32
+	cand     Ptr // candidates: candN u32 indices, then candN float32
 	candN    int
-	host     []byte // pinned: 4 bytes read back
+	host     []byte // pinned: the state (12 bytes), then a tile's offsets and counts (16) read back
 }
 
 const tile = 16 * threads // TP_TILE_ROUNDS x blockDim
@@ -164,9 +164,9 @@ const tile = 16 * threads // TP_TILE_ROUNDS x blockDim
 func (d *Device) NewSelector() (*Selector, error) {
 	s := &Selector{d: d}
 	var err error
-	if s.st, err = d.Alloc(8); err == nil {
+	if s.st, err = d.Alloc(12); err == nil {
 		if s.hist, err = d.Alloc(4 * 2048); err == nil {
-			s.host, err = d.AllocHost(8)
+			s.host, err = d.AllocHost(32)
 		}
 	}
 	if err != nil {
@@ -216,15 +216,59 @@ func (s *Selector) tilesFor(n int) error {
 	return nil
 }
 
-// setState writes st[0] = need and st[1] = prefix.
-func (s *Selector) setState(need, prefix uint32, st *Stream) error {
-	b := s.host[:8]
-	putU32(b, need)
-	putU32(b[4:], prefix)
-	if err := s.d.CopyHtoDAsync(s.st, b, st); err != nil {
+// candFor makes room for n candidates.
+func (s *Selector) candFor(n int) error {
+	if n <= s.candN {
+		return nil
+	}
+	if s.cand != 0 {
+		if err := s.d.Free(s.cand); err != nil {
+			return err
+		}
+		s.cand, s.candN = 0, 0
+	}
+	p, err := s.d.Alloc(8 * n)
+	if err != nil {
 		return err
 	}
-	return syncStream(s.d, st)
+	s.cand, s.candN = p, n
+	return nil
+}
+
+// setState sets st[0] = need and st[1] = prefix in stream order.
+func (s *Selector) setState(need, prefix uint32, st *Stream) error {
+	return s.d.launch("tp_topk_state", 1, st, s.st, need, prefix)
+}
+
+// readState waits for the stream and returns the state: the elements
+// still to take at the cut, the prefix, and the elements at or above the
+// last pass's bin.
+func (s *Selector) readState(st *Stream) (need, prefix, ge uint32, err error) {
+	b := s.host[:12]
+	if err := s.d.CopyDtoHAsync(b, s.st, st); err != nil {
+		return 0, 0, 0, err
+	}
+	if err := syncStream(s.d, st); err != nil {
+		return 0, 0, 0, err
+	}
+	return getU32(b), getU32(b[4:]), getU32(b[8:]), nil
+}
+
+// A radix pass of the selection: a histogram of nbins bins of the
+// magnitudes' bits from shift up, among those whose bits from pshift up
+// are the prefix found so far; the bin of the cut appends bits to it.
+type radixPass struct{ nbins, shift, pshift, bits uint32 }
+
+var radixPasses = [3]radixPass{{2048, 20, 31, 11}, {2048, 9, 20, 11}, {512, 0, 9, 9}}
+
+func (s *Selector) radix(x Ptr, n int, p radixPass, st *Stream) error {
+	if err := s.d.launch("tp_zero", 8, st, s.hist, uint64(2048)); err != nil {
+		return err
+	}
+	if err := s.d.launch("tp_topk_hist", grid(n), st, x, uint64(n), s.hist, p.nbins, p.shift, p.pshift, s.st); err != nil {
+		return err
+	}
+	return s.d.launch("tp_topk_find", 1, st, s.hist, p.nbins, p.bits, s.st)
 }
 
 // kth runs the radix selection of the need-th largest magnitude of x (n
@@ -234,35 +278,66 @@ func (s *Selector) kth(x Ptr, n, need int, st *Stream) error {
 	if err := s.setState(uint32(need), 0, st); err != nil {
 		return err
 	}
-	for _, p := range [3]struct{ nbins, shift, pshift, bits uint32 }{{2048, 20, 31, 11}, {2048, 9, 20, 11}, {512, 0, 9, 9}} {
-		if err := s.d.launch("tp_zero", 8, st, s.hist, uint64(2048)); err != nil {
-			return err
-		}
-		if err := s.d.launch("tp_topk_hist", grid(n), st, x, uint64(n), s.hist, p.nbins, p.shift, p.pshift, s.st); err != nil {
-			return err
-		}
-		if err := s.d.launch("tp_topk_find", 1, st, s.hist, p.nbins, p.bits, s.st); err != nil {
+	for _, p := range radixPasses {
+		if err := s.radix(x, n, p, st); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// compact writes the indices of the magnitudes of x above st[1], and the
-// first st[0] equal to it, ascending, to idx, and their elements to val.
-func (s *Selector) compact(idx, val, x Ptr, n int, st *Stream) error {
+// count counts, tile by tile, the magnitudes of x above st[1] and equal
+// to it, and places each tile's selection in the output (offsets).
+func (s *Selector) count(x Ptr, n int, st *Stream) error {
 	if err := s.tilesFor(n); err != nil {
 		return err
 	}
 	t := (n + tile - 1) / tile
-	blocks := uint32(min(t, 132*16))
-	if err := s.d.launch("tp_topk_count", blocks, st, x, uint64(n), s.st, s.cnt); err != nil {
+	if err := s.d.launch("tp_topk_count", uint32(min(t, 132*16)), st, x, uint64(n), s.st, s.cnt); err != nil {
 		return err
 	}
-	if err := s.d.launch("tp_topk_offsets", 1, st, s.cnt, uint64(t), s.st, s.off); err != nil {
+	return s.d.launch("tp_topk_offsets", 1, st, s.cnt, uint64(t), s.st, s.off)
+}
+
+// compactCounted writes the selection that count placed: the indices of
+// the magnitudes of x above st[1], and the first st[0] equal to it,
+// ascending, to idx, and their elements to val.
+func (s *Selector) compactCounted(idx, val, x Ptr, n int, st *Stream) error {
+	t := (n + tile - 1) / tile
+	return s.d.launch("tp_topk_compact", uint32(min(t, 132*16)), st, x, uint64(n), s.st, s.off, idx, val)
+}
+
+// compact is count, then compactCounted: two passes over x.
+func (s *Selector) compact(idx, val, x Ptr, n int, st *Stream) error {
+	if err := s.count(x, n, st); err != nil {
 		return err
 	}
-	return s.d.launch("tp_topk_compact", blocks, st, x, uint64(n), s.st, s.off, idx, val)
+	return s.compactCounted(idx, val, x, n, st)
+}
+
+// countAtOrAbove sets the state to take every magnitude of x at or above
+// t, counts them (count: a compactCounted may follow) and returns how
+// many there are.
+func (s *Selector) countAtOrAbove(x Ptr, n int, t uint32, st *Stream) (int, error) {
+	if err := s.setState(math.MaxUint32, t, st); err != nil {
+		return 0, err
+	}
+	if err := s.count(x, n, st); err != nil {
+		return 0, err
+	}
+	// The last tile's offset (every tie is taken) and its counts.
+	last := Ptr(8 * ((n+tile-1)/tile - 1))
+	b := s.host[16:32]
+	if err := s.d.CopyDtoHAsync(b[:8], s.off+last, st); err != nil {
+		return 0, err
+	}
+	if err := s.d.CopyDtoHAsync(b[8:], s.cnt+last, st); err != nil {
+		return 0, err
+	}
+	if err := syncStream(s.d, st); err != nil {
+		return 0, err
+	}
+	return int(getU32(b)) + int(getU32(b[8:])) + int(getU32(b[12:])), nil
 }
 
 // Exact writes to idx and val (k uint32 and k float32 of device memory)
@@ -276,14 +351,69 @@ func (s *Selector) Exact(idx, val, x Ptr, n, k int, st *Stream) error {
 	if err := aligned("Exact", 4, idx, val, x); err != nil {
 		return err
 	}
-	k = min(k, n)
+	return s.exact(idx, val, x, n, min(k, n), true, st)
+}
+
+// candidatesMax is the most candidates exact compacts to select among
+// for a selection of k: 8 bytes of scratch each.
+func candidatesMax(k int) int { return max(4*k, 1<<16) }
+
+// exact is Exact. With among, where the first radix pass leaves at most
+// candidatesMax(k) and fewer than half of the elements at or above its
+// bin (one read of the state back), those are compacted and the k chosen
+// among them: three passes over x (a histogram, the count, the
+// compaction) instead of five (three histograms, the count, the
+// compaction).
+func (s *Selector) exact(idx, val, x Ptr, n, k int, among bool, st *Stream) error {
 	if k == 0 {
 		return nil
 	}
-	if err := s.kth(x, n, k, st); err != nil {
+	if err := s.setState(uint32(k), 0, st); err != nil {
 		return err
 	}
+	if err := s.radix(x, n, radixPasses[0], st); err != nil {
+		return err
+	}
+	if among {
+		_, prefix, ge, err := s.readState(st)
+		if err != nil {
+			return err
+		}
+		if c := int(ge); c <= candidatesMax(k) && c < n/2 {
+			if err := s.setState(math.MaxUint32, prefix<<radixPasses[0].shift, st); err != nil {
+				return err
+			}
+			if err := s.count(x, n, st); err != nil {
+				return err
+			}
+			return s.exactAmong(idx, val, x, n, k, c, st)
+		}
+	}
+	for _, p := range radixPasses[1:] {
+		if err := s.radix(x, n, p, st); err != nil {
+			return err
+		}
+	}
 	return s.compact(idx, val, x, n, st)
+}
+
+// exactAmong is Exact for x when count > k of its magnitudes are at or
+// above a threshold and count has placed them (the state takes them
+// all): those are compacted (indices ascending), the k largest chosen
+// among them (ties to the lower position, so to the lower index), and
+// their positions mapped back to indices of x.
+func (s *Selector) exactAmong(idx, val, x Ptr, n, k, count int, st *Stream) error {
+	if err := s.candFor(count); err != nil {
+		return err
+	}
+	cidx, cval := s.cand, s.cand+Ptr(4*s.candN)
+	if err := s.compactCounted(cidx, cval, x, n, st); err != nil {
+		return err
+	}
+	if err := s.exact(idx, val, cval, count, k, false, st); err != nil {
+		return err
+	}
+	return s.d.Take(idx, cidx, idx, k, st) // each thread reads its idx[j], then writes it
 }
 
 // Sampled writes to idx and val the selection of topk.Sampled with the
@@ -300,7 +430,7 @@ func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, sm
 		return 0, nil
 	}
 	ratio, upper, lower, iters := opt.Resolved()
-	exact := func() (int, error) { return k, s.Exact(idx, val, x, n, k, st) }
+	exact := func() (int, error) { return k, s.exact(idx, val, x, n, k, true, st) }
 	if k == n {
 		return exact() // every element: Exact gives them all, in order
 	}
@@ -316,12 +446,12 @@ func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, sm
 	if err := s.kth(smp, int(num), int(ks), st); err != nil {
 		return 0, err
 	}
-	t0, _, err := s.readState(st)
+	_, t0, _, err := s.readState(st)
 	if err != nil {
 		return 0, err
 	}
 	thr := math.Float32frombits(t0)
-	count, err := s.countGE(x, n, t0, st)
+	count, err := s.countAtOrAbove(x, n, t0, st)
 	if err != nil {
 		return 0, err
 	}
@@ -331,79 +461,21 @@ func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, sm
 			break
 		}
 		thr = next
-		if count, err = s.countGE(x, n, math.Float32bits(thr)&^(1<<31), st); err != nil {
+		if count, err = s.countAtOrAbove(x, n, math.Float32bits(thr)&^(1<<31), st); err != nil {
 			return 0, err
 		}
 	}
-	if count > 4*k {
+	switch {
+	case count > 4*k:
 		return exact() // the k largest of those at or above thr are the k largest of x
-	}
-	if count > k {
+	case count > k:
 		// The k largest of x are the k largest of the count at or above
-		// thr, which are few (scratch of 8 bytes each, at most 4k):
-		// selected among them, not over x again.
-		return k, s.exactAmong(idx, val, x, n, k, count, math.Float32bits(thr)&^(1<<31), st)
+		// thr, which are few (scratch of 8 bytes each, at most 4k) and
+		// counted: selected among them, one more pass over x.
+		return k, s.exactAmong(idx, val, x, n, k, count, st)
 	}
-	// Every magnitude at or above thr: ties all taken.
-	if err := s.setState(math.MaxUint32, math.Float32bits(thr)&^(1<<31), st); err != nil {
-		return 0, err
-	}
-	return count, s.compact(idx, val, x, n, st)
-}
-
-// exactAmong is Exact for x when count > k of its magnitudes are at or
-// above t: those are compacted (indices ascending), the k largest chosen
-// among them (ties to the lower position, so to the lower index), and
-// their positions mapped back to indices of x: the same selection as
-// Exact over x, for two passes over x (count, compaction) instead of five.
-func (s *Selector) exactAmong(idx, val, x Ptr, n, k, count int, t uint32, st *Stream) error {
-	if count > s.candN {
-		if s.cand != 0 {
-			if err := s.d.Free(s.cand); err != nil {
-				return err
-			}
-			s.cand, s.candN = 0, 0
-		}
-		p, err := s.d.Alloc(8 * count)
-		if err != nil {
-			return err
-		}
-		s.cand, s.candN = p, count
-	}
-	cidx, cval := s.cand, s.cand+Ptr(4*s.candN)
-	if err := s.setState(math.MaxUint32, t, st); err != nil {
-		return err
-	}
-	if err := s.compact(cidx, cval, x, n, st); err != nil {
-		return err
-	}
-	if err := s.Exact(idx, val, cval, count, k, st); err != nil {
-		return err
-	}
-	return s.d.Take(idx, cidx, idx, k, st) // each thread reads its idx[j], then writes it
-}
-
-func (s *Selector) readState(st *Stream) (uint32, uint32, error) {
-	b := s.host[:8]
-	if err := s.d.CopyDtoHAsync(b, s.st, st); err != nil {
-		return 0, 0, err
-	}
-	if err := syncStream(s.d, st); err != nil {
-		return 0, 0, err
-	}
-	return getU32(b[4:]), getU32(b), nil
-}
-
-// countGE counts the magnitudes of x at or above t.
-func (s *Selector) countGE(x Ptr, n int, t uint32, st *Stream) (int, error) {
-	if err := s.setState(0, 0, st); err != nil {
-		return 0, err
-	}
-	if err := s.d.launch("tp_count_ge", grid(n), st, x, uint64(n), t, s.st); err != nil {
-		return 0, err
-	}
-	_, c, err := s.readState(st)
-	return int(c), err
+	// Every magnitude at or above thr, counted: ties all taken.
+	return count, s.compactCounted(idx, val, x, n, st)
 }
 
 // DGCCompensate is gradient.DGC.Compensate on the device: u (momentum,

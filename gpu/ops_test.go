@@ -378,7 +378,28 @@ func BenchmarkGPU(b *testing.B) {
 		b.Run(fmt.Sprintf("topk-%g", r), func(b *testing.B) {
 			events(b, d, nb, func() error { return sel.Exact(idx, val, x, benchN, k, nil) })
 		})
+		// The five passes over x that Exact made before it selected among
+		// the first pass's candidates, in the same run.
+		b.Run(fmt.Sprintf("topk-%g-5pass", r), func(b *testing.B) {
+			events(b, d, nb, func() error { return sel.exact(idx, val, x, benchN, k, false, nil) })
+		})
 	}
+	// The parts: the first radix pass (histogram of 2048 bins, its bin
+	// found), and a count with the tiles' offsets.
+	b.Run("topk-hist-pass", func(b *testing.B) {
+		events(b, d, nb, func() error {
+			if err := sel.setState(benchN/1000, 0, nil); err != nil {
+				return err
+			}
+			return sel.radix(x, benchN, radixPasses[0], nil)
+		})
+	})
+	b.Run("topk-count-pass", func(b *testing.B) {
+		events(b, d, nb, func() error {
+			_, err := sel.countAtOrAbove(x, benchN, math.Float32bits(3), nil)
+			return err
+		})
+	})
 	k := benchN / 1000
 	idx, val, smp := alloc(b, d, 4*k), alloc(b, d, 4*k), alloc(b, d, 4*benchN/50)
 	b.Run("dgc-sampled-0.001", func(b *testing.B) {

@@ -5,7 +5,10 @@
 //	"f16 " n, then n u32          -> n u16
 //	"bf16" n, then n u32          -> n u16
 //	"int8" n bsize, then n f32    -> n u8 codes, ceil(n/bsize) f32 scales, u32 bad
-//	"topk" n k, then n u32        -> k u32 indices, k u32 elements
+//	"topk" n k, then n u32        -> k u32 indices, k u32 elements (five passes), then the
+//	                                  3 u32 of state after the first pass
+//	"topc" n k, then n u32        -> k u32 indices, k u32 elements (among the first pass's candidates)
+//	"cnta" n t, then n u32        -> u32 count at or above t, then as many u32 indices and u32 elements
 //	"efad" n, then 2n f32 (g, r)  -> n f32
 //	"dgcc" n nesterov, f32 m, f32 scale, then 3n f32 (g, u, res) -> n f32 u, n f32 c
 //	"sums" n bsize, then n f32    -> ceil(n/bsize) f64
@@ -41,7 +44,7 @@ KERNEL void tp_add_f32(const float *g, const float *res, float *c, u64 n);
 KERNEL void tp_dgc_compensate(const float *g, float *u, const float *res, float *c, u64 n, float m, u32 nesterov, float scale);
 KERNEL void tp_sumsq_blocks(const float *g, u64 n, u32 bsize, double *part);
 KERNEL void tp_gather(const u32 *x, u64 start, u64 stride, u64 num, u32 *smp);
-KERNEL void tp_count_ge(const u32 *x, u64 n, u32 t, u32 *count);
+KERNEL void tp_topk_state(u32 *st, u32 need, u32 prefix);
 KERNEL void tp_take(const u32 *src, const u32 *idx, u64 k, u32 *dst);
 KERNEL void tp_put(u32 *dst, const u32 *idx, u64 k, const u32 *src);
 KERNEL void tp_nan_zero(u32 *c, u64 n);
@@ -63,6 +66,44 @@ template <class T> static void writev(const std::vector<T> &v) { fwrite(v.data()
 static const unsigned B = 64; // threads per block
 static const unsigned G = 3;  // blocks for grid-stride kernels
 
+// The radix passes of gpu.Selector.
+struct pass {
+  u32 nbins, shift, pshift, bits;
+};
+static const pass passes[3] = {{2048, 20, 31, 11}, {2048, 9, 20, 11}, {512, 0, 9, 9}};
+
+// Selector is gpu.Selector's sequences of launches over n elements.
+struct Selector {
+  u64 ntiles;
+  std::vector<u32> st, hist, cnt, off;
+  explicit Selector(u64 n) : ntiles((n + 16 * B - 1) / (16 * B)), st(3), hist(2048), cnt(2 * ntiles), off(2 * ntiles) {}
+  void state(u32 need, u32 prefix) { tp_launch(tp_topk_state, 1u, B, st.data(), need, prefix); }
+  void radix(const u32 *x, u64 n, pass p) {
+    tp_launch(tp_zero, G, B, hist.data(), (u64)hist.size());
+    tp_launch(tp_topk_hist, G, B, x, n, hist.data(), p.nbins, p.shift, p.pshift, (const u32 *)st.data());
+    tp_launch(tp_topk_find, 1u, B, (const u32 *)hist.data(), p.nbins, p.bits, st.data());
+  }
+  void count(const u32 *x, u64 n) {
+    tp_launch(tp_topk_count, G, B, x, n, (const u32 *)st.data(), cnt.data());
+    tp_launch(tp_topk_offsets, 1u, B, (const u32 *)cnt.data(), ntiles, (const u32 *)st.data(), off.data());
+  }
+  void compact(const u32 *x, u64 n, u32 *idx, u32 *val) {
+    tp_launch(tp_topk_compact, G, B, x, n, (const u32 *)st.data(), (const u32 *)off.data(), idx, val);
+  }
+  // exact runs the five passes; it returns the state after the first.
+  std::vector<u32> exact(const u32 *x, u64 n, u64 k, u32 *idx, u32 *val) {
+    state((u32)k, 0);
+    std::vector<u32> first;
+    for (auto p : passes) {
+      radix(x, n, p);
+      if (first.empty()) first = st;
+    }
+    count(x, n);
+    compact(x, n, idx, val);
+    return first;
+  }
+};
+
 int main() {
   char op[4];
   if (fread(op, 1, 4, stdin) != 4) return 1;
@@ -82,27 +123,31 @@ int main() {
     writev(q);
     writev(scale);
     writev(bad);
-  } else if (!memcmp(op, "topk", 4)) {
-    // The sequence of launches of Device.TopK (kernels.go).
+  } else if (!memcmp(op, "topk", 4) || !memcmp(op, "topc", 4)) {
+    // Selector.exact without (topk) and with (topc) the candidates.
     u64 k = readv<u64>(1)[0];
     auto x = readv<u32>(n);
-    std::vector<u32> st = {(u32)k, 0}, hist(2048);
-    const u32 *xs = x.data();
-    struct pass {
-      u32 nbins, shift, pshift, bits;
-    } passes[3] = {{2048, 20, 31, 11}, {2048, 9, 20, 11}, {512, 0, 9, 9}};
-    for (auto p : passes) {
-      tp_launch(tp_zero, G, B, hist.data(), (u64)hist.size());
-      tp_launch(tp_topk_hist, G, B, xs, n, hist.data(), p.nbins, p.shift, p.pshift, (const u32 *)st.data());
-      tp_launch(tp_topk_find, 1u, B, (const u32 *)hist.data(), p.nbins, p.bits, st.data());
+    Selector s(n);
+    std::vector<u32> idx(k), val(k);
+    if (op[3] == 'k') {
+      std::vector<u32> first = s.exact(x.data(), n, k, idx.data(), val.data());
+      writev(idx);
+      writev(val);
+      writev(first);
+    } else {
+      s.state((u32)k, 0);
+      s.radix(x.data(), n, passes[0]);
+      u32 ge = s.st[2];
+      s.state(~0u, s.st[1] << passes[0].shift);
+      s.count(x.data(), n);
+      std::vector<u32> cidx(ge), cval(ge);
+      s.compact(x.data(), n, cidx.data(), cval.data());
+      Selector among(ge);
+      among.exact(cval.data(), ge, k, idx.data(), val.data());
+      tp_launch(tp_take, G, B, (const u32 *)cidx.data(), (const u32 *)idx.data(), k, idx.data());
+      writev(idx);
+      writev(val);
     }
-    u64 tile = 16 * B, ntiles = (n + tile - 1) / tile;
-    std::vector<u32> cnt(2 * ntiles), off(2 * ntiles), idx(k), val(k);
-    tp_launch(tp_topk_count, G, B, xs, n, (const u32 *)st.data(), cnt.data());
-    tp_launch(tp_topk_offsets, 1u, B, (const u32 *)cnt.data(), ntiles, (const u32 *)st.data(), off.data());
-    tp_launch(tp_topk_compact, G, B, xs, n, (const u32 *)st.data(), (const u32 *)off.data(), idx.data(), val.data());
-    writev(idx);
-    writev(val);
   } else if (!memcmp(op, "efad", 4)) {
     auto g = readv<float>(n), r = readv<float>(n);
     std::vector<float> c(n);
@@ -149,12 +194,20 @@ int main() {
     std::vector<u32> smp(p[2]);
     tp_launch(tp_gather, G, B, (const u32 *)x.data(), p[0], p[1], p[2], smp.data());
     writev(smp);
-  } else if (!memcmp(op, "cnge", 4)) {
+  } else if (!memcmp(op, "cnta", 4)) {
+    // Selector.countAtOrAbove, then compactCounted.
     u32 t = (u32)readv<u64>(1)[0];
     auto x = readv<u32>(n);
-    std::vector<u32> count(1);
-    tp_launch(tp_count_ge, G, B, (const u32 *)x.data(), n, t, count.data());
-    writev(count);
+    Selector s(n);
+    s.state(~0u, t);
+    s.count(x.data(), n);
+    u64 last = 2 * (s.ntiles - 1);
+    u32 c = s.off[last] + s.cnt[last] + s.cnt[last + 1];
+    std::vector<u32> idx(c), val(c);
+    s.compact(x.data(), n, idx.data(), val.data());
+    writev(std::vector<u32>{c});
+    writev(idx);
+    writev(val);
   } else if (!memcmp(op, "stag", 4)) {
     u64 k = readv<u64>(1)[0];
     auto x = readv<u32>(n);

@@ -129,11 +129,23 @@ KERNEL void tp_int8_blocks(const float *x, u8 *q, float *scale, u64 n, u32 bsize
 // selection finds the k-th largest magnitude t in three histogram passes
 // (bits 30..20, 19..9, 8..0), each over the elements whose higher bits
 // match the prefix found so far; st (on the device) carries the state:
-// st[0] the elements still to take at the cut, st[1] the prefix. Then the
-// selected indices (magnitude > t, or == t among the first st[0] such by
-// index) are compacted in ascending order, tile by tile.
+// st[0] the elements still to take at the cut, st[1] the prefix, st[2]
+// after a pass the elements (matching the prefix before it) at or above
+// the bin it found. Then the selected indices (magnitude > t, or == t
+// among the first st[0] such by index) are compacted in ascending order,
+// tile by tile. Where the first pass leaves few elements at or above its
+// bin, the host compacts those instead and selects among them (gpu.Exact).
 
 #define TP_HIST_MAX 2048
+
+// tp_topk_state sets st[0] = need and st[1] = prefix (no copy from the
+// host, no wait for one).
+KERNEL void tp_topk_state(u32 *st, u32 need, u32 prefix) {
+  if (gid() == 0) {
+    st[0] = need;
+    st[1] = prefix;
+  }
+}
 
 // tp_zero sets p[0:n] to 0.
 KERNEL void tp_zero(u32 *p, u64 n) {
@@ -177,13 +189,14 @@ static __device__ inline u32 block_scan(u32 *s, u32 v) {
 
 // tp_topk_find (one block) finds the bin holding the st[0]-th largest
 // element counted in hist: st[1] = st[1] << bits | bin, st[0] = the
-// elements still to take from that bin. Each thread sums a run of bins
+// elements still to take from that bin, st[2] = the elements counted in
+// that bin and above. Each thread sums a run of bins
 // from the top, a scan places the runs, and the thread whose run holds
 // the element walks it (a single thread walking 2048 bins of global
 // memory took most of a selection's time).
 KERNEL void tp_topk_find(const u32 *hist, u32 nbins, u32 bits, u32 *st) {
   __shared__ u32 s[TP_BLOCK_THREADS];
-  u32 need = st[0], prefix = st[1];
+  u32 need0 = st[0], need = need0, prefix = st[1];
   u32 per = (nbins + blockDim.x - 1) / blockDim.x;
   u32 top = threadIdx.x * per; // this thread's run: bins [lo, hi), the top-th and below from the top
   u32 hi = top < nbins ? nbins - top : 0, lo = hi > per ? hi - per : 0;
@@ -203,6 +216,7 @@ KERNEL void tp_topk_find(const u32 *hist, u32 nbins, u32 bits, u32 *st) {
     }
     st[0] = need;
     st[1] = prefix << bits | b;
+    st[2] = need0 - need + hist[b];
   }
 }
 
@@ -359,20 +373,6 @@ KERNEL void tp_sumsq_blocks(const float *g, u64 n, u32 bsize, double *part) {
 // smp[j] = magnitude of x[start + j*stride] for j < num (topk.gather).
 KERNEL void tp_gather(const u32 *x, u64 start, u64 stride, u64 num, u32 *smp) {
   for (u64 j = gid(); j < num; j += gstride()) smp[j] = x[start + j * stride] & 0x7fffffff;
-}
-
-// *count += the magnitudes of x at or above t (topk.scanGE's count).
-KERNEL void tp_count_ge(const u32 *x, u64 n, u32 t, u32 *count) {
-  __shared__ u32 red[TP_BLOCK_THREADS];
-  u32 c = 0;
-  for (u64 i = gid(); i < n; i += gstride()) c += (x[i] & 0x7fffffff) >= t;
-  red[threadIdx.x] = c;
-  sync_block();
-  for (u32 s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-    sync_block();
-  }
-  if (threadIdx.x == 0 && red[0]) atomic_add_u32(count, red[0]);
 }
 
 // ---- staged error-feedback state (gpu.Sender) ----
