@@ -155,6 +155,8 @@ type Selector struct {
 	tiles    int
 	cand     Ptr // candidates: candN u32 indices, then candN float32
 	candN    int
+	smp      Ptr // Exact's sample: smpN u32
+	smpN     int
 	host     []byte // pinned: the state (12 bytes), then a tile's offsets and counts (16) read back
 }
 
@@ -179,7 +181,7 @@ func (d *Device) NewSelector() (*Selector, error) {
 // Close frees the Selector's memory.
 func (s *Selector) Close() error {
 	var errs []error
-	for _, p := range []*Ptr{&s.st, &s.hist, &s.cnt, &s.off, &s.cand} {
+	for _, p := range []*Ptr{&s.st, &s.hist, &s.cnt, &s.off, &s.cand, &s.smp} {
 		if *p != 0 {
 			errs = append(errs, s.d.Free(*p))
 			*p = 0
@@ -216,22 +218,22 @@ func (s *Selector) tilesFor(n int) error {
 	return nil
 }
 
-// candFor makes room for n candidates.
-func (s *Selector) candFor(n int) error {
-	if n <= s.candN {
+// grow makes *p hold n elements of size bytes; *have is what it holds.
+func (s *Selector) grow(p *Ptr, have *int, n, size int) error {
+	if n <= *have {
 		return nil
 	}
-	if s.cand != 0 {
-		if err := s.d.Free(s.cand); err != nil {
+	if *p != 0 {
+		if err := s.d.Free(*p); err != nil {
 			return err
 		}
-		s.cand, s.candN = 0, 0
+		*p, *have = 0, 0
 	}
-	p, err := s.d.Alloc(8 * n)
+	q, err := s.d.Alloc(size * n)
 	if err != nil {
 		return err
 	}
-	s.cand, s.candN = p, n
+	*p, *have = q, n
 	return nil
 }
 
@@ -358,15 +360,22 @@ func (s *Selector) Exact(idx, val, x Ptr, n, k int, st *Stream) error {
 // for a selection of k: 8 bytes of scratch each.
 func candidatesMax(k int) int { return max(4*k, 1<<16) }
 
-// exact is Exact. With among, where the first radix pass leaves at most
-// candidatesMax(k) and fewer than half of the elements at or above its
-// bin (one read of the state back), those are compacted and the k chosen
-// among them: three passes over x (a histogram, the count, the
-// compaction) instead of five (three histograms, the count, the
-// compaction).
+// exact is Exact. With among, candidates first: those at or above a
+// threshold from a sample of x where that threshold holds at least k and
+// at most candidatesMax(k) (exactSampled: two passes over x); else, where
+// the first radix pass leaves at most candidatesMax(k) and fewer than half
+// of the elements at or above its bin (one read of the state back), those
+// are compacted and the k chosen among them: three passes over x (a
+// histogram, the count, the compaction). Otherwise, and without among,
+// five (three histograms, the count, the compaction).
 func (s *Selector) exact(idx, val, x Ptr, n, k int, among bool, st *Stream) error {
 	if k == 0 {
 		return nil
+	}
+	if among {
+		if done, err := s.exactSampled(idx, val, x, n, k, st); done || err != nil {
+			return err
+		}
 	}
 	if err := s.setState(uint32(k), 0, st); err != nil {
 		return err
@@ -397,13 +406,49 @@ func (s *Selector) exact(idx, val, x Ptr, n, k int, among bool, st *Stream) erro
 	return s.compact(idx, val, x, n, st)
 }
 
+// exactSampled is Exact where x is large (at least 2^20 elements) and k
+// at most a sixteenth of it: a threshold t is the magnitude 2k/n of the
+// way down an evenly spaced sample of n/64 elements of x (at most 2^20;
+// 16 more against chance), and where between k and candidatesMax(k)
+// magnitudes of x are at or above t, the k largest are chosen among them
+// (exactAmong): the selection Exact makes, with a count and a compaction
+// over x and no histogram. It reports whether it did; where the sample
+// misled (a stride that meets a pattern in x), nothing is written and the
+// caller selects otherwise, one pass over x later.
+func (s *Selector) exactSampled(idx, val, x Ptr, n, k int, st *Stream) (bool, error) {
+	if n < 1<<20 || k > n/16 {
+		return false, nil
+	}
+	num := min(n>>6, 1<<20)
+	stride := n / num
+	ks := int((2*uint64(num)*uint64(k)+uint64(n)-1)/uint64(n)) + 16
+	if err := s.grow(&s.smp, &s.smpN, num, 4); err != nil {
+		return false, err
+	}
+	if err := s.d.launch("tp_gather", grid(num), st, x, uint64(stride/2), uint64(stride), uint64(num), s.smp); err != nil {
+		return false, err
+	}
+	if err := s.kth(s.smp, num, ks, st); err != nil {
+		return false, err
+	}
+	_, t, _, err := s.readState(st)
+	if err != nil {
+		return false, err
+	}
+	count, err := s.countAtOrAbove(x, n, t, st)
+	if err != nil || count < k || count > candidatesMax(k) {
+		return false, err
+	}
+	return true, s.exactAmong(idx, val, x, n, k, count, st)
+}
+
 // exactAmong is Exact for x when count > k of its magnitudes are at or
 // above a threshold and count has placed them (the state takes them
 // all): those are compacted (indices ascending), the k largest chosen
 // among them (ties to the lower position, so to the lower index), and
 // their positions mapped back to indices of x.
 func (s *Selector) exactAmong(idx, val, x Ptr, n, k, count int, st *Stream) error {
-	if err := s.candFor(count); err != nil {
+	if err := s.grow(&s.cand, &s.candN, count, 8); err != nil {
 		return err
 	}
 	cidx, cval := s.cand, s.cand+Ptr(4*s.candN)

@@ -168,6 +168,48 @@ func testExact(t *testing.T, d *Device, sizes []int) {
 	}
 }
 
+func TestGPUExactAliased(t *testing.T) { testExactAliased(t, needDevice(t), nil) }
+
+// testExactAliased: inputs whose every 64th element (from the 32nd: the
+// positions exactSampled samples in 2^20+3 elements) is tiny, or huge,
+// against the rest, so that the sample's threshold takes too many or too
+// few; Exact still selects what topk.Exact does.
+func testExactAliased(t *testing.T, d *Device, _ []int) {
+	sel, err := d.NewSelector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sel.Close()
+	rng := rand.New(rand.NewPCG(15, 15))
+	n := 1<<20 + 3
+	for _, sampledHuge := range []bool{false, true} {
+		x := make([]uint32, n)
+		for i := range x {
+			m := uint32(0x3f000000) + rng.Uint32N(1<<23) // 0.5 to 1
+			if i%64 == 32 == sampledHuge {
+				m += 20 << 23 // 2^20 times larger
+			}
+			x[i] = m | rng.Uint32()&(1<<31)
+		}
+		xs := upload(t, d, u32bytes(x))
+		for _, k := range []int{1, 1000, n / 20} {
+			idx, val := alloc(t, d, 4*k), alloc(t, d, 4*k)
+			if err := sel.Exact(idx, val, xs, n, k, nil); err != nil {
+				t.Fatal(err)
+			}
+			gi := download(t, d, idx, 4*k)
+			for j, w := range topk.Exact(nil, f32s(x), k, nil) {
+				if g := binary.LittleEndian.Uint32(gi[4*j:]); g != w {
+					t.Fatalf("sampled huge %v, k %d: element %d: index %d, want %d", sampledHuge, k, j, g, w)
+				}
+			}
+			d.Free(idx)
+			d.Free(val)
+		}
+		d.Free(xs)
+	}
+}
+
 func TestGPUSampled(t *testing.T) { testSampled(t, needDevice(t), sizes(t)) }
 
 func testSampled(t *testing.T, d *Device, sizes []int) {
@@ -480,7 +522,7 @@ func TestFakeOps(t *testing.T) {
 		name string
 		run  func(*testing.T, *Device, []int)
 	}{
-		{"Half", testHalf}, {"Int8", testInt8}, {"Exact", testExact}, {"Sampled", testSampled},
+		{"Half", testHalf}, {"Int8", testInt8}, {"Exact", testExact}, {"ExactAliased", testExactAliased}, {"Sampled", testSampled},
 		{"DGCCompensate", testDGCCompensate}, {"OutOfMemory", testOutOfMemory},
 	} {
 		t.Run(c.name, func(t *testing.T) {
