@@ -148,7 +148,8 @@ func WithStartFrame(n int) EOption {
 
 // WithEncoderConcurrency sets how many chunks a Writer encodes at once
 // (default min(4, GOMAXPROCS), at most MaxConcurrency). Frames always
-// leave in order; memory is about (n+2) times the chunk size. 1 still
+// leave in order, up to 2n of them encoded or being encoded while the
+// oldest is written; memory is about (2n+2) times the chunk size. 1 still
 // overlaps encoding with writing. Writer only: an Encoder encodes on the
 // caller's goroutine and is safe for concurrent use.
 func WithEncoderConcurrency(n int) EOption {

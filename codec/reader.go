@@ -26,7 +26,7 @@ import (
 // With WithDecoderConcurrency(n), n > 1, frames are decoded by up to n
 // goroutines while the caller's goroutine reads the next ones: ReadTensor
 // decodes the chunks of a tensor in parallel, each straight into its
-// place in the tensor; Next reads up to n-1 frames ahead of the one it
+// place in the tensor, with up to 2n chunks read and n decoding; Next reads up to n-1 frames ahead of the one it
 // returns, but only frames whose first bytes have already arrived, so a
 // peer that waits for an answer is never waited for. Results and errors
 // come in stream order. The goroutines end with the frames they decode;
@@ -64,7 +64,8 @@ type Reader struct {
 	queue []*Tensor  // tensors of a tensors frame not yet returned
 	rest  []byte     // unread bytes of the current bytes frame
 
-	pays chan *[]byte // payload buffers of frames decoded by workers, kept across garbage collections
+	pays chan *[]byte  // payload buffers of frames decoded by workers, kept across garbage collections
+	sem  chan struct{} // a token for each frame being decoded by a worker: at most workers at once
 
 	stats ReaderStats
 }
@@ -106,7 +107,8 @@ func NewReader(src io.Reader, opts ...DOption) (*Reader, error) {
 	}
 	r := &Reader{lim: cfg.lim, workers: cfg.concurrency, alloc: cfg.alloc}
 	if r.workers > 1 {
-		r.pays = make(chan *[]byte, r.workers+2)
+		r.pays = make(chan *[]byte, joinWindow*r.workers+2)
+		r.sem = make(chan struct{}, r.workers)
 	}
 	r.setSource(src)
 	return r, nil
@@ -342,10 +344,19 @@ func (r *Reader) dispatch(p *pending, into func(int) []byte) {
 	}
 	p.done = make(chan struct{})
 	go func() {
+		r.sem <- struct{}{}
 		r.decode(p, into)
+		<-r.sem
 		close(p.done)
 	}()
 }
+
+// joinWindow is how many chunks per worker ReadTensor and NextJoined keep
+// in flight: one being decoded, one waiting for a worker, so that a worker
+// done before the oldest chunk takes the next one at once rather than
+// waiting for that chunk (each holds its payload only; it is decoded in
+// place).
+const joinWindow = 2
 
 // wait waits until p is decoded.
 func (r *Reader) wait(p *pending) {
@@ -588,7 +599,7 @@ func (a *assembly) next(into func(h *FrameHeader, i int) []byte) (*Frame, error)
 		if placed {
 			a.inflight = append(a.inflight, p)
 			a.filled += p.h.Entries[0].RawLen
-			if err := a.settle(r.workers); err != nil {
+			if err := a.settle(joinWindow * r.workers); err != nil {
 				return nil, err
 			}
 			if a.filled == a.acc.NumBytes() {
