@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -659,6 +660,44 @@ func TestDecodeWorkBounded(t *testing.T) {
 	r := MustParseRecipe("xor(0),xor(0),xor(0),xor(0),xor(0) | *:zeros")
 	if _, err := mustEncoder().AppendTensor(nil, x, r); !errors.Is(err, ErrRecipe) {
 		t.Fatalf("encoder: %v", err)
+	}
+}
+
+// The encoder refuses what readers with default limits would refuse of
+// stages that decode at some MB/s: one segment over MaxSlowDecoded before
+// it is coded, and a frame whose segments add up to more after; a frame
+// at the limit is accepted and decoded.
+func TestEncoderSlowDecodeLimit(t *testing.T) {
+	limit := DefaultLimits().MaxSlowDecoded
+	// slowxor, then zeros: the tensors below start with 300 bytes that
+	// xor to zeros, so that the steps pay for themselves (else the data
+	// is stored as it is, with no step).
+	slow := MustParseRecipe("slowxor | zeros")
+	half := limit/2 + 1
+	data := make([]byte, limit+2)
+	for i := range data {
+		data[i] = byte(i * 7)
+		if j := int64(i); j < 300 || j >= half && j < half+300 {
+			data[i] = 0x5a
+		}
+	}
+	big := &Tensor{Name: "big", DType: U8, Shape: []int64{limit + 1}, Data: data[:limit+1]}
+	if _, err := mustEncoder().AppendTensors(nil, []*Tensor{big}, []*Recipe{slow}); !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "segment") {
+		t.Fatalf("one segment of %d bytes through slowxor: %v, want ErrLimit for the segment", limit+1, err)
+	}
+	a := &Tensor{Name: "a", DType: U8, Shape: []int64{half}, Data: data[:half]}
+	b := &Tensor{Name: "b", DType: U8, Shape: []int64{half}, Data: data[half : 2*half]}
+	if _, err := mustEncoder().AppendTensors(nil, []*Tensor{a, b}, []*Recipe{slow, slow}); !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "the frame decodes") {
+		t.Fatalf("two segments of %d bytes through slowxor: %v, want ErrLimit for the frame", half, err)
+	}
+	// At the limit: accepted, and a reader with default limits decodes it.
+	b.Shape, b.Data = []int64{limit - half}, data[half:limit]
+	frame, err := mustEncoder().AppendTensors(nil, []*Tensor{a, b}, []*Recipe{slow, slow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := new(Decoder).DecodeFrame(frame); err != nil {
+		t.Fatalf("a frame at the limit: %v", err)
 	}
 }
 

@@ -15,6 +15,7 @@ const (
 	lossyID  StageID = 203
 	blockID  StageID = 204
 	failID   StageID = 205
+	slowID   StageID = 206
 )
 
 func init() {
@@ -44,6 +45,9 @@ func init() {
 	Register(&Stage{ID: failID, Name: "fail", Kind: Filter,
 		New:  func(args []Arg) (Op, error) { return failOp{}, nil },
 		Load: func(p []byte) (Op, error) { return failOp{}, nil }})
+	Register(&Stage{ID: slowID, Name: "slowxor", Kind: Filter, SlowDecode: true,
+		New:  func(args []Arg) (Op, error) { return slowXorOp{}, CheckArgs("slowxor", args, 0) },
+		Load: func(p []byte) (Op, error) { return slowXorOp{}, nil }})
 	Register(&Stage{ID: blockID, Name: "blocky", Kind: Filter, Granularity: Block, Block: 3,
 		New:  func(args []Arg) (Op, error) { return blockyOp{}, nil },
 		Load: func(p []byte) (Op, error) { return blockyOp{}, nil }})
@@ -69,6 +73,20 @@ func (o xorOp) Decode(ctx *Ctx, dst []byte, parts []Segment, in SegInfo) ([]byte
 		dst = append(dst, c^byte(o))
 	}
 	return dst, nil
+}
+
+// slowXorOp is xor(0x5a) under a stage that says it decodes at some MB/s
+// (SlowDecode), for the limits on such bytes.
+type slowXorOp struct{ xorOp }
+
+func (slowXorOp) Stage() *Stage                  { s, _ := Lookup(slowID); return s }
+func (slowXorOp) String() string                 { return "slowxor" }
+func (slowXorOp) AppendParams(dst []byte) []byte { return dst }
+func (o slowXorOp) Encode(ctx *Ctx, in Segment) ([]Segment, error) {
+	return xorOp(0x5a).Encode(ctx, in)
+}
+func (o slowXorOp) Decode(ctx *Ctx, dst []byte, parts []Segment, in SegInfo) ([]byte, error) {
+	return xorOp(0x5a).Decode(ctx, dst, parts, in)
 }
 
 type halveOp struct{}
