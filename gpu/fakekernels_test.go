@@ -119,6 +119,7 @@ var fakeKernels = map[string]func(k *fakeLaunch) bool{
 		binary.LittleEndian.PutUint32(st, need)
 		binary.LittleEndian.PutUint32(st[4:], binary.LittleEndian.Uint32(st[4:])<<bits|b)
 		binary.LittleEndian.PutUint32(st[8:], need0-need+binary.LittleEndian.Uint32(hist[4*b:]))
+		clear(hist)
 		return true
 	},
 	"tp_topk_state": func(k *fakeLaunch) bool {

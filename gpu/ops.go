@@ -151,6 +151,7 @@ func (d *Device) Q4Blocks(q, scale, x Ptr, n, bsize int, fp4 bool, bad Ptr, s *S
 type Selector struct {
 	d        *Device
 	st, hist Ptr // 3 u32 of state (tp_topk_*); TP_HIST_MAX u32
+	cleared  bool // hist is all zeros: each pass's find clears it for the next
 	cnt, off Ptr // 2 u32 a tile
 	tiles    int
 	cand     Ptr // candidates: candN u32 indices, then candN float32
@@ -264,13 +265,21 @@ type radixPass struct{ nbins, shift, pshift, bits uint32 }
 var radixPasses = [3]radixPass{{2048, 20, 31, 11}, {2048, 9, 20, 11}, {512, 0, 9, 9}}
 
 func (s *Selector) radix(x Ptr, n int, p radixPass, st *Stream) error {
-	if err := s.d.launch("tp_zero", 8, st, s.hist, uint64(2048)); err != nil {
-		return err
+	if !s.cleared {
+		// New, or a pass whose find was not launched.
+		if err := s.d.launch("tp_zero", 8, st, s.hist, uint64(2048)); err != nil {
+			return err
+		}
 	}
+	s.cleared = false
 	if err := s.d.launch("tp_topk_hist", grid(n), st, x, uint64(n), s.hist, p.nbins, p.shift, p.pshift, s.st); err != nil {
 		return err
 	}
-	return s.d.launch("tp_topk_find", 1, st, s.hist, p.nbins, p.bits, s.st)
+	if err := s.d.launch("tp_topk_find", 1, st, s.hist, p.nbins, p.bits, s.st); err != nil {
+		return err
+	}
+	s.cleared = true
+	return nil
 }
 
 // kth runs the radix selection of the need-th largest magnitude of x (n

@@ -36,7 +36,7 @@ KERNEL void tp_f32_to_bf16(const u32 *x, u16 *y, u64 n);
 KERNEL void tp_int8_blocks(const float *x, u8 *q, float *scale, u64 n, u32 bsize, u32 *bad);
 KERNEL void tp_zero(u32 *p, u64 n);
 KERNEL void tp_topk_hist(const u32 *x, u64 n, u32 *hist, u32 nbins, u32 shift, u32 pshift, const u32 *st);
-KERNEL void tp_topk_find(const u32 *hist, u32 nbins, u32 bits, u32 *st);
+KERNEL void tp_topk_find(u32 *hist, u32 nbins, u32 bits, u32 *st);
 KERNEL void tp_topk_count(const u32 *x, u64 n, const u32 *st, u32 *cnt);
 KERNEL void tp_topk_offsets(const u32 *cnt, u64 ntiles, const u32 *st, u32 *off);
 KERNEL void tp_topk_compact(const u32 *x, u64 n, const u32 *st, const u32 *off, u32 *idx, u32 *val);
@@ -78,10 +78,9 @@ struct Selector {
   std::vector<u32> st, hist, cnt, off;
   explicit Selector(u64 n) : ntiles((n + 16 * B - 1) / (16 * B)), st(3), hist(2048), cnt(2 * ntiles), off(2 * ntiles) {}
   void state(u32 need, u32 prefix) { tp_launch(tp_topk_state, 1u, B, st.data(), need, prefix); }
-  void radix(const u32 *x, u64 n, pass p) {
-    tp_launch(tp_zero, G, B, hist.data(), (u64)hist.size());
+  void radix(const u32 *x, u64 n, pass p) { // hist starts cleared, and each find clears it
     tp_launch(tp_topk_hist, G, B, x, n, hist.data(), p.nbins, p.shift, p.pshift, (const u32 *)st.data());
-    tp_launch(tp_topk_find, 1u, B, (const u32 *)hist.data(), p.nbins, p.bits, st.data());
+    tp_launch(tp_topk_find, 1u, B, hist.data(), p.nbins, p.bits, st.data());
   }
   void count(const u32 *x, u64 n) {
     tp_launch(tp_topk_count, G, B, x, n, (const u32 *)st.data(), cnt.data());

@@ -193,8 +193,9 @@ static __device__ inline u32 block_scan(u32 *s, u32 v) {
 // that bin and above. Each thread sums a run of bins
 // from the top, a scan places the runs, and the thread whose run holds
 // the element walks it (a single thread walking 2048 bins of global
-// memory took most of a selection's time).
-KERNEL void tp_topk_find(const u32 *hist, u32 nbins, u32 bits, u32 *st) {
+// memory took most of a selection's time). Then it clears hist[0:nbins]
+// for the next pass.
+KERNEL void tp_topk_find(u32 *hist, u32 nbins, u32 bits, u32 *st) {
   __shared__ u32 s[TP_BLOCK_THREADS];
   u32 need0 = st[0], need = need0, prefix = st[1];
   u32 per = (nbins + blockDim.x - 1) / blockDim.x;
@@ -218,6 +219,8 @@ KERNEL void tp_topk_find(const u32 *hist, u32 nbins, u32 bits, u32 *st) {
     st[1] = prefix << bits | b;
     st[2] = need0 - need + hist[b];
   }
+  sync_block();
+  for (u32 b = lo; b < hi; b++) hist[b] = 0;
 }
 
 // cnt[2*tile] and cnt[2*tile+1]: the magnitudes above t = st[1] and equal
