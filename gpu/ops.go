@@ -150,9 +150,9 @@ func (d *Device) Q4Blocks(q, scale, x Ptr, n, bsize int, fp4 bool, bad Ptr, s *S
 // to the largest input and is freed by Close. Not safe for concurrent use.
 type Selector struct {
 	d        *Device
-	st, hist Ptr // 3 u32 of state (tp_topk_*); TP_HIST_MAX u32
+	st, hist Ptr  // 3 u32 of state (tp_topk_*); TP_HIST_MAX u32
 	cleared  bool // hist is all zeros: each pass's find clears it for the next
-	cnt, off Ptr // 2 u32 a tile
+	cnt, off Ptr  // 2 u32 a tile
 	tiles    int
 	cand     Ptr // candidates: candN u32 indices, then candN float32
 	candN    int
@@ -236,6 +236,16 @@ func (s *Selector) grow(p *Ptr, have *int, n, size int) error {
 	}
 	*p, *have = q, n
 	return nil
+}
+
+// roomFor grows the candidates' scratch to n; false where the device has
+// no room for it (the caller then selects without candidates).
+func (s *Selector) roomFor(n int) (bool, error) {
+	err := s.grow(&s.cand, &s.candN, n, 8)
+	if errors.Is(err, ErrOutOfMemory) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // setState sets st[0] = need and st[1] = prefix in stream order.
@@ -375,8 +385,9 @@ func candidatesMax(k int) int { return max(4*k, 1<<16) }
 // the first radix pass leaves at most candidatesMax(k) and fewer than half
 // of the elements at or above its bin (one read of the state back), those
 // are compacted and the k chosen among them: three passes over x (a
-// histogram, the count, the compaction). Otherwise, and without among,
-// five (three histograms, the count, the compaction).
+// histogram, the count, the compaction). Otherwise, without among, and
+// where the device has no room for the candidates (8 bytes each), five
+// (three histograms, the count, the compaction).
 func (s *Selector) exact(idx, val, x Ptr, n, k int, among bool, st *Stream) error {
 	if k == 0 {
 		return nil
@@ -397,7 +408,14 @@ func (s *Selector) exact(idx, val, x Ptr, n, k int, among bool, st *Stream) erro
 		if err != nil {
 			return err
 		}
-		if c := int(ge); c <= candidatesMax(k) && c < n/2 {
+		c := int(ge)
+		room := false
+		if c <= candidatesMax(k) && c < n/2 {
+			if room, err = s.roomFor(c); err != nil {
+				return err
+			}
+		}
+		if room {
 			if err := s.setState(math.MaxUint32, prefix<<radixPasses[0].shift, st); err != nil {
 				return err
 			}
@@ -432,6 +450,9 @@ func (s *Selector) exactSampled(idx, val, x Ptr, n, k int, st *Stream) (bool, er
 	stride := n / num
 	ks := int((2*uint64(num)*uint64(k)+uint64(n)-1)/uint64(n)) + 16
 	if err := s.grow(&s.smp, &s.smpN, num, 4); err != nil {
+		if errors.Is(err, ErrOutOfMemory) {
+			err = nil // selected without the sample
+		}
 		return false, err
 	}
 	if err := s.d.launch("tp_gather", grid(num), st, x, uint64(stride/2), uint64(stride), uint64(num), s.smp); err != nil {
@@ -446,6 +467,9 @@ func (s *Selector) exactSampled(idx, val, x Ptr, n, k int, st *Stream) (bool, er
 	}
 	count, err := s.countAtOrAbove(x, n, t, st)
 	if err != nil || count < k || count > candidatesMax(k) {
+		return false, err
+	}
+	if room, err := s.roomFor(count); !room {
 		return false, err
 	}
 	return true, s.exactAmong(idx, val, x, n, k, count, st)
@@ -526,6 +550,12 @@ func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, sm
 		// The k largest of x are the k largest of the count at or above
 		// thr, which are few (scratch of 8 bytes each, at most 4k) and
 		// counted: selected among them, one more pass over x.
+		if room, err := s.roomFor(count); err != nil || !room {
+			if err != nil {
+				return 0, err
+			}
+			return exact()
+		}
 		return k, s.exactAmong(idx, val, x, n, k, count, st)
 	}
 	// Every magnitude at or above thr, counted: ties all taken.

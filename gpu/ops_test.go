@@ -210,6 +210,62 @@ func testExactAliased(t *testing.T, d *Device, _ []int) {
 	}
 }
 
+// Where the device has no room for the candidates, Exact and Sampled
+// select without them (the fake driver, whose memory is small).
+func TestFakeSelectLowMemory(t *testing.T) {
+	f := installFake(t, 1)
+	d := openFake(t, f)
+	sel, err := d.NewSelector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(16, 16))
+	n, k := 1<<20+3, 10000
+	x := finite(rng, n)
+	xs := upload(t, d, u32bytes(x))
+	idx, val, smp := alloc(t, d, 4*k), alloc(t, d, 4*k), alloc(t, d, 4*n)
+	// Room for the sample (64 KiB) and the tiles' counts, not for the
+	// candidates (8 bytes each, more than k).
+	free, _, err := d.MemInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler := alloc(t, d, int(free)-128<<10)
+	check := func(what string, want []uint32) {
+		t.Helper()
+		gi := download(t, d, idx, 4*len(want))
+		for j, w := range want {
+			if g := binary.LittleEndian.Uint32(gi[4*j:]); g != w {
+				t.Fatalf("%s: element %d: index %d, want %d", what, j, g, w)
+			}
+		}
+	}
+	if err := sel.Exact(idx, val, xs, n, k, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("Exact", topk.Exact(nil, f32s(x), k, nil))
+	for _, start := range []uint64{0, 1, 2, 3, 12345} {
+		opt := topk.SampleOptions{Start: start}
+		c, err := sel.Sampled(idx, val, xs, n, k, opt, smp, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := topk.Sampled(nil, f32s(x), k, nil, opt)
+		if c != len(want) {
+			t.Fatalf("Sampled: %d selected, want %d", c, len(want))
+		}
+		check("Sampled", want)
+	}
+	if sel.candN != 0 {
+		t.Fatalf("%d candidates' room: the filler left more memory than meant", sel.candN)
+	}
+	for _, p := range []Ptr{filler, idx, val, smp, xs} {
+		d.Free(p)
+	}
+	sel.Close()
+	f.check(t, false)
+}
+
 func TestGPUSampled(t *testing.T) { testSampled(t, needDevice(t), sizes(t)) }
 
 func testSampled(t *testing.T, d *Device, sizes []int) {
