@@ -147,7 +147,10 @@ func (d *Device) Q4Blocks(q, scale, x Ptr, n, bsize int, fp4 bool, bad Ptr, s *S
 
 // Selector selects by magnitude on the device, as package topk does on
 // the CPU: the same indices, in the same order. Its scratch memory grows
-// to the largest input and is freed by Close. Not safe for concurrent use.
+// to the largest input (8 bytes a tile of 4096 elements, a sample of at
+// most 4 MiB, and 8 bytes a candidate: up to 4k, or 2^16, for a selection
+// of k; without room for those it selects in more passes) and is freed by
+// Close. Not safe for concurrent use.
 type Selector struct {
 	d        *Device
 	st, hist Ptr  // 3 u32 of state (tp_topk_*); TP_HIST_MAX u32
