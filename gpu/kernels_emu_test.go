@@ -92,10 +92,13 @@ func floatBits(rng *rand.Rand, n int) []uint32 {
 func TestEmulatedHalf(t *testing.T) {
 	exe := emulator(t)
 	rng := rand.New(rand.NewPCG(1, uint64(len(t.Name()))))
-	for _, n := range []int{1, 1000, 4099} {
+	// Offsets (elements) of x and y from 16-byte alignment: the eight-,
+	// four- and one-wide paths.
+	for _, c := range []struct{ n, xoff, yoff int }{{1, 0, 0}, {1000, 0, 0}, {4099, 0, 0}, {4099, 0, 4}, {4099, 0, 1}, {4099, 1, 0}, {13, 0, 4}} {
+		n := c.n
 		x := floatBits(rng, n)
 		for _, op := range []string{"f16 ", "bf16"} {
-			got := run(t, exe, op, []uint64{uint64(n)}, u32bytes(x))
+			got := run(t, exe, op, []uint64{uint64(n), uint64(c.xoff), uint64(c.yoff)}, u32bytes(x))
 			for i, v := range x {
 				var want uint16
 				if op == "f16 " {
@@ -104,7 +107,7 @@ func TestEmulatedHalf(t *testing.T) {
 					want = float16.BF16FromF32(math.Float32frombits(v))
 				}
 				if g := binary.LittleEndian.Uint16(got[2*i:]); g != want {
-					t.Fatalf("%s n=%d: x[%d] = %#08x: got %#04x, want %#04x", op, n, i, v, g, want)
+					t.Fatalf("%s n=%d offsets %d, %d: x[%d] = %#08x: got %#04x, want %#04x", op, n, c.xoff, c.yoff, i, v, g, want)
 				}
 			}
 		}

@@ -2,8 +2,8 @@
 // emulation test: it reads a request on stdin and writes the results on
 // stdout, all little-endian.
 //
-//	"f16 " n, then n u32          -> n u16
-//	"bf16" n, then n u32          -> n u16
+//	"f16 " n xoff yoff, then n u32 -> n u16
+//	"bf16" n xoff yoff, then n u32 -> n u16
 //	"int8" n bsize, then n f32    -> n u8 codes, ceil(n/bsize) f32 scales, u32 bad
 //	"topk" n k, then n u32        -> k u32 indices, k u32 elements (five passes), then the
 //	                                  3 u32 of state after the first pass
@@ -108,10 +108,15 @@ int main() {
   if (fread(op, 1, 4, stdin) != 4) return 1;
   u64 n = readv<u64>(1)[0];
   if (!memcmp(op, "f16 ", 4) || !memcmp(op, "bf16", 4)) {
+    // x and y at the given offsets (elements) from 16-byte aligned
+    // buffers, for the kernels' eight-, four- and one-wide paths.
+    auto off = readv<u64>(2);
     auto x = readv<u32>(n);
-    std::vector<u16> y(n);
-    tp_launch(op[0] == 'f' ? tp_f32_to_f16 : tp_f32_to_bf16, G, B, (const u32 *)x.data(), y.data(), n);
-    writev(y);
+    std::vector<u32x4> xb((off[0] + n) / 4 + 1), yb((off[1] + n) / 8 + 1);
+    memcpy((u32 *)xb.data() + off[0], x.data(), 4 * n);
+    u16 *y = (u16 *)yb.data() + off[1];
+    tp_launch(op[0] == 'f' ? tp_f32_to_f16 : tp_f32_to_bf16, G, B, (const u32 *)xb.data() + off[0], y, n);
+    fwrite(y, 2, n, stdout);
   } else if (!memcmp(op, "int8", 4)) {
     u32 bsize = (u32)readv<u64>(1)[0];
     auto x = readv<float>(n);
