@@ -396,21 +396,25 @@ func TestEmulatedSampleAndCount(t *testing.T) {
 			}
 		}
 		// Selector.countAtOrAbove's total from the last tile, then the
-		// compaction it placed: every index at or above, ascending.
-		got := run(t, exe, "cnta", []uint64{uint64(n), uint64(th)}, u32bytes(x))
-		c := int(binary.LittleEndian.Uint32(got))
-		if c != want || len(got) != 4+8*c {
-			t.Fatalf("count >= %#08x: %d (%d bytes), want %d", th, c, len(got), want)
-		}
-		j := 0
-		for i, v := range x {
-			if v&0x7fffffff < th {
-				continue
+		// compaction it placed: every index at or above, ascending; x
+		// aligned (whole tiles and runs loaded 16 bytes at a time) and not
+		// (one by one).
+		for _, xoff := range []uint64{0, 1} {
+			got := run(t, exe, "cnta", []uint64{uint64(n), uint64(th), xoff}, u32bytes(x))
+			c := int(binary.LittleEndian.Uint32(got))
+			if c != want || len(got) != 4+8*c {
+				t.Fatalf("count >= %#08x, x at %d: %d (%d bytes), want %d", th, xoff, c, len(got), want)
 			}
-			if gi, gv := binary.LittleEndian.Uint32(got[4+4*j:]), binary.LittleEndian.Uint32(got[4+4*(c+j):]); gi != uint32(i) || gv != v {
-				t.Fatalf(">= %#08x: element %d: index %d (%#08x), want %d (%#08x)", th, j, gi, gv, i, v)
+			j := 0
+			for i, v := range x {
+				if v&0x7fffffff < th {
+					continue
+				}
+				if gi, gv := binary.LittleEndian.Uint32(got[4+4*j:]), binary.LittleEndian.Uint32(got[4+4*(c+j):]); gi != uint32(i) || gv != v {
+					t.Fatalf(">= %#08x, x at %d: element %d: index %d (%#08x), want %d (%#08x)", th, xoff, j, gi, gv, i, v)
+				}
+				j++
 			}
-			j++
 		}
 	}
 }

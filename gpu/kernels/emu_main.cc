@@ -8,7 +8,7 @@
 //	"topk" n k, then n u32        -> k u32 indices, k u32 elements (five passes), then the
 //	                                  3 u32 of state after the first pass
 //	"topc" n k, then n u32        -> k u32 indices, k u32 elements (among the first pass's candidates)
-//	"cnta" n t, then n u32        -> u32 count at or above t, then as many u32 indices and u32 elements
+//	"cnta" n t xoff, then n u32   -> u32 count at or above t, then as many u32 indices and u32 elements
 //	"efad" n, then 2n f32 (g, r)  -> n f32
 //	"dgcc" n nesterov, f32 m, f32 scale, then 3n f32 (g, u, res) -> n f32 u, n f32 c
 //	"sums" n bsize, then n f32    -> ceil(n/bsize) f64
@@ -200,15 +200,20 @@ int main() {
     writev(smp);
   } else if (!memcmp(op, "cnta", 4)) {
     // Selector.countAtOrAbove, then compactCounted.
-    u32 t = (u32)readv<u64>(1)[0];
+    // x at xoff elements from 16-byte alignment.
+    auto p = readv<u64>(2);
+    u32 t = (u32)p[0];
     auto x = readv<u32>(n);
+    std::vector<u32> xb(n + p[1]);
+    memcpy(xb.data() + p[1], x.data(), 4 * n);
+    const u32 *xs = xb.data() + p[1];
     Selector s(n);
     s.state(~0u, t);
-    s.count(x.data(), n);
+    s.count(xs, n);
     u64 last = 2 * (s.ntiles - 1);
     u32 c = s.off[last] + s.cnt[last] + s.cnt[last + 1];
     std::vector<u32> idx(c), val(c);
-    s.compact(x.data(), n, idx.data(), val.data());
+    s.compact(xs, n, idx.data(), val.data());
     writev(std::vector<u32>{c});
     writev(idx);
     writev(val);

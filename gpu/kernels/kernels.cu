@@ -239,6 +239,13 @@ KERNEL void tp_topk_find(u32 *hist, u32 nbins, u32 bits, u32 *st) {
   for (u32 b = lo; b < hi; b++) hist[b] = 0;
 }
 
+// tally counts v's magnitude in gt (above t) or eq (equal to it).
+static __device__ inline void tally(u32 v, u32 t, u32 &gt, u32 &eq) {
+  u32 k = v & 0x7fffffff;
+  gt += k > t;
+  eq += k == t;
+}
+
 // cnt[2*tile] and cnt[2*tile+1]: the magnitudes above t = st[1] and equal
 // to it in each tile (one CUDA block a tile).
 KERNEL void tp_topk_count(const u32 *x, u64 n, const u32 *st, u32 *cnt) {
@@ -246,14 +253,25 @@ KERNEL void tp_topk_count(const u32 *x, u64 n, const u32 *st, u32 *cnt) {
   u32 t = st[1];
   u64 tile = (u64)TP_TILE_ROUNDS * blockDim.x;
   u64 ntiles = (n + tile - 1) / tile;
+  bool vec = ((u64)x & 15) == 0;
   for (u64 j = blockIdx.x; j < ntiles; j += gridDim.x) {
     u32 gt = 0, eq = 0;
-    for (u32 r = 0; r < TP_TILE_ROUNDS; r++) {
-      u64 i = j * tile + (u64)r * blockDim.x + threadIdx.x;
-      if (i < n) {
-        u32 k = x[i] & 0x7fffffff;
-        gt += k > t;
-        eq += k == t;
+    if (vec && (j + 1) * tile <= n) {
+      // A whole tile, 16 bytes a thread a round (the order of the
+      // elements does not matter to a count).
+      const u32x4 *x4 = (const u32x4 *)(x + j * tile);
+#pragma unroll
+      for (u32 r = 0; r < TP_TILE_ROUNDS / 4; r++) {
+        u32x4 q = x4[r * blockDim.x + threadIdx.x];
+        tally(q.a, t, gt, eq);
+        tally(q.b, t, gt, eq);
+        tally(q.c, t, gt, eq);
+        tally(q.d, t, gt, eq);
+      }
+    } else {
+      for (u32 r = 0; r < TP_TILE_ROUNDS; r++) {
+        u64 i = j * tile + (u64)r * blockDim.x + threadIdx.x;
+        if (i < n) tally(x[i], t, gt, eq);
       }
     }
     // Counts below 2^16 a thread: packed, one scan.
@@ -303,29 +321,40 @@ KERNEL void tp_topk_compact(const u32 *x, u64 n, const u32 *st, const u32 *off, 
   u64 ntiles = (n + tile - 1) / tile;
   for (u64 j = blockIdx.x; j < ntiles; j += gridDim.x) {
     u64 lo = j * tile + (u64)threadIdx.x * TP_TILE_ROUNDS, hi = lo + TP_TILE_ROUNDS < n ? lo + TP_TILE_ROUNDS : n;
-    u32 gt = 0, eq = 0;
-    for (u64 i = lo; i < hi; i++) {
-      u32 k = x[i] & 0x7fffffff;
-      gt += k > t;
-      eq += k == t;
+    u32 m = hi > lo ? (u32)(hi - lo) : 0;
+    // The thread's run in registers: four 16-byte loads where it is
+    // whole and x is 16-byte aligned, else one by one.
+    u32 v[TP_TILE_ROUNDS];
+    if (m == TP_TILE_ROUNDS && ((u64)x & 15) == 0) {
+      const u32x4 *p = (const u32x4 *)(x + lo);
+#pragma unroll
+      for (u32 q = 0; q < TP_TILE_ROUNDS / 4; q++) {
+        u32x4 w = p[q];
+        v[4 * q] = w.a;
+        v[4 * q + 1] = w.b;
+        v[4 * q + 2] = w.c;
+        v[4 * q + 3] = w.d;
+      }
+    } else {
+#pragma unroll
+      for (u32 q = 0; q < TP_TILE_ROUNDS; q++) v[q] = q < m ? x[lo + q] : 0;
     }
+    u32 gt = 0, eq = 0;
+#pragma unroll
+    for (u32 q = 0; q < TP_TILE_ROUNDS; q++)
+      if (q < m) tally(v[q], t, gt, eq);
     u32 in = block_scan(s, gt | eq << 16); // at most 2^12 of each a tile
     u32 gtEx = (in & 0xffff) - gt, eqEx = (in >> 16) - eq;
     u32 sel = off[2 * j], eqBase = off[2 * j + 1];
     u32 quota = r > eqBase ? r - eqBase : 0; // ties this tile may still take
     u32 pos = sel + gtEx + (eqEx < quota ? eqEx : quota);
-    for (u64 i = lo; i < hi && (gt > 0 || eq > 0); i++) {
-      u32 v = x[i], k = v & 0x7fffffff;
-      if (k > t) {
-        gt--;
-      } else if (k == t) {
-        eq--;
-        if (eqEx++ >= quota) continue;
-      } else {
-        continue;
-      }
-      idx[pos] = (u32)i;
-      val[pos] = v;
+#pragma unroll
+    for (u32 q = 0; q < TP_TILE_ROUNDS; q++) {
+      u32 k = v[q] & 0x7fffffff;
+      if (q >= m || k < t) continue;
+      if (k == t && eqEx++ >= quota) continue;
+      idx[pos] = (u32)(lo + q);
+      val[pos] = v[q];
       pos++;
     }
   }
