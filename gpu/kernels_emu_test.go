@@ -312,20 +312,25 @@ func TestEmulatedDGCCompensate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	n := 2999
 	g, u, r := finite(rng, n), finite(rng, n), finite(rng, n)
-	for _, nesterov := range []uint64{0, 1} {
-		for _, scale := range []float32{1, 0.37} {
-			const m = float32(0.9)
-			in := u32bytes([]uint32{math.Float32bits(m), math.Float32bits(scale)})
-			in = append(in, u32bytes(g)...)
-			in = append(append(in, u32bytes(u)...), u32bytes(r)...)
-			got := run(t, exe, "dgcc", []uint64{uint64(n), nesterov}, in)
-			wu, c := dgcCompensate(f32s(g), f32s(u), f32s(r), m, nesterov == 1, scale)
-			for i := range n {
-				gu := binary.LittleEndian.Uint32(got[4*i:])
-				gc := binary.LittleEndian.Uint32(got[4*(n+i):])
-				if gu != math.Float32bits(wu[i]) || gc != math.Float32bits(c[i]) {
-					t.Fatalf("nesterov %d, scale %v, element %d: u %#08x c %#08x, want %#08x %#08x", nesterov, scale, i, gu, gc, math.Float32bits(wu[i]), math.Float32bits(c[i]))
-				}
+	const m = float32(0.9)
+	for _, tc := range []struct {
+		nesterov, hasRes uint64
+		scale            float32
+	}{{0, 1, 1}, {0, 1, 0.37}, {1, 1, 1}, {1, 1, 0.37}, {0, 0, 1}, {1, 0, 0.37}} {
+		in := u32bytes([]uint32{math.Float32bits(m), math.Float32bits(tc.scale)})
+		in = append(in, u32bytes(g)...)
+		in = append(append(in, u32bytes(u)...), u32bytes(r)...)
+		got := run(t, exe, "dgcc", []uint64{uint64(n), tc.nesterov, tc.hasRes}, in)
+		var res []float32 // none: nothing added, not a zero (-0 + 0 is +0)
+		if tc.hasRes == 1 {
+			res = f32s(r)
+		}
+		wu, c := dgcCompensate(f32s(g), f32s(u), res, m, tc.nesterov == 1, tc.scale)
+		for i := range n {
+			gu := binary.LittleEndian.Uint32(got[4*i:])
+			gc := binary.LittleEndian.Uint32(got[4*(n+i):])
+			if gu != math.Float32bits(wu[i]) || gc != math.Float32bits(c[i]) {
+				t.Fatalf("%+v, element %d: u %#08x c %#08x, want %#08x %#08x", tc, i, gu, gc, math.Float32bits(wu[i]), math.Float32bits(c[i]))
 			}
 		}
 	}
@@ -345,7 +350,9 @@ func dgcCompensate(g, u, res []float32, m float32, nesterov bool, scale float32)
 			u[i] = float32(m*u[i]) + gi
 			v = u[i]
 		}
-		v += res[i]
+		if res != nil {
+			v += res[i]
+		}
 		c[i] = v
 	}
 	return u, c

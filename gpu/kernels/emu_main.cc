@@ -10,12 +10,11 @@
 //	"topc" n k, then n u32        -> k u32 indices, k u32 elements (among the first pass's candidates)
 //	"cnta" n t xoff, then n u32   -> u32 count at or above t, then as many u32 indices and u32 elements
 //	"efad" n, then 2n f32 (g, r)  -> n f32
-//	"dgcc" n nesterov, f32 m, f32 scale, then 3n f32 (g, u, res) -> n f32 u, n f32 c
+//	"dgcc" n nesterov hasres, f32 m, f32 scale, then 3n f32 (g, u, res) -> n f32 u, n f32 c
 //	"sums" n bsize, then n f32    -> ceil(n/bsize) f64
 //	"q4  " n bsize fp4, then n f32 -> ceil(n/2) u8 codes, ceil(n/bsize) f32 scales, u32 bad
 //	"pack" k, then k u32 (increasing) -> u32 total, then total bytes (delta, bitpack)
 //	"gath" n start stride num, then n u32 -> num u32
-//	"cnge" n t, then n u32         -> u32
 //	"stag" n k, then n u32 x, k u32 idx -> k u32 taken, n u32 x after put(idx, taken+1), n u32 x with NaNs zeroed
 //
 // Launch shapes are small (blockDim 64, a few blocks) so that the grid-
@@ -158,11 +157,13 @@ int main() {
     tp_launch(tp_add_f32, G, B, (const float *)g.data(), (const float *)r.data(), c.data(), n);
     writev(c);
   } else if (!memcmp(op, "dgcc", 4)) {
-    u32 nesterov = (u32)readv<u64>(1)[0];
+    auto p = readv<u64>(2);
+    u32 nesterov = (u32)p[0];
     auto ms = readv<float>(2);
     auto g = readv<float>(n), u = readv<float>(n), r = readv<float>(n);
     std::vector<float> c(n);
-    tp_launch(tp_dgc_compensate, G, B, (const float *)g.data(), u.data(), (const float *)r.data(), c.data(), n, ms[0], nesterov, ms[1]);
+    const float *res = p[1] ? (const float *)r.data() : nullptr; // 0: no residual
+    tp_launch(tp_dgc_compensate, G, B, (const float *)g.data(), u.data(), res, c.data(), n, ms[0], nesterov, ms[1]);
     writev(u);
     writev(c);
   } else if (!memcmp(op, "sums", 4)) {

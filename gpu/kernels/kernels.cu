@@ -364,7 +364,16 @@ KERNEL void tp_topk_compact(const u32 *x, u64 n, const u32 *st, const u32 *off, 
 
 // c[i] = g[i] + res[i] (the compensated gradient).
 KERNEL void tp_add_f32(const float *g, const float *res, float *c, u64 n) {
-  for (u64 i = gid(); i < n; i += gstride()) c[i] = g[i] + res[i];
+  u64 done = 0;
+  if (aligned16(g) && aligned16(res) && aligned16(c)) {
+    u64 n4 = n / 4;
+    for (u64 i = gid(); i < n4; i += gstride()) {
+      f32x4 a = ((const f32x4 *)g)[i], b = ((const f32x4 *)res)[i];
+      ((f32x4 *)c)[i] = f32x4{a.a + b.a, a.b + b.b, a.c + b.c, a.d + b.d};
+    }
+    done = 4 * n4;
+  }
+  for (u64 i = done + gid(); i < n; i += gstride()) c[i] = g[i] + res[i];
 }
 
 // res[idx[j]] = 0 for j < k (the elements sent).
@@ -383,19 +392,36 @@ KERNEL void tp_scatter_zero(float *res, const u32 *idx, u64 k) {
 //	c[i] = v + res[i]                           (res may be 0: none)
 //
 // each product and sum rounded to float32 on its own.
+static __device__ inline float dgc_one(float g, float &u, float m, u32 nesterov, float scale) {
+  float gi = scale * g;
+  if (nesterov) {
+    u = m * (u + gi);
+    return u + gi;
+  }
+  float ui = m * u;
+  u = ui + gi;
+  return u;
+}
+
 KERNEL void tp_dgc_compensate(const float *g, float *u, const float *res, float *c, u64 n, float m, u32 nesterov, float scale) {
-  for (u64 i = gid(); i < n; i += gstride()) {
-    float gi = scale * g[i], v;
-    if (nesterov) {
-      float ui = m * (u[i] + gi);
-      u[i] = ui;
-      v = ui + gi;
-    } else {
-      float ui = m * u[i];
-      ui = ui + gi;
-      u[i] = ui;
-      v = ui;
+  u64 done = 0;
+  if (aligned16(g) && aligned16(u) && aligned16(res) && aligned16(c)) { // four at a time
+    u64 n4 = n / 4;
+    for (u64 i = gid(); i < n4; i += gstride()) {
+      f32x4 gv = ((const f32x4 *)g)[i], uv = ((f32x4 *)u)[i];
+      f32x4 v = {dgc_one(gv.a, uv.a, m, nesterov, scale), dgc_one(gv.b, uv.b, m, nesterov, scale),
+                 dgc_one(gv.c, uv.c, m, nesterov, scale), dgc_one(gv.d, uv.d, m, nesterov, scale)};
+      ((f32x4 *)u)[i] = uv;
+      if (res) {
+        f32x4 r = ((const f32x4 *)res)[i];
+        v = f32x4{v.a + r.a, v.b + r.b, v.c + r.c, v.d + r.d};
+      }
+      ((f32x4 *)c)[i] = v;
     }
+    done = 4 * n4;
+  }
+  for (u64 i = done + gid(); i < n; i += gstride()) {
+    float v = dgc_one(g[i], u[i], m, nesterov, scale);
     if (res) v = v + res[i];
     c[i] = v;
   }

@@ -30,6 +30,13 @@ struct alignas(16) u32x4 {
 struct alignas(8) u16x4 {
   u16 a, b, c, d;
 };
+struct alignas(16) f32x4 {
+  float a, b, c, d;
+};
+
+// aligned16: p may be read or written 16 bytes at a time (a null p too:
+// the kernels test it before use).
+static __device__ inline bool aligned16(const void *p) { return ((u64)p & 15) == 0; }
 
 static __device__ inline u32 f32_bits(float f) { return __builtin_bit_cast(u32, f); }
 static __device__ inline float f32_from(u32 b) { return __builtin_bit_cast(float, b); }
