@@ -396,33 +396,51 @@ func TestEmulatedSampleAndCount(t *testing.T) {
 		}
 	}
 	for _, th := range []uint32{0, 0x3f800000, x[17] & 0x7fffffff, 0x7f800000, 0x7fffffff} {
-		want := 0
-		for _, v := range x {
-			if v&0x7fffffff >= th {
-				want++
-			}
-		}
-		// Selector.countAtOrAbove's total from the last tile, then the
-		// compaction it placed: every index at or above, ascending; x
-		// aligned (whole tiles and runs loaded 16 bytes at a time) and not
-		// (one by one).
+		// x aligned (whole tiles and runs loaded 16 bytes at a time) and
+		// not (one by one).
 		for _, xoff := range []uint64{0, 1} {
-			got := run(t, exe, "cnta", []uint64{uint64(n), uint64(th), xoff}, u32bytes(x))
-			c := int(binary.LittleEndian.Uint32(got))
-			if c != want || len(got) != 4+8*c {
-				t.Fatalf("count >= %#08x, x at %d: %d (%d bytes), want %d", th, xoff, c, len(got), want)
-			}
-			j := 0
-			for i, v := range x {
-				if v&0x7fffffff < th {
-					continue
-				}
-				if gi, gv := binary.LittleEndian.Uint32(got[4+4*j:]), binary.LittleEndian.Uint32(got[4+4*(c+j):]); gi != uint32(i) || gv != v {
-					t.Fatalf(">= %#08x, x at %d: element %d: index %d (%#08x), want %d (%#08x)", th, xoff, j, gi, gv, i, v)
-				}
-				j++
-			}
+			checkCountAt(t, exe, x, th, xoff)
 		}
+	}
+}
+
+// Enough tiles that the offsets' threads take their counts eight tiles at
+// a time (2^20 elements: 1024 tiles of the emulator's 1024 elements, 16
+// a thread), with a remainder or without.
+func TestEmulatedCountManyTiles(t *testing.T) {
+	exe := emulator(t)
+	rng := rand.New(rand.NewPCG(17, 17))
+	for _, n := range []int{1 << 20, 1<<20 + 5000} {
+		x := floatBits(rng, n)
+		checkCountAt(t, exe, x, 0x3f000000, 0)
+	}
+}
+
+// checkCountAt runs Selector.countAtOrAbove's total from the last tile,
+// then the compaction it placed, over x (xoff elements from 16-byte
+// alignment) at threshold th: every index at or above, ascending.
+func checkCountAt(t *testing.T, exe string, x []uint32, th uint32, xoff uint64) {
+	t.Helper()
+	want := 0
+	for _, v := range x {
+		if v&0x7fffffff >= th {
+			want++
+		}
+	}
+	got := run(t, exe, "cnta", []uint64{uint64(len(x)), uint64(th), xoff}, u32bytes(x))
+	c := int(binary.LittleEndian.Uint32(got))
+	if c != want || len(got) != 4+8*c {
+		t.Fatalf("count >= %#08x, x at %d: %d (%d bytes), want %d", th, xoff, c, len(got), want)
+	}
+	j := 0
+	for i, v := range x {
+		if v&0x7fffffff < th {
+			continue
+		}
+		if gi, gv := binary.LittleEndian.Uint32(got[4+4*j:]), binary.LittleEndian.Uint32(got[4+4*(c+j):]); gi != uint32(i) || gv != v {
+			t.Fatalf(">= %#08x, x at %d: element %d: index %d (%#08x), want %d (%#08x)", th, xoff, j, gi, gv, i, v)
+		}
+		j++
 	}
 }
 
