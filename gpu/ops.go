@@ -285,7 +285,10 @@ func (s *Selector) radix(x Ptr, n int, p radixPass, st *Stream) error {
 		}
 	}
 	s.cleared = false
-	if err := s.d.launch("tp_topk_hist", grid(n), st, x, uint64(n), s.hist, p.nbins, p.shift, p.pshift, s.st); err != nil {
+	// At least 16 elements a thread: each block clears and adds up 2048
+	// bins of its own, which would outweigh a sample's few elements.
+	blocks := uint32(min(max(n/(16*threads), 1), 132*16))
+	if err := s.d.launch("tp_topk_hist", blocks, st, x, uint64(n), s.hist, p.nbins, p.shift, p.pshift, s.st); err != nil {
 		return err
 	}
 	if err := s.d.launch("tp_topk_find", 1, st, s.hist, p.nbins, p.bits, s.st); err != nil {
