@@ -198,10 +198,15 @@ func (s *Selector) Close() error {
 	return errors.Join(errs...)
 }
 
-func (s *Selector) tilesFor(n int) error {
+// tilesFor makes room for the tiles' counts and offsets of n elements.
+// A reallocation first runs q, whose launches may name the old buffers.
+func (s *Selector) tilesFor(q *batch, n int) error {
 	t := (n + tile - 1) / tile
 	if t <= s.tiles {
 		return nil
+	}
+	if err := s.runQ(q); err != nil {
+		return err
 	}
 	for _, p := range []*Ptr{&s.cnt, &s.off} {
 		if *p != 0 {
@@ -211,6 +216,7 @@ func (s *Selector) tilesFor(n int) error {
 			*p = 0
 		}
 	}
+	s.tiles = 0
 	var err error
 	if s.cnt, err = s.d.Alloc(8 * t); err != nil {
 		return err
@@ -223,9 +229,13 @@ func (s *Selector) tilesFor(n int) error {
 }
 
 // grow makes *p hold n elements of size bytes; *have is what it holds.
-func (s *Selector) grow(p *Ptr, have *int, n, size int) error {
+// A reallocation first runs q, whose launches may name the old buffer.
+func (s *Selector) grow(q *batch, p *Ptr, have *int, n, size int) error {
 	if n <= *have {
 		return nil
+	}
+	if err := s.runQ(q); err != nil {
+		return err
 	}
 	if *p != 0 {
 		if err := s.d.Free(*p); err != nil {
@@ -233,38 +243,37 @@ func (s *Selector) grow(p *Ptr, have *int, n, size int) error {
 		}
 		*p, *have = 0, 0
 	}
-	q, err := s.d.Alloc(size * n)
+	r, err := s.d.Alloc(size * n)
 	if err != nil {
 		return err
 	}
-	*p, *have = q, n
+	*p, *have = r, n
 	return nil
 }
 
 // roomFor grows the candidates' scratch to n; false where the device has
 // no room for it (the caller then selects without candidates).
-func (s *Selector) roomFor(n int) (bool, error) {
-	err := s.grow(&s.cand, &s.candN, n, 8)
+func (s *Selector) roomFor(q *batch, n int) (bool, error) {
+	err := s.grow(q, &s.cand, &s.candN, n, 8)
 	if errors.Is(err, ErrOutOfMemory) {
 		return false, nil
 	}
 	return err == nil, err
 }
 
-// setState sets st[0] = need and st[1] = prefix in stream order.
-func (s *Selector) setState(need, prefix uint32, st *Stream) error {
-	return s.d.launch("tp_topk_state", 1, st, s.st, need, prefix)
+// setState adds st[0] = need and st[1] = prefix to q.
+func (s *Selector) setState(q *batch, need, prefix uint32) {
+	q.launch("tp_topk_state", 1, s.st, need, prefix)
 }
 
-// readState waits for the stream and returns the state: the elements
-// still to take at the cut, the prefix, and the elements at or above the
-// last pass's bin.
-func (s *Selector) readState(st *Stream) (need, prefix, ge uint32, err error) {
+// readState runs q with a read of the state and a wait, and returns the
+// state: the elements still to take at the cut, the prefix, and the
+// elements at or above the last pass's bin.
+func (s *Selector) readState(q *batch) (need, prefix, ge uint32, err error) {
 	b := s.host[:12]
-	if err := s.d.CopyDtoHAsync(b, s.st, st); err != nil {
-		return 0, 0, 0, err
-	}
-	if err := syncStream(s.d, st); err != nil {
+	q.copyDtoH(b, s.st)
+	q.wait()
+	if err := s.runQ(q); err != nil {
 		return 0, 0, 0, err
 	}
 	return getU32(b), getU32(b[4:]), getU32(b[8:]), nil
@@ -277,100 +286,86 @@ type radixPass struct{ nbins, shift, pshift, bits uint32 }
 
 var radixPasses = [3]radixPass{{2048, 20, 31, 11}, {2048, 9, 20, 11}, {512, 0, 9, 9}}
 
-func (s *Selector) radix(x Ptr, n int, p radixPass, st *Stream) error {
+// radix adds a pass over x (n elements) to q.
+func (s *Selector) radix(q *batch, x Ptr, n int, p radixPass) {
 	if !s.cleared {
-		// New, or a pass whose find was not launched.
-		if err := s.d.launch("tp_zero", 8, st, s.hist, uint64(2048)); err != nil {
-			return err
-		}
+		// New, or a pass whose find may not have run.
+		q.launch("tp_zero", 8, s.hist, uint64(2048))
 	}
-	s.cleared = false
 	// At least 16 elements a thread: each block clears and adds up 2048
 	// bins of its own, which would outweigh a sample's few elements.
 	blocks := uint32(min(max(n/(16*threads), 1), 132*16))
-	if err := s.d.launch("tp_topk_hist", blocks, st, x, uint64(n), s.hist, p.nbins, p.shift, p.pshift, s.st); err != nil {
-		return err
-	}
-	if err := s.d.launch("tp_topk_find", 1, st, s.hist, p.nbins, p.bits, s.st); err != nil {
-		return err
-	}
-	s.cleared = true
-	return nil
+	q.launch("tp_topk_hist", blocks, x, uint64(n), s.hist, p.nbins, p.shift, p.pshift, s.st)
+	q.launch("tp_topk_find", 1, s.hist, p.nbins, p.bits, s.st)
+	s.cleared = true // as find leaves it (runQ and the callers' errors say otherwise)
 }
 
-// kth runs the radix selection of the need-th largest magnitude of x (n
-// elements) into the state: st[1] the magnitude, st[0] how many equal to
-// it are taken.
-func (s *Selector) kth(x Ptr, n, need int, st *Stream) error {
-	if err := s.setState(uint32(need), 0, st); err != nil {
-		return err
-	}
+// kth adds to q the radix selection of the need-th largest magnitude of x
+// (n elements) into the state: st[1] the magnitude, st[0] how many equal
+// to it are taken.
+func (s *Selector) kth(q *batch, x Ptr, n, need int) {
+	s.setState(q, uint32(need), 0)
 	for _, p := range radixPasses {
-		if err := s.radix(x, n, p, st); err != nil {
-			return err
-		}
+		s.radix(q, x, n, p)
 	}
+}
+
+// count adds to q the count, tile by tile, of the magnitudes of x above
+// st[1] and equal to it, and the placing of each tile's selection in the
+// output (offsets).
+func (s *Selector) count(q *batch, x Ptr, n int) error {
+	if err := s.tilesFor(q, n); err != nil {
+		return err
+	}
+	t := (n + tile - 1) / tile
+	q.launch("tp_topk_count", uint32(min(t, 132*16)), x, uint64(n), s.st, s.cnt)
+	q.launch("tp_topk_offsets", 1, s.cnt, uint64(t), s.st, s.off)
 	return nil
 }
 
-// count counts, tile by tile, the magnitudes of x above st[1] and equal
-// to it, and places each tile's selection in the output (offsets).
-func (s *Selector) count(x Ptr, n int, st *Stream) error {
-	if err := s.tilesFor(n); err != nil {
-		return err
-	}
+// compactCounted adds to q the writing of the selection that count
+// placed: the indices of the magnitudes of x above st[1], and the first
+// st[0] equal to it, ascending, to idx, and their elements to val.
+func (s *Selector) compactCounted(q *batch, idx, val, x Ptr, n int) {
 	t := (n + tile - 1) / tile
-	if err := s.d.launch("tp_topk_count", uint32(min(t, 132*16)), st, x, uint64(n), s.st, s.cnt); err != nil {
-		return err
-	}
-	return s.d.launch("tp_topk_offsets", 1, st, s.cnt, uint64(t), s.st, s.off)
+	q.launch("tp_topk_compact", uint32(min(t, 132*16)), x, uint64(n), s.st, s.off, idx, val)
 }
 
-// compactCounted writes the selection that count placed: the indices of
-// the magnitudes of x above st[1], and the first st[0] equal to it,
-// ascending, to idx, and their elements to val.
-func (s *Selector) compactCounted(idx, val, x Ptr, n int, st *Stream) error {
-	t := (n + tile - 1) / tile
-	return s.d.launch("tp_topk_compact", uint32(min(t, 132*16)), st, x, uint64(n), s.st, s.off, idx, val)
-}
-
-// compact is count, then compactCounted: two passes over x.
-func (s *Selector) compact(idx, val, x Ptr, n int, st *Stream) error {
-	if err := s.count(x, n, st); err != nil {
-		return err
-	}
-	return s.compactCounted(idx, val, x, n, st)
-}
-
-// countAtOrAbove sets the state to take every magnitude of x at or above
-// t, counts them (count: a compactCounted may follow) and returns how
-// many there are.
-func (s *Selector) countAtOrAbove(x Ptr, n int, t uint32, st *Stream) (int, error) {
-	if err := s.setState(math.MaxUint32, t, st); err != nil {
-		return 0, err
-	}
-	if err := s.count(x, n, st); err != nil {
+// countAtOrAbove adds to q the state that takes every magnitude of x at
+// or above t and their count (a compactCounted may follow), runs q and
+// returns how many there are.
+func (s *Selector) countAtOrAbove(q *batch, x Ptr, n int, t uint32) (int, error) {
+	s.setState(q, math.MaxUint32, t)
+	if err := s.count(q, x, n); err != nil {
 		return 0, err
 	}
 	// The last tile's offset (every tie is taken) and its counts.
 	last := Ptr(8 * ((n+tile-1)/tile - 1))
 	b := s.host[16:32]
-	if err := s.d.CopyDtoHAsync(b[:8], s.off+last, st); err != nil {
-		return 0, err
-	}
-	if err := s.d.CopyDtoHAsync(b[8:], s.cnt+last, st); err != nil {
-		return 0, err
-	}
-	if err := syncStream(s.d, st); err != nil {
+	q.copyDtoH(b[:8], s.off+last)
+	q.copyDtoH(b[8:], s.cnt+last)
+	q.wait()
+	if err := s.runQ(q); err != nil {
 		return 0, err
 	}
 	return int(getU32(b)) + int(getU32(b[8:])) + int(getU32(b[12:])), nil
 }
 
+// runQ runs q; after a failure the histogram may hold a pass's counts,
+// so the next pass clears it first.
+func (s *Selector) runQ(q *batch) error {
+	err := q.run()
+	if err != nil {
+		s.cleared = false
+	}
+	return err
+}
+
 // Exact writes to idx and val (k uint32 and k float32 of device memory)
 // the indices of the k largest magnitudes of x (n float32 on the
 // device), ascending, ties to the lower index, and their elements: what
-// topk.Exact selects. n must be below 2^32.
+// topk.Exact selects. n must be below 2^32. Its launches and the reads of
+// their results go to the device in three or four trips (batch).
 func (s *Selector) Exact(idx, val, x Ptr, n, k int, st *Stream) error {
 	if n < 0 || uint64(n) >= 1<<32 || k < 0 {
 		return fmt.Errorf("gpu: Exact: n %d, k %d", n, k)
@@ -378,65 +373,67 @@ func (s *Selector) Exact(idx, val, x Ptr, n, k int, st *Stream) error {
 	if err := aligned("Exact", 4, idx, val, x); err != nil {
 		return err
 	}
-	return s.exact(idx, val, x, n, min(k, n), true, st)
+	q := &batch{d: s.d, s: st}
+	if err := s.exact(q, idx, val, x, n, min(k, n), true); err != nil {
+		s.cleared = false // what was added is dropped
+		return err
+	}
+	return s.runQ(q)
 }
 
 // candidatesMax is the most candidates exact compacts to select among
 // for a selection of k: 8 bytes of scratch each.
 func candidatesMax(k int) int { return max(4*k, 1<<16) }
 
-// exact is Exact. With among, candidates first: those at or above a
-// threshold from a sample of x where that threshold holds at least k and
-// at most candidatesMax(k) (exactSampled: two passes over x); else, where
-// the first radix pass leaves at most candidatesMax(k) and fewer than half
-// of the elements at or above its bin (one read of the state back), those
-// are compacted and the k chosen among them: three passes over x (a
-// histogram, the count, the compaction). Otherwise, without among, and
-// where the device has no room for the candidates (8 bytes each), five
-// (three histograms, the count, the compaction).
-func (s *Selector) exact(idx, val, x Ptr, n, k int, among bool, st *Stream) error {
+// exact adds Exact to q (and runs q where it needs a result). With among,
+// candidates first: those at or above a threshold from a sample of x
+// where that threshold holds at least k and at most candidatesMax(k)
+// (exactSampled: two passes over x); else, where the first radix pass
+// leaves at most candidatesMax(k) and fewer than half of the elements at
+// or above its bin (one read of the state back), those are compacted and
+// the k chosen among them: three passes over x (a histogram, the count,
+// the compaction). Otherwise, without among, and where the device has no
+// room for the candidates (8 bytes each), five (three histograms, the
+// count, the compaction).
+func (s *Selector) exact(q *batch, idx, val, x Ptr, n, k int, among bool) error {
 	if k == 0 {
 		return nil
 	}
 	if among {
-		if done, err := s.exactSampled(idx, val, x, n, k, st); done || err != nil {
+		if done, err := s.exactSampled(q, idx, val, x, n, k); done || err != nil {
 			return err
 		}
 	}
-	if err := s.setState(uint32(k), 0, st); err != nil {
-		return err
-	}
-	if err := s.radix(x, n, radixPasses[0], st); err != nil {
-		return err
-	}
+	s.setState(q, uint32(k), 0)
+	s.radix(q, x, n, radixPasses[0])
 	if among {
-		_, prefix, ge, err := s.readState(st)
+		_, prefix, ge, err := s.readState(q)
 		if err != nil {
 			return err
 		}
 		c := int(ge)
 		room := false
 		if c <= candidatesMax(k) && c < n/2 {
-			if room, err = s.roomFor(c); err != nil {
+			if room, err = s.roomFor(q, c); err != nil {
 				return err
 			}
 		}
 		if room {
-			if err := s.setState(math.MaxUint32, prefix<<radixPasses[0].shift, st); err != nil {
+			s.setState(q, math.MaxUint32, prefix<<radixPasses[0].shift)
+			if err := s.count(q, x, n); err != nil {
 				return err
 			}
-			if err := s.count(x, n, st); err != nil {
-				return err
-			}
-			return s.exactAmong(idx, val, x, n, k, c, st)
+			return s.exactAmong(q, idx, val, x, n, k, c)
 		}
 	}
 	for _, p := range radixPasses[1:] {
-		if err := s.radix(x, n, p, st); err != nil {
-			return err
-		}
+		s.radix(q, x, n, p)
 	}
-	return s.compact(idx, val, x, n, st)
+	if err := s.count(q, x, n); err != nil {
+		return err
+	}
+	s.compactCounted(q, idx, val, x, n)
+	return nil
 }
 
 // exactSampled is Exact where x is large (at least 2^20 elements) and k
@@ -448,62 +445,56 @@ func (s *Selector) exact(idx, val, x Ptr, n, k int, among bool, st *Stream) erro
 // over x and no histogram. It reports whether it did; where the sample
 // misled (a stride that meets a pattern in x), nothing is written and the
 // caller selects otherwise, one pass over x later.
-func (s *Selector) exactSampled(idx, val, x Ptr, n, k int, st *Stream) (bool, error) {
+func (s *Selector) exactSampled(q *batch, idx, val, x Ptr, n, k int) (bool, error) {
 	if n < 1<<20 || k > n/16 {
 		return false, nil
 	}
 	num := min(n>>6, 1<<20)
 	stride := n / num
 	ks := int((2*uint64(num)*uint64(k)+uint64(n)-1)/uint64(n)) + 16
-	if err := s.grow(&s.smp, &s.smpN, num, 4); err != nil {
+	if err := s.grow(q, &s.smp, &s.smpN, num, 4); err != nil {
 		if errors.Is(err, ErrOutOfMemory) {
 			err = nil // selected without the sample
 		}
 		return false, err
 	}
-	if err := s.d.launch("tp_gather", grid(num), st, x, uint64(stride/2), uint64(stride), uint64(num), s.smp); err != nil {
-		return false, err
-	}
-	if err := s.kth(s.smp, num, ks, st); err != nil {
-		return false, err
-	}
-	_, t, _, err := s.readState(st)
+	q.launch("tp_gather", grid(num), x, uint64(stride/2), uint64(stride), uint64(num), s.smp)
+	s.kth(q, s.smp, num, ks)
+	_, t, _, err := s.readState(q)
 	if err != nil {
 		return false, err
 	}
-	count, err := s.countAtOrAbove(x, n, t, st)
+	count, err := s.countAtOrAbove(q, x, n, t)
 	if err != nil || count < k || count > candidatesMax(k) {
 		return false, err
 	}
-	if room, err := s.roomFor(count); !room {
+	if room, err := s.roomFor(q, count); !room {
 		return false, err
 	}
-	return true, s.exactAmong(idx, val, x, n, k, count, st)
+	return true, s.exactAmong(q, idx, val, x, n, k, count)
 }
 
-// exactAmong is Exact for x when count > k of its magnitudes are at or
-// above a threshold and count has placed them (the state takes them
-// all): those are compacted (indices ascending), the k largest chosen
-// among them (ties to the lower position, so to the lower index), and
-// their positions mapped back to indices of x.
-func (s *Selector) exactAmong(idx, val, x Ptr, n, k, count int, st *Stream) error {
-	if err := s.grow(&s.cand, &s.candN, count, 8); err != nil {
-		return err
-	}
+// exactAmong adds to q Exact for x when count > k of its magnitudes are
+// at or above a threshold, count has placed them (the state takes them
+// all) and the candidates' scratch holds count: those are compacted
+// (indices ascending), the k largest chosen among them (ties to the lower
+// position, so to the lower index), and their positions mapped back to
+// indices of x.
+func (s *Selector) exactAmong(q *batch, idx, val, x Ptr, n, k, count int) error {
 	cidx, cval := s.cand, s.cand+Ptr(4*s.candN)
-	if err := s.compactCounted(cidx, cval, x, n, st); err != nil {
+	s.compactCounted(q, cidx, cval, x, n)
+	if err := s.exact(q, idx, val, cval, count, k, false); err != nil {
 		return err
 	}
-	if err := s.exact(idx, val, cval, count, k, false, st); err != nil {
-		return err
-	}
-	return s.d.Take(idx, cidx, idx, k, st) // each thread reads its idx[j], then writes it
+	// Each thread reads its idx[j], then writes it.
+	q.launch("tp_take", grid(k), cidx, idx, uint64(k), idx)
+	return nil
 }
 
 // Sampled writes to idx and val the selection of topk.Sampled with the
 // same options and returns how many were selected (at most k). The
 // threshold adaptations read a count back from the device after each
-// pass.
+// pass; the launches between go to the device in one trip each.
 func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, smp Ptr, st *Stream) (int, error) {
 	// See topk.Sampled: the same steps, each pass over x on the device.
 	if err := aligned("Sampled", 4, idx, val, x, smp); err != nil {
@@ -513,8 +504,18 @@ func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, sm
 	if k <= 0 {
 		return 0, nil
 	}
+	q := &batch{d: s.d, s: st}
+	c, err := s.sampled(q, idx, val, x, n, k, opt, smp)
+	if err != nil {
+		s.cleared = false // what was added is dropped
+		return 0, err
+	}
+	return c, s.runQ(q)
+}
+
+func (s *Selector) sampled(q *batch, idx, val, x Ptr, n, k int, opt topk.SampleOptions, smp Ptr) (int, error) {
 	ratio, upper, lower, iters := opt.Resolved()
-	exact := func() (int, error) { return k, s.exact(idx, val, x, n, k, true, st) }
+	exact := func() (int, error) { return k, s.exact(q, idx, val, x, n, k, true) }
 	if k == n {
 		return exact() // every element: Exact gives them all, in order
 	}
@@ -524,18 +525,14 @@ func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, sm
 	}
 	start := opt.Start % stride
 	num = (uint64(n) - start + stride - 1) / stride
-	if err := s.d.launch("tp_gather", grid(int(num)), st, x, start, stride, num, smp); err != nil {
-		return 0, err
-	}
-	if err := s.kth(smp, int(num), int(ks), st); err != nil {
-		return 0, err
-	}
-	_, t0, _, err := s.readState(st)
+	q.launch("tp_gather", grid(int(num)), x, start, stride, num, smp)
+	s.kth(q, smp, int(num), int(ks))
+	_, t0, _, err := s.readState(q)
 	if err != nil {
 		return 0, err
 	}
 	thr := math.Float32frombits(t0)
-	count, err := s.countAtOrAbove(x, n, t0, st)
+	count, err := s.countAtOrAbove(q, x, n, t0)
 	if err != nil {
 		return 0, err
 	}
@@ -545,7 +542,7 @@ func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, sm
 			break
 		}
 		thr = next
-		if count, err = s.countAtOrAbove(x, n, math.Float32bits(thr)&^(1<<31), st); err != nil {
+		if count, err = s.countAtOrAbove(q, x, n, math.Float32bits(thr)&^(1<<31)); err != nil {
 			return 0, err
 		}
 	}
@@ -556,16 +553,17 @@ func (s *Selector) Sampled(idx, val, x Ptr, n, k int, opt topk.SampleOptions, sm
 		// The k largest of x are the k largest of the count at or above
 		// thr, which are few (scratch of 8 bytes each, at most 4k) and
 		// counted: selected among them, one more pass over x.
-		if room, err := s.roomFor(count); err != nil || !room {
+		if room, err := s.roomFor(q, count); err != nil || !room {
 			if err != nil {
 				return 0, err
 			}
 			return exact()
 		}
-		return k, s.exactAmong(idx, val, x, n, k, count, st)
+		return k, s.exactAmong(q, idx, val, x, n, k, count)
 	}
 	// Every magnitude at or above thr, counted: ties all taken.
-	return count, s.compactCounted(idx, val, x, n, st)
+	s.compactCounted(q, idx, val, x, n)
+	return count, nil
 }
 
 // DGCCompensate is gradient.DGC.Compensate on the device: u (momentum,

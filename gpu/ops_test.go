@@ -479,22 +479,28 @@ func BenchmarkGPU(b *testing.B) {
 		// The five passes over x that Exact made before it selected among
 		// the first pass's candidates, in the same run.
 		b.Run(fmt.Sprintf("topk-%g-5pass", r), func(b *testing.B) {
-			events(b, d, nb, func() error { return sel.exact(idx, val, x, benchN, k, false, nil) })
+			events(b, d, nb, func() error {
+				q := &batch{d: d}
+				if err := sel.exact(q, idx, val, x, benchN, k, false); err != nil {
+					return err
+				}
+				return sel.runQ(q)
+			})
 		})
 	}
 	// The parts: the first radix pass (histogram of 2048 bins, its bin
 	// found), and a count with the tiles' offsets.
 	b.Run("topk-hist-pass", func(b *testing.B) {
 		events(b, d, nb, func() error {
-			if err := sel.setState(benchN/1000, 0, nil); err != nil {
-				return err
-			}
-			return sel.radix(x, benchN, radixPasses[0], nil)
+			q := &batch{d: d}
+			sel.setState(q, benchN/1000, 0)
+			sel.radix(q, x, benchN, radixPasses[0])
+			return sel.runQ(q)
 		})
 	})
 	b.Run("topk-count-pass", func(b *testing.B) {
 		events(b, d, nb, func() error {
-			_, err := sel.countAtOrAbove(x, benchN, math.Float32bits(3), nil)
+			_, err := sel.countAtOrAbove(&batch{d: d}, x, benchN, math.Float32bits(3))
 			return err
 		})
 	})
