@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -26,6 +27,7 @@ type Device struct {
 	work   chan call
 	done   chan struct{} // closed when the worker has ended
 	err    error         // Close's result, set by the worker before done
+	trips  atomic.Uint64 // calls handed to the worker (do): each a round trip of some microseconds
 
 	// Touched only on the worker goroutine.
 	allocs  map[Ptr]uintptr // device allocations and their sizes
@@ -193,6 +195,7 @@ func (d *Device) do(f func() error) error {
 	if d == nil || d.work == nil {
 		return errNotOpened
 	}
+	d.trips.Add(1)
 	c := call{f: f, done: make(chan error, 1)}
 	d.mu.RLock()
 	if d.closed {

@@ -54,7 +54,7 @@ func init() {
 
 // installFake puts a fake driver with the given number of devices in
 // place of the real one, for the rest of the test.
-func installFake(t *testing.T, devices int) *fakeDriver {
+func installFake(t testing.TB, devices int) *fakeDriver {
 	t.Helper()
 	Available() // the real load has happened (or failed) and will not run again
 	saved := make([]reflect.Value, len(symbols))
@@ -648,7 +648,7 @@ func (f *fakeDriver) free() uint64 {
 
 // check reports the violations seen so far and, when every Device is
 // closed, anything left allocated or current.
-func (f *fakeDriver) check(t *testing.T, closed bool) {
+func (f *fakeDriver) check(t testing.TB, closed bool) {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()

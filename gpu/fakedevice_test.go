@@ -12,7 +12,7 @@ import (
 
 // openFake opens device 0 of the fake driver for the test, closes it at
 // the end and then checks that the fake holds nothing.
-func openFake(t *testing.T, f *fakeDriver) *Device {
+func openFake(t testing.TB, f *fakeDriver) *Device {
 	t.Helper()
 	t.Cleanup(func() { f.check(t, true) })
 	d, err := Open(0)
@@ -241,4 +241,19 @@ func TestFakeWrongThread(t *testing.T) {
 	f.mu.Lock()
 	f.bad = nil
 	f.mu.Unlock()
+}
+
+// BenchmarkFakeTrip is one trip to a Device's worker (Device.do) with
+// nothing to do: the goroutine handoff to the worker's locked OS thread
+// and back that every driver call pays, and the reason the selections
+// batch their launches (batch). The driver is the fake; the handoff is
+// the real one.
+func BenchmarkFakeTrip(b *testing.B) {
+	d := openFake(b, installFake(b, 1))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := d.do(func() error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -210,6 +210,38 @@ func testExactAliased(t *testing.T, d *Device, _ []int) {
 	}
 }
 
+// The selections go to the device's worker in a few trips (batch), not
+// one a launch: at most 3 for Exact and 3 plus one an adaptation for
+// Sampled once the Selector's scratch is allocated (each trip costs
+// BenchmarkFakeTrip's microseconds; they made 28 and 17-28).
+func TestFakeSelectTrips(t *testing.T) {
+	f := installFake(t, 1)
+	d := openFake(t, f)
+	sel, err := d.NewSelector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sel.Close()
+	rng := rand.New(rand.NewPCG(18, 18))
+	n, k := 1<<22, 1<<12
+	xs := upload(t, d, u32bytes(finite(rng, n)))
+	idx, val, smp := alloc(t, d, 4*k), alloc(t, d, 4*k), alloc(t, d, 4*n)
+	for i := range 3 {
+		t0 := d.trips.Load()
+		if err := sel.Exact(idx, val, xs, n, k, nil); err != nil {
+			t.Fatal(err)
+		}
+		t1 := d.trips.Load()
+		if _, err := sel.Sampled(idx, val, xs, n, k, topk.SampleOptions{Start: uint64(i), MaxIters: -1}, smp, nil); err != nil {
+			t.Fatal(err)
+		}
+		t2 := d.trips.Load()
+		if i > 0 && (t1-t0 > 3 || t2-t1 > 3) {
+			t.Errorf("run %d: Exact %d trips, Sampled %d (no adaptation): want at most 3 each", i, t1-t0, t2-t1)
+		}
+	}
+}
+
 // Where the device has no room for the candidates, Exact and Sampled
 // select without them (the fake driver, whose memory is small).
 func TestFakeSelectLowMemory(t *testing.T) {
