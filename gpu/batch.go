@@ -48,6 +48,9 @@ func (b *batch) launch(name string, blocks uint32, args ...any) {
 // copyDtoH adds an asynchronous copy of len(dst) bytes at src into dst,
 // which AllocHost returned.
 func (b *batch) copyDtoH(dst []byte, src Ptr) {
+	if len(dst) == 0 {
+		return
+	}
 	b.ops = append(b.ops, func(h uintptr) error {
 		if !b.d.pinned(dst) {
 			return errNotPinned("CopyDtoHAsync")

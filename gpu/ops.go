@@ -686,23 +686,34 @@ func (d *Device) PackIndices(out, idx Ptr, k int, size Ptr, s *Stream) (int, err
 	if err := aligned("PackIndices", 4, idx, size); err != nil {
 		return 0, err
 	}
+	return d.packIndices(&batch{d: d, s: s}, out, idx, k, size, nil)
+}
+
+// packIndices adds PackIndices's launches to q, runs q and returns the
+// coded length: read into total (4 bytes of AllocHost's) in the same
+// trip, or where total is nil, by a copy of its own.
+func (d *Device) packIndices(q *batch, out, idx Ptr, k int, size Ptr, total []byte) (int, error) {
+	if k == 0 {
+		return 0, nil
+	}
 	nb := (k + 127) / 128
 	off := size + Ptr(4*nb)
-	if err := d.launch("tp_pack_sizes", grid(nb), s, idx, uint64(k), size); err != nil {
+	q.launch("tp_pack_sizes", grid(nb), idx, uint64(k), size)
+	q.launch("tp_scan", 1, size, uint64(nb), off)
+	q.launch("tp_pack", grid(nb), idx, uint64(k), off, out)
+	if total != nil {
+		q.copyDtoH(total[:4], off+Ptr(4*nb))
+	}
+	q.wait()
+	if err := q.run(); err != nil {
 		return 0, err
 	}
-	if err := d.launch("tp_scan", 1, s, size, uint64(nb), off); err != nil {
-		return 0, err
+	if total == nil {
+		var b [4]byte
+		if err := d.CopyDtoH(b[:], off+Ptr(4*nb)); err != nil {
+			return 0, err
+		}
+		total = b[:]
 	}
-	if err := d.launch("tp_pack", grid(nb), s, idx, uint64(k), off, out); err != nil {
-		return 0, err
-	}
-	if err := syncStream(d, s); err != nil {
-		return 0, err
-	}
-	var total [4]byte
-	if err := d.CopyDtoH(total[:], off+Ptr(4*nb)); err != nil {
-		return 0, err
-	}
-	return int(getU32(total[:])), nil
+	return int(getU32(total)), nil
 }

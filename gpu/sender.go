@@ -44,6 +44,7 @@ type Sender struct {
 	pack     Ptr    // the coded positions (5 bytes an element)
 	packSize Ptr    // PackIndices's block sizes and offsets
 	in, out  []byte // pinned: the gradient on its way in; values and positions back
+	total    []byte // pinned: the coded positions' length read back
 	phantom  []byte // the frame encoder's input: never read (gradient.Preselected)
 	val      Ptr    // the selected values
 }
@@ -239,32 +240,27 @@ func (s *Sender) selectTop(st *devState, name string, n int) (int, error) {
 // momentum is masked at the positions meanwhile (undone on Abort). It
 // returns when the copies are done.
 func (s *Sender) fetchSelection(st *devState, k int) (packed int, err error) {
+	// Two trips to the device's worker (batch): the positions coded and
+	// their length read back, then the copies, the masking and the wait.
+	q := &batch{d: s.d}
 	packed = -1
 	if s.packs {
-		if packed, err = s.d.PackIndices(s.pack, st.idx, k, s.packSize, nil); err != nil {
+		if packed, err = s.d.packIndices(q, s.pack, st.idx, k, s.packSize, s.total); err != nil {
 			return 0, err
 		}
 	}
-	if err := s.d.CopyDtoHAsync(s.out[:4*k], s.val, nil); err != nil {
-		return 0, err
-	}
+	q.copyDtoH(s.out[:4*k], s.val)
 	if packed >= 0 {
-		err = s.d.CopyDtoHAsync(s.out[4*k:4*k+packed], s.pack, nil)
+		q.copyDtoH(s.out[4*k:4*k+packed], s.pack)
 	} else {
-		err = s.d.CopyDtoHAsync(s.out[4*k:8*k], st.idx, nil)
+		q.copyDtoH(s.out[4*k:8*k], st.idx)
 	}
-	if err != nil {
-		return 0, err
+	if s.momentum() && k > 0 {
+		q.launch("tp_take", grid(k), st.u, st.idx, uint64(k), st.saved) // saved = u at the positions
+		q.launch("tp_scatter_zero", grid(k), st.u, st.idx, uint64(k))
 	}
-	if s.momentum() {
-		if err := s.d.Take(st.saved, st.u, st.idx, k, nil); err != nil {
-			return 0, err
-		}
-		if err := s.d.ScatterZero(st.u, st.idx, k, nil); err != nil {
-			return 0, err
-		}
-	}
-	return packed, s.d.Synchronize()
+	q.wait()
+	return packed, q.run()
 }
 
 // frame appends the frame of the k values and positions in s.out (see
@@ -340,7 +336,14 @@ func (s *Sender) one(name string, f func(*devState) error) error {
 }
 
 func (s *Sender) commit(st *devState) error {
-	err := errors.Join(s.d.NaNZero(st.c, st.n, nil), s.d.ScatterZero(st.c, st.idx, st.k, nil))
+	// The residual: the compensated gradient with NaNs and the sent
+	// positions zeroed (NaNZero, ScatterZero), in one trip.
+	q := &batch{d: s.d}
+	q.launch("tp_nan_zero", grid(st.n), st.c, uint64(st.n))
+	if st.k > 0 {
+		q.launch("tp_scatter_zero", grid(st.k), st.c, st.idx, uint64(st.k))
+	}
+	err := q.run()
 	st.res, st.c = st.c, st.res
 	st.hasRes, st.busy = true, false
 	st.step++
@@ -454,6 +457,9 @@ func (s *Sender) grow(n int) error {
 	if s.out, err = s.d.AllocHost(9*n + 1024); err != nil {
 		return err
 	}
+	if s.total, err = s.d.AllocHost(4); err != nil {
+		return err
+	}
 	s.phantom = make([]byte, 4*n) // the encoder's input: its length counts, its bytes are not read
 	s.capN = n
 	return nil
@@ -467,7 +473,7 @@ func (s *Sender) freeScratch() error {
 			*p = 0
 		}
 	}
-	for _, b := range []*[]byte{&s.in, &s.out} {
+	for _, b := range []*[]byte{&s.in, &s.out, &s.total} {
 		if *b != nil {
 			errs = append(errs, s.d.FreeHost(*b))
 			*b = nil
