@@ -308,3 +308,37 @@ func TestFakeSenderTails(t *testing.T) {
 		dev.Close()
 	}
 }
+
+// A step of the device's Sender (a tensor in pageable memory to its frame,
+// committed) takes a dozen trips to the device's worker or fewer once
+// warm: each costs BenchmarkFakeTrip's microseconds, and a model has a
+// step per tensor.
+func TestFakeSenderTrips(t *testing.T) {
+	f := installFake(t, 1)
+	d := openFake(t, f)
+	rng := rand.New(rand.NewPCG(19, 19))
+	n := 1 << 20
+	g := &codec.Tensor{Name: "w", DType: codec.F32, Shape: []int64{int64(n)}, Data: u32bytes(finite(rng, n))}
+	for _, c := range []gradient.Compressor{gradient.TopK{Ratio: 0.01}, &gradient.DGC{Ratio: 0.01, Momentum: 0.9}} {
+		s, err := d.NewSender(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var frame []byte
+		for i := range 3 {
+			t0 := d.trips.Load()
+			if frame, err = s.Append(frame[:0], g); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if trips := d.trips.Load() - t0; i > 0 && trips > 12 {
+				t.Errorf("%T, step %d: %d trips to the worker, want at most 12", c, i, trips)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
