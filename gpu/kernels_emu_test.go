@@ -405,12 +405,12 @@ func TestEmulatedSampleAndCount(t *testing.T) {
 }
 
 // Enough tiles that the offsets' threads take their counts eight tiles at
-// a time (2^20 elements: 1024 tiles of the emulator's 1024 elements, 16
-// a thread), with a remainder or without.
+// a time (2^19 elements: 512 tiles of the emulator's 1024 elements, 8 a
+// thread of 64), without a remainder and with one (552 tiles, 9 a thread).
 func TestEmulatedCountManyTiles(t *testing.T) {
 	exe := emulator(t)
 	rng := rand.New(rand.NewPCG(17, 17))
-	for _, n := range []int{1 << 20, 1<<20 + 5000} {
+	for _, n := range []int{1 << 19, 552<<10 - 100} {
 		x := floatBits(rng, n)
 		checkCountAt(t, exe, x, 0x3f000000, 0)
 	}

@@ -223,7 +223,7 @@ func TestFakeSelectTrips(t *testing.T) {
 	}
 	defer sel.Close()
 	rng := rand.New(rand.NewPCG(18, 18))
-	n, k := 1<<22, 1<<12
+	n, k := 1<<20, 1<<10 // the smallest n that Exact samples
 	xs := upload(t, d, u32bytes(finite(rng, n)))
 	idx, val, smp := alloc(t, d, 4*k), alloc(t, d, 4*k), alloc(t, d, 4*n)
 	for i := range 3 {

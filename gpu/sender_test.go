@@ -317,7 +317,7 @@ func TestFakeSenderTrips(t *testing.T) {
 	f := installFake(t, 1)
 	d := openFake(t, f)
 	rng := rand.New(rand.NewPCG(19, 19))
-	n := 1 << 20
+	n := 1 << 18
 	g := &codec.Tensor{Name: "w", DType: codec.F32, Shape: []int64{int64(n)}, Data: u32bytes(finite(rng, n))}
 	for _, c := range []gradient.Compressor{gradient.TopK{Ratio: 0.01}, &gradient.DGC{Ratio: 0.01, Momentum: 0.9}} {
 		s, err := d.NewSender(c, nil)
