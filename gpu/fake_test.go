@@ -34,6 +34,7 @@ type fakeDriver struct {
 	events  map[uintptr]time.Time     // recorded events
 	nextH   uintptr
 	fail    map[string]cuResult // calls made to fail (all their calls)
+	failK   map[string]cuResult // launches of these kernels made to fail
 	calls   map[string]int
 	bad     []string // violations, reported by check
 }
@@ -95,6 +96,17 @@ func (f *fakeDriver) failing(call string, code cuResult) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fail[call] = code
+}
+
+// failingKernel makes every later launch of the named kernel return
+// code (0: launch it again).
+func (f *fakeDriver) failingKernel(name string, code cuResult) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failK == nil {
+		f.failK = map[string]cuResult{}
+	}
+	f.failK[name] = code
 }
 
 func (f *fakeDriver) count(call string) int {
@@ -514,6 +526,9 @@ func (f *fakeDriver) install() {
 			binary.LittleEndian.PutUint64(b[24:], math.Float64bits(*(*float64)(p[4])))
 			binary.LittleEndian.PutUint32(b[32:], uint32(*(*int32)(p[5])))
 		default:
+			if r := f.failK[f.funcs[fn]]; r != 0 {
+				return r
+			}
 			k, ok := fakeKernels[f.funcs[fn]]
 			if !ok {
 				return 400

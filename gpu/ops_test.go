@@ -242,6 +242,45 @@ func TestFakeSelectTrips(t *testing.T) {
 	}
 }
 
+// A selection that fails part way (a launch refused after the histogram
+// counted) returns the error, and the next one is right: the histogram is
+// cleared again before it is counted into.
+func TestFakeSelectAfterFailure(t *testing.T) {
+	f := installFake(t, 1)
+	d := openFake(t, f)
+	sel, err := d.NewSelector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sel.Close()
+	rng := rand.New(rand.NewPCG(20, 20))
+	for _, n := range []int{5000, 1<<20 + 3} { // the histogram's path, and the sample's
+		x := finite(rng, n)
+		xs := upload(t, d, u32bytes(x))
+		k := n / 100
+		idx, val := alloc(t, d, 4*k), alloc(t, d, 4*k)
+		for _, kernel := range []string{"tp_topk_find", "tp_topk_count", "tp_topk_compact", "tp_take"} {
+			f.failingKernel(kernel, 999)
+			if err := sel.Exact(idx, val, xs, n, k, nil); err == nil {
+				t.Fatalf("n %d: Exact with %s failing: no error", n, kernel)
+			}
+			f.failingKernel(kernel, 0)
+			if err := sel.Exact(idx, val, xs, n, k, nil); err != nil {
+				t.Fatal(err)
+			}
+			gi := download(t, d, idx, 4*k)
+			for j, w := range topk.Exact(nil, f32s(x), k, nil) {
+				if g := binary.LittleEndian.Uint32(gi[4*j:]); g != w {
+					t.Fatalf("n %d, after %s failed: element %d: index %d, want %d", n, kernel, j, g, w)
+				}
+			}
+		}
+		for _, p := range []Ptr{idx, val, xs} {
+			d.Free(p)
+		}
+	}
+}
+
 // Where the device has no room for the candidates, Exact and Sampled
 // select without them (the fake driver, whose memory is small).
 func TestFakeSelectLowMemory(t *testing.T) {
