@@ -26,9 +26,10 @@ import (
 // With WithDecoderConcurrency(n), n > 1, frames are decoded by up to n
 // goroutines while the caller's goroutine reads the next ones: ReadTensor
 // decodes the chunks of a tensor in parallel, each straight into its
-// place in the tensor, with up to 2n chunks read and n decoding; Next reads up to n-1 frames ahead of the one it
-// returns, but only frames whose first bytes have already arrived, so a
-// peer that waits for an answer is never waited for. Results and errors
+// place in the tensor, with up to 2n chunks read and n decoding; Next
+// reads up to n-1 frames ahead of the one it returns, but only frames
+// whose first bytes have already arrived, so a peer that waits for an
+// answer is never waited for. Results and errors
 // come in stream order. The goroutines end with the frames they decode;
 // a Reader needs no Close. When the input is a file, a bytes.Reader, a
 // strings.Reader or an io.SectionReader (positioned reads, io.ReaderAt),
@@ -107,7 +108,7 @@ func NewReader(src io.Reader, opts ...DOption) (*Reader, error) {
 	}
 	r := &Reader{lim: cfg.lim, workers: cfg.concurrency, alloc: cfg.alloc}
 	if r.workers > 1 {
-		r.pays = make(chan *[]byte, joinWindow*r.workers+2)
+		r.pays = make(chan *[]byte, window*r.workers+2)
 		r.sem = make(chan struct{}, r.workers)
 	}
 	r.setSource(src)
@@ -351,12 +352,12 @@ func (r *Reader) dispatch(p *pending, into func(int) []byte) {
 	}()
 }
 
-// joinWindow is how many chunks per worker ReadTensor and NextJoined keep
-// in flight: one being decoded, one waiting for a worker, so that a worker
-// done before the oldest chunk takes the next one at once rather than
-// waiting for that chunk (each holds its payload only; it is decoded in
-// place).
-const joinWindow = 2
+// window is how many frames per worker the Writer keeps behind the oldest
+// one and ReadTensor and NextJoined keep in flight: one being coded, one
+// waiting for a worker, so that a worker done before the oldest frame
+// takes the next at once rather than waiting for that frame (a chunk
+// being joined holds its payload only; it is decoded in place).
+const window = 2
 
 // wait waits until p is decoded.
 func (r *Reader) wait(p *pending) {
@@ -599,7 +600,7 @@ func (a *assembly) next(into func(h *FrameHeader, i int) []byte) (*Frame, error)
 		if placed {
 			a.inflight = append(a.inflight, p)
 			a.filled += p.h.Entries[0].RawLen
-			if err := a.settle(joinWindow * r.workers); err != nil {
+			if err := a.settle(window * r.workers); err != nil {
 				return nil, err
 			}
 			if a.filled == a.acc.NumBytes() {

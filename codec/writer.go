@@ -93,7 +93,7 @@ func NewWriter(w io.Writer, opts ...EOption) (*Writer, error) {
 		dst:   w,
 		enc:   &Encoder{cfg: cfg},
 		jobs:  make(chan *job, cfg.concurrency),
-		order: make(chan *job, 2*cfg.concurrency), // a worker done before the oldest frame goes on
+		order: make(chan *job, window*cfg.concurrency),
 		done:  make(chan struct{}),
 	}
 	wr.cutter, _ = cfg.policy.(Cutter)

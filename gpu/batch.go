@@ -94,3 +94,22 @@ func (b *batch) run() error {
 		return nil
 	})
 }
+
+// take adds Device.Take: dst[j] = src[idx[j]] for j < k.
+func (b *batch) take(dst, src, idx Ptr, k int) {
+	if k > 0 {
+		b.launch("tp_take", grid(k), src, idx, uint64(k), dst)
+	}
+}
+
+// scatterZero adds Device.ScatterZero: res[idx[j]] = 0 for j < k.
+func (b *batch) scatterZero(res, idx Ptr, k int) {
+	if k > 0 {
+		b.launch("tp_scatter_zero", grid(k), res, idx, uint64(k))
+	}
+}
+
+// nanZero adds Device.NaNZero: the NaNs of c (n float32) zeroed.
+func (b *batch) nanZero(c Ptr, n int) {
+	b.launch("tp_nan_zero", grid(n), c, uint64(n))
+}

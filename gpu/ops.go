@@ -81,11 +81,9 @@ func aligned2(op string, a, b Ptr) error {
 }
 
 func (d *Device) launch(name string, blocks uint32, s *Stream, args ...any) error {
-	f, err := d.kernel(name)
-	if err != nil {
-		return err
-	}
-	return d.Launch(f, [3]uint32{blocks, 1, 1}, [3]uint32{threads, 1, 1}, 0, s, args...)
+	q := batch{d: d, s: s}
+	q.launch(name, blocks, args...)
+	return q.run()
 }
 
 // F16 sets dst (n uint16) to the fp16 of src (n float32), as
@@ -458,13 +456,7 @@ func (s *Selector) exactSampled(q *batch, idx, val, x Ptr, n, k int) (bool, erro
 		}
 		return false, err
 	}
-	q.launch("tp_gather", grid(num), x, uint64(stride/2), uint64(stride), uint64(num), s.smp)
-	s.kth(q, s.smp, num, ks)
-	_, t, _, err := s.readState(q)
-	if err != nil {
-		return false, err
-	}
-	count, err := s.countAtOrAbove(q, x, n, t)
+	_, count, err := s.sampleThreshold(q, x, n, uint64(stride/2), uint64(stride), uint64(num), ks, s.smp)
 	if err != nil || count < k || count > candidatesMax(k) {
 		return false, err
 	}
@@ -472,6 +464,20 @@ func (s *Selector) exactSampled(q *batch, idx, val, x Ptr, n, k int) (bool, erro
 		return false, err
 	}
 	return true, s.exactAmong(q, idx, val, x, n, k, count)
+}
+
+// sampleThreshold gathers the magnitudes of x at start, start+stride, ...
+// (num of them) into smp, takes the ks-th largest of them as a threshold
+// t, and counts the magnitudes of x at or above t (the state then takes
+// them all: a compactCounted may follow). Two trips.
+func (s *Selector) sampleThreshold(q *batch, x Ptr, n int, start, stride, num uint64, ks int, smp Ptr) (t uint32, count int, err error) {
+	q.launch("tp_gather", grid(int(num)), x, start, stride, num, smp)
+	s.kth(q, smp, int(num), ks)
+	if _, t, _, err = s.readState(q); err != nil {
+		return 0, 0, err
+	}
+	count, err = s.countAtOrAbove(q, x, n, t)
+	return t, count, err
 }
 
 // exactAmong adds to q Exact for x when count > k of its magnitudes are
@@ -486,8 +492,7 @@ func (s *Selector) exactAmong(q *batch, idx, val, x Ptr, n, k, count int) error 
 	if err := s.exact(q, idx, val, cval, count, k, false); err != nil {
 		return err
 	}
-	// Each thread reads its idx[j], then writes it.
-	q.launch("tp_take", grid(k), cidx, idx, uint64(k), idx)
+	q.take(idx, cidx, idx, k) // each thread reads its idx[j], then writes it
 	return nil
 }
 
@@ -525,17 +530,11 @@ func (s *Selector) sampled(q *batch, idx, val, x Ptr, n, k int, opt topk.SampleO
 	}
 	start := opt.Start % stride
 	num = (uint64(n) - start + stride - 1) / stride
-	q.launch("tp_gather", grid(int(num)), x, start, stride, num, smp)
-	s.kth(q, smp, int(num), int(ks))
-	_, t0, _, err := s.readState(q)
+	t0, count, err := s.sampleThreshold(q, x, n, start, stride, num, int(ks), smp)
 	if err != nil {
 		return 0, err
 	}
 	thr := math.Float32frombits(t0)
-	count, err := s.countAtOrAbove(q, x, n, t0)
-	if err != nil {
-		return 0, err
-	}
 	for range iters {
 		next, again := topk.Adapt(thr, count, k, upper, lower, opt.NoResample)
 		if !again {
@@ -626,7 +625,9 @@ func (d *Device) ScatterZero(res, idx Ptr, k int, s *Stream) error {
 	if err := aligned("ScatterZero", 4, res, idx); err != nil {
 		return err
 	}
-	return d.launch("tp_scatter_zero", grid(k), s, res, idx, uint64(k))
+	q := batch{d: d, s: s}
+	q.scatterZero(res, idx, k)
+	return q.run()
 }
 
 func putU32(b []byte, v uint32) {
@@ -653,7 +654,9 @@ func (d *Device) Take(dst, src, idx Ptr, k int, s *Stream) error {
 	if err := aligned("Take", 4, dst, src, idx); err != nil {
 		return err
 	}
-	return d.launch("tp_take", grid(k), s, src, idx, uint64(k), dst)
+	q := batch{d: d, s: s}
+	q.take(dst, src, idx, k)
+	return q.run()
 }
 
 // Put sets dst[idx[j]] = src[j] for j < k (4-byte elements).
@@ -672,7 +675,9 @@ func (d *Device) NaNZero(c Ptr, n int, s *Stream) error {
 	if err := aligned("NaNZero", 4, c); err != nil {
 		return err
 	}
-	return d.launch("tp_nan_zero", grid(n), s, c, uint64(n))
+	q := batch{d: d, s: s}
+	q.nanZero(c, n)
+	return q.run()
 }
 
 // PackIndices codes k increasing positions at idx as the sparse stages

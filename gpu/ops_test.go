@@ -168,6 +168,32 @@ func testExact(t *testing.T, d *Device, sizes []int) {
 	}
 }
 
+// wantIndices checks the len(want) indices at idx (device memory) against
+// want; what names the selection in a failure.
+func wantIndices(t testing.TB, d *Device, idx Ptr, want []uint32, what string) {
+	t.Helper()
+	gi := download(t, d, idx, 4*len(want))
+	for j, w := range want {
+		if g := binary.LittleEndian.Uint32(gi[4*j:]); g != w {
+			t.Fatalf("%s: element %d: index %d, want %d", what, j, g, w)
+		}
+	}
+}
+
+// fakeSelector opens a Device on a fake driver, and a Selector on it that
+// the test closes.
+func fakeSelector(t *testing.T) (*fakeDriver, *Device, *Selector) {
+	t.Helper()
+	f := installFake(t, 1)
+	d := openFake(t, f)
+	sel, err := d.NewSelector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sel.Close() })
+	return f, d, sel
+}
+
 func TestGPUExactAliased(t *testing.T) { testExactAliased(t, needDevice(t), nil) }
 
 // testExactAliased: inputs whose every 64th element (from the 32nd: the
@@ -197,12 +223,7 @@ func testExactAliased(t *testing.T, d *Device, _ []int) {
 			if err := sel.Exact(idx, val, xs, n, k, nil); err != nil {
 				t.Fatal(err)
 			}
-			gi := download(t, d, idx, 4*k)
-			for j, w := range topk.Exact(nil, f32s(x), k, nil) {
-				if g := binary.LittleEndian.Uint32(gi[4*j:]); g != w {
-					t.Fatalf("sampled huge %v, k %d: element %d: index %d, want %d", sampledHuge, k, j, g, w)
-				}
-			}
+			wantIndices(t, d, idx, topk.Exact(nil, f32s(x), k, nil), fmt.Sprintf("sampled huge %v, k %d", sampledHuge, k))
 			d.Free(idx)
 			d.Free(val)
 		}
@@ -215,13 +236,7 @@ func testExactAliased(t *testing.T, d *Device, _ []int) {
 // Sampled once the Selector's scratch is allocated (each trip costs
 // BenchmarkFakeTrip's microseconds; they made 28 and 17-28).
 func TestFakeSelectTrips(t *testing.T) {
-	f := installFake(t, 1)
-	d := openFake(t, f)
-	sel, err := d.NewSelector()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sel.Close()
+	_, d, sel := fakeSelector(t)
 	rng := rand.New(rand.NewPCG(18, 18))
 	n, k := 1<<20, 1<<10 // the smallest n that Exact samples
 	xs := upload(t, d, u32bytes(finite(rng, n)))
@@ -246,13 +261,7 @@ func TestFakeSelectTrips(t *testing.T) {
 // counted) returns the error, and the next one is right: the histogram is
 // cleared again before it is counted into.
 func TestFakeSelectAfterFailure(t *testing.T) {
-	f := installFake(t, 1)
-	d := openFake(t, f)
-	sel, err := d.NewSelector()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sel.Close()
+	f, d, sel := fakeSelector(t)
 	rng := rand.New(rand.NewPCG(20, 20))
 	for _, n := range []int{5000, 1<<20 + 3} { // the histogram's path, and the sample's
 		x := finite(rng, n)
@@ -268,12 +277,7 @@ func TestFakeSelectAfterFailure(t *testing.T) {
 			if err := sel.Exact(idx, val, xs, n, k, nil); err != nil {
 				t.Fatal(err)
 			}
-			gi := download(t, d, idx, 4*k)
-			for j, w := range topk.Exact(nil, f32s(x), k, nil) {
-				if g := binary.LittleEndian.Uint32(gi[4*j:]); g != w {
-					t.Fatalf("n %d, after %s failed: element %d: index %d, want %d", n, kernel, j, g, w)
-				}
-			}
+			wantIndices(t, d, idx, topk.Exact(nil, f32s(x), k, nil), fmt.Sprintf("n %d, after %s failed", n, kernel))
 		}
 		for _, p := range []Ptr{idx, val, xs} {
 			d.Free(p)
@@ -302,19 +306,10 @@ func TestFakeSelectLowMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	filler := alloc(t, d, int(free)-128<<10)
-	check := func(what string, want []uint32) {
-		t.Helper()
-		gi := download(t, d, idx, 4*len(want))
-		for j, w := range want {
-			if g := binary.LittleEndian.Uint32(gi[4*j:]); g != w {
-				t.Fatalf("%s: element %d: index %d, want %d", what, j, g, w)
-			}
-		}
-	}
 	if err := sel.Exact(idx, val, xs, n, k, nil); err != nil {
 		t.Fatal(err)
 	}
-	check("Exact", topk.Exact(nil, f32s(x), k, nil))
+	wantIndices(t, d, idx, topk.Exact(nil, f32s(x), k, nil), "Exact")
 	for _, start := range []uint64{0, 1, 2, 3, 12345} {
 		opt := topk.SampleOptions{Start: start}
 		c, err := sel.Sampled(idx, val, xs, n, k, opt, smp, nil)
@@ -325,7 +320,7 @@ func TestFakeSelectLowMemory(t *testing.T) {
 		if c != len(want) {
 			t.Fatalf("Sampled: %d selected, want %d", c, len(want))
 		}
-		check("Sampled", want)
+		wantIndices(t, d, idx, want, "Sampled")
 	}
 	if sel.candN != 0 {
 		t.Fatalf("%d candidates' room: the filler left more memory than meant", sel.candN)

@@ -255,9 +255,9 @@ func (s *Sender) fetchSelection(st *devState, k int) (packed int, err error) {
 	} else {
 		q.copyDtoH(s.out[4*k:8*k], st.idx)
 	}
-	if s.momentum() && k > 0 {
-		q.launch("tp_take", grid(k), st.u, st.idx, uint64(k), st.saved) // saved = u at the positions
-		q.launch("tp_scatter_zero", grid(k), st.u, st.idx, uint64(k))
+	if s.momentum() {
+		q.take(st.saved, st.u, st.idx, k) // saved = u at the positions
+		q.scatterZero(st.u, st.idx, k)
 	}
 	q.wait()
 	return packed, q.run()
@@ -339,10 +339,8 @@ func (s *Sender) commit(st *devState) error {
 	// The residual: the compensated gradient with NaNs and the sent
 	// positions zeroed (NaNZero, ScatterZero), in one trip.
 	q := &batch{d: s.d}
-	q.launch("tp_nan_zero", grid(st.n), st.c, uint64(st.n))
-	if st.k > 0 {
-		q.launch("tp_scatter_zero", grid(st.k), st.c, st.idx, uint64(st.k))
-	}
+	q.nanZero(st.c, st.n)
+	q.scatterZero(st.c, st.idx, st.k)
 	err := q.run()
 	st.res, st.c = st.c, st.res
 	st.hasRes, st.busy = true, false
