@@ -79,7 +79,7 @@
 // on a two-core machine), longer than a small kernel runs: the
 // selections put their launches, copies and waits into one trip for each
 // result the host needs (3 for an Exact or a Sampled selection, where
-// one trip a call made 17-28). Two Devices of one ordinal
+// one trip a call made 17-28, counted on the fake driver). Two Devices of one ordinal
 // share the primary context (it is reference-counted) but not their
 // resources.
 //

@@ -234,7 +234,8 @@ func testExactAliased(t *testing.T, d *Device, _ []int) {
 // The selections go to the device's worker in a few trips (batch), not
 // one a launch: at most 3 for Exact and 3 plus one an adaptation for
 // Sampled once the Selector's scratch is allocated (each trip costs
-// BenchmarkFakeTrip's microseconds; they made 28 and 17-28).
+// BenchmarkFakeTrip's microseconds; the build before batching made 28
+// and 17-28, counted once with a counter not kept).
 func TestFakeSelectTrips(t *testing.T) {
 	_, d, sel := fakeSelector(t)
 	rng := rand.New(rand.NewPCG(18, 18))
