@@ -79,9 +79,9 @@
 // on a two-core machine), longer than a small kernel runs: the
 // selections put their launches, copies and waits into one trip for each
 // result the host needs (3 for an Exact or a Sampled selection, where
-// one trip a call made 17-28, counted on the fake driver). Two Devices of one ordinal
-// share the primary context (it is reference-counted) but not their
-// resources.
+// one trip a call made 17-28, counted on the fake driver). Two Devices
+// of one ordinal share the primary context (it is reference-counted) but
+// not their resources.
 //
 // # Memory discipline
 //
