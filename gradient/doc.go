@@ -38,7 +38,9 @@
 // without a dense copy of each. A frame with the wrong shape for its
 // accumulator, positions out of order or out of range, or factors of the
 // wrong size is an error (codec.ErrCorrupt), and the accumulator is left
-// unchanged.
+// unchanged. Updates come from peers: a Receiver's limits (ReceiverLimits)
+// bound the bytes a frame decodes through the stages of some MB/s
+// (floatcm, floatrank) at 1 MiB, where a plain Decoder allows 64 MiB.
 //
 // The stages (permanent IDs 96-127; wire layouts in docs/FORMAT.md):
 //

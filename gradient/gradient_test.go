@@ -656,3 +656,34 @@ func TestKFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiverSlowLimit: a Receiver decodes at most DefaultSlowDecoded
+// bytes of an update through the stages of some MB/s (floatcm) unless its
+// limits say more: an update over it is refused with ErrLimit before any
+// of it is added.
+func TestReceiverSlowLimit(t *testing.T) {
+	x := normal(DefaultSlowDecoded/4+1024, 3, 0.02)
+	frame := mustFrame(t, "floatcm", x)
+	acc := make([]float32, len(x))
+	into := func(string, []int64) ([]float32, error) { return acc, nil }
+	r, err := NewReceiver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Add(frame, 1, into); !errors.Is(err, codec.ErrLimit) {
+		t.Fatalf("a floatcm update of %d bytes, default limits: %v", 4*len(x), err)
+	}
+	if slices.ContainsFunc(acc, func(v float32) bool { return v != 0 }) {
+		t.Fatal("the refused update was added")
+	}
+	r, err = NewReceiver(codec.WithLimits(codec.Limits{MaxSlowDecoded: 2 * DefaultSlowDecoded}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Add(frame, 1, into); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(acc, x) {
+		t.Error("the update added differs")
+	}
+}

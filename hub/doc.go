@@ -135,6 +135,10 @@
 // its frames' checked headers claim it (codec.DecodedSize), before any of
 // it is decoded, refused with ResourceExhausted when it does not fit, or
 // claims more than an update's one frame may hold (codec's MaxDecodedSize);
+// an update's bytes decoded through the stages of some MB/s (floatcm,
+// floatrank: about 0.1 s of a core a MiB, from as little as 3 KB a MiB on
+// the wire) bounded by WithUploadLimits (1 MiB by default, refused before
+// decoding);
 // a round's sums until DropRound; what encoding a chunk holds, and a
 // fetch's chunk until the next is sent (a fetch waits for the budget,
 // without holding any of it meanwhile, until its context ends). Encoding

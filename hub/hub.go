@@ -16,6 +16,7 @@ import (
 
 	"github.com/tensorpress/tensorpress/budget"
 	"github.com/tensorpress/tensorpress/codec"
+	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/tensorfile"
 )
 
@@ -29,6 +30,9 @@ const (
 	// DefaultCacheBytes bounds the encoded chunks the Hub keeps for the
 	// clients that ask for them next.
 	DefaultCacheBytes = 256 << 20
+	// DefaultUploadSlowDecoded is an upload's MaxSlowDecoded by default
+	// (WithUploadLimits): gradient.DefaultSlowDecoded.
+	DefaultUploadSlowDecoded = gradient.DefaultSlowDecoded
 )
 
 // ErrNotFound is returned for a version or tensor the Hub does not hold.
@@ -50,6 +54,7 @@ type Hub struct {
 	cache     *cache
 	enc       *codec.Encoder
 	budget    *budget.Budget // what is held for peers; nil: not counted
+	upload    codec.Limits   // an upload's frame is decoded within these
 	encoding  chan struct{}  // a token per encode running: at most GOMAXPROCS
 	log       *slog.Logger
 
@@ -244,6 +249,21 @@ func WithCacheBytes(n int64) Option {
 	}
 }
 
+// WithUploadLimits sets the limits an upload's frame is decoded with;
+// zero fields take those of gradient.ReceiverLimits, the default. A frame
+// over them is refused (ResourceExhausted) before it is decoded. Their
+// MaxSlowDecoded, 1 MiB by default, bounds what decodes through the
+// stages of some MB/s (floatcm, floatrank: a frame of 64 MiB of zeros is
+// under 200 KB on the wire and takes 4-10 s, under its round's lock):
+// raise it for peers that upload through them. The journal of a round is
+// read again without that bound, as what it holds was accepted.
+func WithUploadLimits(l codec.Limits) Option {
+	return func(h *Hub) error {
+		h.upload = l.Fill(gradient.ReceiverLimits())
+		return nil
+	}
+}
+
 // WithLogger logs the hub's work to l: a line per fetch and per upload
 // at info (peer, version, tensors, bytes, duration, outcome), and the
 // progress of publishing a large version from files. Default: none.
@@ -264,7 +284,7 @@ func New(opts ...Option) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{versions: map[uint64]*version{}, retention: DefaultRetention, chunk: DefaultChunkSize,
-		policy: defaultPolicy(), cache: newCache(DefaultCacheBytes), enc: enc, log: slog.New(slog.DiscardHandler),
+		policy: defaultPolicy(), cache: newCache(DefaultCacheBytes), enc: enc, log: slog.New(slog.DiscardHandler), upload: gradient.ReceiverLimits(),
 		encoding: make(chan struct{}, runtime.GOMAXPROCS(0))}
 	for _, o := range opts {
 		if o == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
 	"sync"
 
@@ -69,7 +70,11 @@ func (h *Hub) openJournal(path string, id uint64) (int, error) {
 // and the length of its whole records.
 func (h *Hub) replay(f *os.File, id uint64) (n int, good int64, err error) {
 	r := bufio.NewReader(f)
-	recv, err := gradient.NewReceiver()
+	// What the journal holds was accepted within the upload limits of
+	// the process that wrote it, which may have been higher.
+	lim := h.upload
+	lim.MaxSlowDecoded = math.MaxInt64
+	recv, err := gradient.NewReceiver(codec.WithLimits(lim))
 	if err != nil {
 		return 0, 0, err
 	}

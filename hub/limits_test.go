@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -146,4 +149,79 @@ func TestLimits(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+}
+
+// TestUploadSlowStages: an update coded by a stage that decodes at some
+// MB/s (floatcm), over the upload limit on such bytes, is refused with
+// ResourceExhausted before it is decoded: such a frame of zeros is a few
+// KB on the wire for each MiB it decodes, at 7-15 MB/s, under its round's
+// lock. A hub whose limits allow it counts it and journals it, and a hub
+// with the default limits counts it again from that journal: what was
+// accepted is not lost.
+func TestUploadSlowStages(t *testing.T) {
+	x := make([]float32, 512<<10) // 2 MiB, over gradient.DefaultSlowDecoded
+	for i := range x {
+		x[i] = float32(i%7) / 4
+	}
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame, err := enc.AppendTensor(nil, codec.FromFloat32("w", x, int64(len(x))), codec.MustParseRecipe("floatcm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(c hubpb.HubClient) error {
+		st, err := c.Upload(context.Background())
+		if err != nil {
+			return err
+		}
+		if err := st.Send(&hubpb.UploadMessage{Round: 1, Peer: "p", Frame: frame}); err != nil {
+			return err
+		}
+		_, err = st.Recv()
+		return err
+	}
+	sumIs := func(h *Hub, what string) {
+		t.Helper()
+		sum, _ := h.Sum(1)
+		if len(sum.Tensors) != 1 || sum.Counts["w"] != 1 {
+			t.Fatalf("%s: %d sums, counts %v", what, len(sum.Tensors), sum.Counts)
+		}
+		if got := f32(t, sum.Tensors[0]); !slices.Equal(got, x) {
+			t.Errorf("%s: the sum differs from the update", what)
+		}
+	}
+
+	h, _ := New()
+	c, _ := serve(t, h)
+	if err := send(c); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "some MB/s") {
+		t.Fatalf("a floatcm update of 2 MiB, default limits: %v", err)
+	}
+	if sum, _ := h.Sum(1); len(sum.Tensors) != 0 || h.Stats().OversizedUpdates != 1 {
+		t.Errorf("after the refusal: %d sums, %d refused", len(sum.Tensors), h.Stats().OversizedUpdates)
+	}
+
+	h2, err := New(WithUploadLimits(codec.Limits{MaxSlowDecoded: 4 << 20}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "journal")
+	if _, err := h2.openJournal(path, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h2.journal.close() })
+	c2, _ := serve(t, h2)
+	if err := send(c2); err != nil {
+		t.Fatalf("the same update, limit raised to 4 MiB: %v", err)
+	}
+	sumIs(h2, "counted")
+
+	h3, _ := New()
+	n, err := h3.openJournal(path, 1)
+	if err != nil || n != 1 {
+		t.Fatalf("the journal replayed by a hub with the default limits: %d updates, %v", n, err)
+	}
+	t.Cleanup(func() { h3.journal.close() })
+	sumIs(h3, "replayed")
 }

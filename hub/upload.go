@@ -291,7 +291,7 @@ func (s *Server) Upload(st hubpb.Hub_UploadServer) (err error) {
 	defer s.h.uploads.Add(-1)
 	u := &uploadStream{start: time.Now()}
 	defer func() { s.h.logUpload(st.Context(), u, err) }()
-	recv, err := gradient.NewReceiver()
+	recv, err := gradient.NewReceiver(codec.WithLimits(s.h.upload))
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
@@ -332,11 +332,11 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 		h.badUpdates[0].Add(1)
 		return status.Errorf(codes.InvalidArgument, "hub: upload message %d holds no frame", seq)
 	}
-	claim, err := codec.DecodedSize(bytes.NewReader(m.Frame), codec.Limits{})
+	claim, err := codec.DecodedSize(bytes.NewReader(m.Frame), h.upload)
 	if err != nil {
 		return h.refuseUpdate(seq, err)
 	}
-	if max := codec.DefaultLimits().MaxDecodedSize; claim > max {
+	if max := h.upload.MaxDecodedSize; claim > max {
 		return h.refuseUpdate(seq, fmt.Errorf("%w: hub: the frames claim %d bytes decoded, more than one frame holds (%d)", codec.ErrLimit, claim, max))
 	}
 	ch, err := h.budget.TryCharge(claim)
@@ -344,7 +344,7 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 		return h.refuseUpdate(seq, err)
 	}
 	defer ch.Release()
-	if err := oneFrame(m.Frame); err != nil {
+	if err := oneFrame(m.Frame, h.upload); err != nil {
 		return h.refuseUpdate(seq, err)
 	}
 	w := weightOf(m)
@@ -382,9 +382,9 @@ func weightOf(m *hubpb.UploadMessage) float32 {
 // oneFrame checks, from its header alone, that an upload message is one
 // frame of one tensor: a message of several frames, or a frame of several
 // tensors, is refused (InvalidArgument) before any of it is decoded.
-func oneFrame(frame []byte) error {
+func oneFrame(frame []byte, lim codec.Limits) error {
 	r := bytes.NewReader(frame)
-	h, _, err := codec.ReadFrameHeader(r, r, codec.Limits{}, nil)
+	h, _, err := codec.ReadFrameHeader(r, r, lim, nil)
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,8 @@ typedef struct { const char *name; int64_t name_len; int32_t dtype; int32_t ndim
 
 // Decoder limits; a field at 0 takes the default (codec.DefaultLimits).
 // max_slow_decoded: bytes of a frame decoded through stages that decode at
-// some MB/s (floatcm).
+// some or tens of MB/s (floatcm, floatrank); 64 MiB by default, 1 MiB for
+// a receiver (tp_receiver_new: updates from peers).
 typedef struct { int64_t max_header, max_frame, max_decoded, max_tensor, max_dims,
                  max_segments, max_tensors, max_name, max_tags, max_slow_decoded; } tp_limits;
 

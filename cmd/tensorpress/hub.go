@@ -61,6 +61,10 @@ open, --max-streams bounds its calls at once and --max-message one
 message received (an upload's update); --max-conns and
 --max-conns-per-peer bound the connections open at once, in all and from
 one IP address (one over is closed as soon as it is accepted).
+--max-slow-decoded bounds the bytes of an update that decode through the
+stages of some MB/s (floatcm, floatrank: about 0.1 s of a core a MiB, from
+as little as 3 KB a MiB on the wire); an update over it is refused
+(ResourceExhausted) before it is decoded.
 
 --metrics serves /healthz and Prometheus metrics on /metrics: fetches,
 chunks and bytes sent (by client host), bytes before and after coding by
@@ -222,7 +226,7 @@ func cmdHub(args []string, stdout, stderr io.Writer) error {
 func (f *hubFlags) newHub(log *slog.Logger) (*hub.Hub, error) {
 	f.budget = budget.New(*f.memory)
 	opts := []hub.Option{hub.WithRetention(*f.retention), hub.WithCacheBytes(*f.cache),
-		hub.WithBudget(f.budget), hub.WithLogger(log)}
+		hub.WithBudget(f.budget), hub.WithLogger(log), hub.WithUploadLimits(codec.Limits{MaxSlowDecoded: *f.limits.maxSlow})}
 	if *f.prof != "" {
 		p, err := profile.LoadFile(*f.prof)
 		if err != nil {

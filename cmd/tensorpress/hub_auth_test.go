@@ -183,6 +183,7 @@ func TestHubLimitFlags(t *testing.T) {
 		{[]string{"--handshake-timeout", "0s"}, "handshake timeout 0s"},
 		{[]string{"--idle-timeout", "-1s"}, "idle timeout -1s"},
 		{[]string{"--max-conns-per-peer", "0"}, "0 per peer"},
+		{[]string{"--max-slow-decoded", "0"}, "--max-slow-decoded 0"},
 	} {
 		var errb bytes.Buffer
 		code := run(append([]string{"hub", "--dir", models}, c.args...), io.Discard, &errb)

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/gradient"
 	"github.com/tensorpress/tensorpress/hub"
@@ -77,6 +80,43 @@ func TestHubFedAvgUsage(t *testing.T) {
 	} {
 		if code := run(args, new(syncBuffer), new(syncBuffer)); code != 2 {
 			t.Errorf("tensorpress %q: exit %d, want 2", args, code)
+		}
+	}
+}
+
+// TestHubMaxSlowDecoded: an update of 1.2 MB through floatcm is refused
+// (ResourceExhausted) by a hub with the default --max-slow-decoded, 1 MiB,
+// and counted by one started with 2MiB.
+func TestHubMaxSlowDecoded(t *testing.T) {
+	models := hubModels(t)
+	x := model(1)[0] // 300,000 float32
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame, err := enc.AppendTensor(nil, x, codec.MustParseRecipe("floatcm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want codes.Code
+	}{
+		{nil, codes.ResourceExhausted},
+		{[]string{"--max-slow-decoded", "2MiB"}, codes.OK},
+	} {
+		addr, stop := startHub(t, append([]string{"--dir", models}, c.args...)...)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		st, err := hubClient(t, addr).Upload(ctx)
+		if err == nil {
+			if err = st.Send(&hubpb.UploadMessage{Round: 1, Frame: frame}); err == nil {
+				_, err = st.Recv()
+			}
+		}
+		cancel()
+		stop()
+		if status.Code(err) != c.want {
+			t.Errorf("%v: %v, want %v", c.args, err, c.want)
 		}
 	}
 }

@@ -78,11 +78,13 @@ func bearerCheck(c auth.Config) (func(http.Handler) http.Handler, error) {
 	}, nil
 }
 
-// limitFlags are the hub's per-connection limits (hub.Limits).
+// limitFlags are the hub's per-connection limits (hub.Limits) and the
+// bound on an upload's slow-decoding bytes (hub.WithUploadLimits).
 type limitFlags struct {
 	l          hub.Limits
 	maxStreams *uint
 	maxMessage *int64
+	maxSlow    *int64
 }
 
 func addLimitFlags(fs *flag.FlagSet) *limitFlags {
@@ -93,6 +95,7 @@ func addLimitFlags(fs *flag.FlagSet) *limitFlags {
 	f.maxMessage = sizeFlag(fs, "max-message", hub.DefaultMaxMessage, "largest message received, in `bytes` (an upload's update)")
 	fs.IntVar(&f.l.MaxConns, "max-conns", hub.DefaultMaxConns, "connections open at once, all peers together")
 	fs.IntVar(&f.l.MaxConnsPerPeer, "max-conns-per-peer", hub.DefaultMaxPerPeer, "connections open at once from one IP address")
+	f.maxSlow = sizeFlag(fs, "max-slow-decoded", hub.DefaultUploadSlowDecoded, "`bytes` of an upload's update that may decode through stages of some MB/s (floatcm, floatrank)")
 	return f
 }
 
@@ -102,6 +105,9 @@ func (f *limitFlags) check() error {
 	}
 	if *f.maxMessage > 1<<30 {
 		return usagef("--max-message %d: want at most 1GiB", *f.maxMessage)
+	}
+	if *f.maxSlow <= 0 {
+		return usagef("--max-slow-decoded %d: want more than 0", *f.maxSlow)
 	}
 	f.l.MaxStreams, f.l.MaxMessage = uint32(*f.maxStreams), int(*f.maxMessage)
 	if err := f.l.Check(); err != nil {

@@ -211,10 +211,11 @@ type receiver struct {
 	r  *gradient.Receiver
 }
 
-// ReceiverNew makes a Receiver with the limits lim (nil: defaults).
+// ReceiverNew makes a Receiver with the limits lim (nil or zero fields:
+// gradient.ReceiverLimits).
 func ReceiverNew(lim *Limits) (h uint64, code int32, msg string) {
 	defer guard(&code, &msg)
-	r, err := gradient.NewReceiver(codec.WithLimits(lim.limits(codec.DefaultLimits())))
+	r, err := gradient.NewReceiver(codec.WithLimits(lim.limits(gradient.ReceiverLimits())))
 	if err != nil {
 		return 0, EARG, err.Error()
 	}

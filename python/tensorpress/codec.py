@@ -60,7 +60,8 @@ class Limits:
     max_name: int = 0
     max_tags: int = 0
     #: bytes of a frame decoded through stages that decode at some or tens
-    #: of MB/s (floatcm, floatrank); default 64 MiB
+    #: of MB/s (floatcm, floatrank); default 64 MiB, 1 MiB for a Receiver
+    #: (updates from peers: a frame of zeros is under 3 KB a MiB through them)
     max_slow_decoded: int = 0
 
     def _struct(self) -> tp_limits:

@@ -176,6 +176,20 @@ def test_limits_on_receiver() -> None:
             r.add(f, into=np.zeros(1024, np.float32))
 
 
+def test_receiver_bounds_slow_stages() -> None:
+    """An update decoding over 1 MiB through floatcm is refused unless the limits raise it."""
+    x = np.random.default_rng(5).normal(0, 0.02, (1 << 18) + 1024).astype(np.float32)
+    f = tp.encode(x, recipe="floatcm")
+    acc = np.zeros_like(x)
+    with tp.Receiver() as r:
+        with pytest.raises(tp.LimitError, match="some MB/s"):
+            r.add(f, into=acc)
+    assert not acc.any()
+    with tp.Receiver(limits=tp.Limits(max_slow_decoded=2 << 20)) as r:
+        r.add(f, into=acc)
+    assert np.array_equal(acc, x)
+
+
 def test_plan_selects_over_the_whole_update() -> None:
     """topk(r,model=on): one k for the update; the small tensor of large values goes whole."""
     big = np.full((64, 64), 0.01, np.float32) + np.arange(4096, dtype=np.float32).reshape(64, 64) * 1e-7
