@@ -19,7 +19,8 @@ type Frame struct {
 
 // Decoder decodes frames held in memory. It is safe for concurrent use.
 type Decoder struct {
-	lim Limits // zero: DefaultLimits
+	lim    Limits // zero: DefaultLimits
+	finite bool   // DecodeAdd refuses non-finite values (WithFiniteAdd)
 }
 
 var defaultLimits = DefaultLimits()
@@ -42,7 +43,7 @@ func NewDecoder(opts ...DOption) (*Decoder, error) {
 	if cfg.streamOnly != "" {
 		return nil, fmt.Errorf("codec: NewDecoder: %s applies to a Reader, not a Decoder", cfg.streamOnly)
 	}
-	return &Decoder{lim: cfg.lim}, nil
+	return &Decoder{lim: cfg.lim, finite: cfg.finite}, nil
 }
 
 // DecodeFrame decodes the frame at the start of src and returns it with
@@ -198,7 +199,9 @@ func decodeInner(ctx *Ctx, e *EntryHeader, payload []byte) ([]Segment, error) {
 // materialising it: a sparse selection adds its k values, a low-rank
 // product adds P·Qᵀ. DecodeAdd adds alpha times the decoded elements to
 // acc, which holds exactly the in.Len/4 elements of the entry. It checks
-// parts completely before it changes acc, so on error acc is unchanged.
+// parts completely before it changes acc, so on error acc is unchanged;
+// with ctx.Finite that includes refusing (CheckFinite) what would add a
+// NaN or an infinity.
 type AddDecoder interface {
 	DecodeAdd(ctx *Ctx, acc []float32, alpha float32, parts []Segment, in SegInfo) error
 }
@@ -213,9 +216,10 @@ type AddDecoder interface {
 //
 // It returns the number of bytes the frame took. A frame that is not a
 // tensor frame, a tensor that is not float32, or an accumulator of the
-// wrong length is an error; each entry is checked before it touches its
-// accumulator, so a failing entry adds nothing (earlier entries of a
-// tensors frame stay added).
+// wrong length is an error, and so with WithFiniteAdd is an entry that
+// would add a NaN or an infinity (ErrNonFinite); each entry is checked
+// before it touches its accumulator, so a failing entry adds nothing
+// (earlier entries of a tensors frame stay added).
 func (d *Decoder) DecodeAdd(src []byte, alpha float32, target func(t *Tensor) ([]float32, error)) (int, error) {
 	h, err := parseFrameHeader(src, d.limits())
 	if err != nil {
@@ -244,7 +248,7 @@ func (d *Decoder) DecodeAdd(src []byte, alpha float32, target func(t *Tensor) ([
 		seg := payload[:e.Payload]
 		payload = payload[e.Payload:]
 		t := e.Tensor
-		err := addEntry(&Ctx{Tensor: &t, Arena: a, Limits: d.limits()}, e, seg, alpha, target)
+		err := addEntry(&Ctx{Tensor: &t, Arena: a, Limits: d.limits(), Finite: d.finite}, e, seg, alpha, target)
 		a.Reset()
 		if err != nil {
 			return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
@@ -268,8 +272,7 @@ func addEntry(ctx *Ctx, e *EntryHeader, payload []byte, alpha float32, target fu
 	}
 	acc = acc[t.Offset : t.Offset+nel]
 	if !e.Coded {
-		addFloats(acc, alpha, payload)
-		return nil
+		return addFloats(ctx, acc, alpha, payload)
 	}
 	parts, err := decodeInner(ctx, e, payload)
 	if err != nil {
@@ -290,15 +293,38 @@ func addEntry(ctx *Ctx, e *EntryHeader, payload []byte, alpha float32, target fu
 	if len(out) != s.in.Len {
 		return fmt.Errorf("%w: step 0 (%s) decoded %d bytes, want %d", ErrCorrupt, s.op, len(out), s.in.Len)
 	}
-	addFloats(acc, alpha, out)
-	return nil
+	return addFloats(ctx, acc, alpha, out)
 }
 
 // addFloats adds alpha times the little-endian float32 values in b to acc
-// (len(b) == 4*len(acc)).
-func addFloats(acc []float32, alpha float32, b []byte) {
+// (len(b) == 4*len(acc)), after checking them when ctx.Finite.
+func addFloats(ctx *Ctx, acc []float32, alpha float32, b []byte) error {
 	b = b[:4*len(acc)]
+	if ctx.Finite {
+		for i := range acc {
+			if x := alpha * math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])); x-x != 0 {
+				return nonFinite(i, x)
+			}
+		}
+	}
 	for i := range acc {
 		acc[i] += alpha * math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
+	return nil
+}
+
+// CheckFinite returns an error wrapping ErrNonFinite when alpha times an
+// element of v is a NaN or an infinity: what an AddDecoder calls on the
+// values it would add when its Ctx asks for Finite.
+func CheckFinite(alpha float32, v []float32) error {
+	for i, x := range v {
+		if x *= alpha; x-x != 0 {
+			return nonFinite(i, x)
+		}
+	}
+	return nil
+}
+
+func nonFinite(i int, x float32) error {
+	return fmt.Errorf("%w: element %d of the values adds %v", ErrNonFinite, i, x)
 }

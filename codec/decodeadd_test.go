@@ -130,3 +130,44 @@ func TestDecodeAddErrors(t *testing.T) {
 		t.Errorf("short frame: %v", err)
 	}
 }
+
+// TestDecodeAddFinite: with WithFiniteAdd, an entry that would add a NaN
+// or an infinity (a value, or a value times alpha past float32's range),
+// raw or coded, is refused with ErrNonFinite and adds nothing; without
+// it, the values are added as they are.
+func TestDecodeAddFinite(t *testing.T) {
+	enc := mustEncoder()
+	strict, err := NewDecoder(WithFiniteAdd(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, recipe := range []string{"", "halve | *:xor(5)"} {
+		for _, c := range []struct {
+			value, alpha float32
+		}{{float32(math.NaN()), 1}, {float32(math.Inf(1)), 1}, {3e38, -2}, {1, float32(math.NaN())}} {
+			x := floatTensor("w", 100, 1)
+			xv, _ := View[float32](x)
+			xv[40] = c.value
+			frame, err := enc.AppendTensor(nil, x, MustParseRecipe(recipe))
+			if err != nil {
+				t.Fatal(err)
+			}
+			acc := make([]float32, 100)
+			into := func(*Tensor) ([]float32, error) { return acc, nil }
+			if _, err := strict.DecodeAdd(frame, c.alpha, into); !errors.Is(err, ErrNonFinite) {
+				t.Errorf("%q, %v times %v: %v", recipe, c.alpha, c.value, err)
+			}
+			for i, v := range acc {
+				if v != 0 {
+					t.Fatalf("%q, %v times %v: acc[%d] = %v after the refusal", recipe, c.alpha, c.value, i, v)
+				}
+			}
+			if _, err := new(Decoder).DecodeAdd(frame, c.alpha, into); err != nil {
+				t.Fatal(err)
+			}
+			if v := acc[40]; v-v == 0 {
+				t.Errorf("%q, %v times %v: the default Decoder added %v", recipe, c.alpha, c.value, v)
+			}
+		}
+	}
+}

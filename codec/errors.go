@@ -23,6 +23,9 @@ var (
 	ErrRecipe = errors.New("codec: bad recipe")
 	// ErrClosed: the Writer or Reader was closed.
 	ErrClosed = errors.New("codec: closed")
+	// ErrNonFinite: DecodeAdd with WithFiniteAdd met an entry that would
+	// add a NaN or an infinity to its accumulator.
+	ErrNonFinite = errors.New("codec: non-finite value")
 )
 
 // CorruptError locates a decoding failure. It wraps one of the sentinels.

@@ -95,6 +95,7 @@ func (c *econfig) writerOnly(name string) {
 
 type dconfig struct {
 	lim         Limits
+	finite      bool
 	concurrency int
 	alloc       func(n int) []byte
 
@@ -225,6 +226,20 @@ func WithPeerID(id string) EOption {
 func WithLimits(l Limits) DOption {
 	return func(c *dconfig) error {
 		c.lim = l.withDefaults()
+		return nil
+	}
+}
+
+// WithFiniteAdd makes DecodeAdd refuse an entry that would add a NaN or
+// an infinity (a value, or a value times alpha, past float32's range) to
+// its accumulator: the error wraps ErrNonFinite and the accumulator is
+// left as it was (default false). An aggregator of peers' updates wants
+// it: one NaN in one update would otherwise make the sum of every update
+// counted before it NaN for good. Finite values whose sum passes
+// float32's range (values near 3.4e38) are not caught.
+func WithFiniteAdd(on bool) DOption {
+	return func(c *dconfig) error {
+		c.finite = on
 		return nil
 	}
 }

@@ -142,6 +142,10 @@ type Ctx struct {
 	Tensor *Tensor // metadata of the tensor being coded; Data not to be used
 	Arena  *Arena
 	Limits *Limits // decoding only
+	// Finite asks an AddDecoder to refuse (CheckFinite) what would add a
+	// NaN or an infinity, before it changes the accumulator
+	// (WithFiniteAdd).
+	Finite bool
 }
 
 // Op is a configured stage: a stage plus its parameters. Ops are immutable

@@ -451,6 +451,11 @@ func (o bloomOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, parts [
 		return fmt.Errorf("%w: bloom: accumulator of %d for %d elements", codec.ErrCorrupt, len(acc), in.Len/4)
 	}
 	val := asF32(ctx, parts[1].Data)
+	if ctx.Finite {
+		if err := codec.CheckFinite(alpha, val); err != nil {
+			return fmt.Errorf("bloom: %w", err)
+		}
+	}
 	for i, p := range pos {
 		acc[p] += alpha * val[i]
 	}

@@ -40,7 +40,9 @@
 // wrong size is an error (codec.ErrCorrupt), and the accumulator is left
 // unchanged. Updates come from peers: a Receiver's limits (ReceiverLimits)
 // bound the bytes a frame decodes through the stages of some MB/s
-// (floatcm, floatrank) at 1 MiB, where a plain Decoder allows 64 MiB.
+// (floatcm, floatrank) at 1 MiB, where a plain Decoder allows 64 MiB, and
+// it refuses an update that would add a NaN or an infinity
+// (codec.ErrNonFinite), which would make the sum NaN for good.
 //
 // The stages (permanent IDs 96-127; wire layouts in docs/FORMAT.md):
 //

@@ -39,10 +39,13 @@ func decodeAll(t *testing.T, frame []byte) []float32 {
 	return v
 }
 
+// decodeAdd adds frame into zeros through a Receiver that adds what the
+// frame holds, NaNs and infinities too, to check the arithmetic of every
+// value (a Receiver refuses those by default: TestReceiverRefusesNonFinite).
 func decodeAdd(t *testing.T, frame []byte, n int) []float32 {
 	t.Helper()
 	acc := make([]float32, n)
-	recv, err := NewReceiver()
+	recv, err := NewReceiver(codec.WithFiniteAdd(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -686,4 +689,81 @@ func TestReceiverSlowLimit(t *testing.T) {
 	if !slices.Equal(acc, x) {
 		t.Error("the update added differs")
 	}
+}
+
+// TestReceiverRefusesNonFinite: an update that would add a NaN or an
+// infinity, through every way a Receiver adds (the sparse selections,
+// RandK, Bloom, PowerSGD's factors, dense frames raw or coded), or whose
+// weight takes a finite value past float32's range, is refused with
+// ErrNonFinite and leaves the accumulator as it was; one that adds only
+// finite values is added. What an update would add is found by adding it
+// into zeros with the check off.
+func TestReceiverRefusesNonFinite(t *testing.T) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for _, c := range []struct {
+		name   string
+		recipe string
+		shape  []int64
+	}{
+		{"topk", "topk(0.1)", []int64{400}},
+		{"dgc", "dgc(0.1)", []int64{400}},
+		{"threshold", "thresh(0.5)", []int64{400}},
+		{"randk", "randk(1,seed=3)", []int64{400}},
+		{"bloom", "bloom(0.1)", []int64{400}},
+		{"powersgd", "powersgd(2)", []int64{20, 20}},
+		{"raw", "", []int64{400}},
+		{"huff0", "*:huff0", []int64{400}},
+	} {
+		refused := 0
+		for _, bad := range []struct {
+			name   string
+			value  float32
+			weight float32
+		}{{"finite", 2, 1}, {"nan", nan, 1}, {"-inf", -inf, 1}, {"large", 3e38, 4}, {"nan weight", 1, nan}} {
+			x := normal(400, 7, 1)
+			x[0] = bad.value
+			frame := mustShapedFrame(t, c.recipe, x, c.shape)
+			plain := make([]float32, 400)
+			loose, _ := NewReceiver(codec.WithFiniteAdd(false))
+			if _, err := loose.Add(frame, bad.weight, func(string, []int64) ([]float32, error) { return plain, nil }); err != nil {
+				t.Fatal(err)
+			}
+			want := slices.ContainsFunc(plain, func(v float32) bool { return v-v != 0 })
+			acc := normal(400, 8, 1)
+			before := slices.Clone(acc)
+			r, err := NewReceiver()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = r.Add(frame, bad.weight, func(string, []int64) ([]float32, error) { return acc, nil })
+			switch {
+			case want && !errors.Is(err, codec.ErrNonFinite):
+				t.Errorf("%s, %s: adds a non-finite value; Add: %v", c.name, bad.name, err)
+			case want && !slices.Equal(acc, before):
+				t.Errorf("%s, %s: the refused update changed the accumulator", c.name, bad.name)
+			case !want && err != nil:
+				t.Errorf("%s, %s: adds finite values; Add: %v", c.name, bad.name, err)
+			}
+			if want {
+				refused++
+			}
+		}
+		if refused < 3 {
+			t.Errorf("%s: %d of the updates add a non-finite value, want at least 3", c.name, refused)
+		}
+	}
+}
+
+func mustShapedFrame(t *testing.T, recipe string, x []float32, shape []int64) []byte {
+	t.Helper()
+	enc, _ := codec.NewEncoder()
+	var r *codec.Recipe
+	if recipe != "" {
+		r = codec.MustParseRecipe(recipe)
+	}
+	f, err := enc.AppendTensor(nil, codec.FromFloat32("g", x, shape...), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -244,7 +244,41 @@ func (o *powersgdOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, par
 	if len(acc) != rows*cols {
 		return fmt.Errorf("%w: powersgd: accumulator of %d for %d×%d", codec.ErrCorrupt, len(acc), rows, cols)
 	}
+	if ctx.Finite {
+		if err := finiteProduct(alpha, P, Q); err != nil {
+			return fmt.Errorf("powersgd: %w", err)
+		}
+	}
 	blas32.Gemm(blas.NoTrans, blas.Trans, alpha, P, Q, 1, blas32.General{Rows: rows, Cols: cols, Stride: cols, Data: acc})
+	return nil
+}
+
+// finiteProduct returns an error wrapping codec.ErrNonFinite unless every
+// element of alpha·P·Qᵀ is finite: P and Q finite, and their largest
+// magnitudes times the rank and alpha within float32's range, so that no
+// sum of products can pass it.
+func finiteProduct(alpha float32, P, Q blas32.General) error {
+	maxAbs := func(name string, v []float32) (float64, error) {
+		if err := codec.CheckFinite(1, v); err != nil {
+			return 0, fmt.Errorf("factor %s: %w", name, err)
+		}
+		m := float32(0)
+		for _, x := range v {
+			m = max(m, x, -x)
+		}
+		return float64(m), nil
+	}
+	p, err := maxAbs("p", P.Data)
+	if err != nil {
+		return err
+	}
+	q, err := maxAbs("q", Q.Data)
+	if err != nil {
+		return err
+	}
+	if b := p * q * float64(P.Cols) * math.Abs(float64(alpha)); b > math.MaxFloat32 || b != b {
+		return fmt.Errorf("%w: factors of magnitude %g and %g at rank %d times %g may pass float32's range", codec.ErrNonFinite, p, q, P.Cols, alpha)
+	}
 	return nil
 }
 

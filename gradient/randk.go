@@ -175,6 +175,11 @@ func (o randkOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, parts [
 	if len(acc) != in.Len/4 {
 		return fmt.Errorf("%w: randk: accumulator of %d for %d elements", codec.ErrCorrupt, len(acc), in.Len/4)
 	}
+	if ctx.Finite {
+		if err := codec.CheckFinite(alpha, val); err != nil {
+			return fmt.Errorf("randk: %w", err)
+		}
+	}
 	o.positions(len(acc), chunkOffset(ctx), func(j int, p uint32) { acc[p] += alpha * val[j] })
 	return nil
 }

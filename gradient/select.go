@@ -407,6 +407,11 @@ func (o selectOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, parts 
 	if len(acc) != in.Len/4 {
 		return fmt.Errorf("%w: %s: accumulator of %d for %d elements", codec.ErrCorrupt, o.Stage().Name, len(acc), in.Len/4)
 	}
+	if ctx.Finite {
+		if err := codec.CheckFinite(alpha, val); err != nil {
+			return fmt.Errorf("%s: %w", o.Stage().Name, err)
+		}
+	}
 	for i, p := range pos {
 		acc[p] += alpha * val[i]
 	}

@@ -280,9 +280,11 @@ func ReceiverLimits() codec.Limits {
 
 // NewReceiver returns a Receiver whose decoder takes opts. Its limits are
 // ReceiverLimits unless opts hold codec.WithLimits, whose zero fields take
-// codec's defaults (fill them from ReceiverLimits to keep these).
+// codec's defaults (fill them from ReceiverLimits to keep these). It
+// refuses an update that would add a NaN or an infinity
+// (codec.WithFiniteAdd, codec.ErrNonFinite) unless opts turn that off.
 func NewReceiver(opts ...codec.DOption) (*Receiver, error) {
-	dec, err := codec.NewDecoder(append([]codec.DOption{codec.WithLimits(ReceiverLimits())}, opts...)...)
+	dec, err := codec.NewDecoder(append([]codec.DOption{codec.WithLimits(ReceiverLimits()), codec.WithFiniteAdd(true)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -292,8 +294,9 @@ func NewReceiver(opts ...codec.DOption) (*Receiver, error) {
 // Add decodes the frame at the start of src and adds weight times its
 // tensor into acc(name), which must return a buffer of exactly the
 // tensor's element count. It returns the bytes the frame took. A frame
-// for an unknown tensor (acc's error), with the wrong shape or with
-// damaged segments is an error and adds nothing.
+// for an unknown tensor (acc's error), with the wrong shape, with damaged
+// segments, or that would add a NaN or an infinity is an error and adds
+// nothing.
 func (r *Receiver) Add(src []byte, weight float32, acc func(name string, shape []int64) ([]float32, error)) (int, error) {
 	return r.dec.DecodeAdd(src, weight, func(t *codec.Tensor) ([]float32, error) { return acc(t.Name, t.Shape) })
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -224,4 +225,62 @@ func TestUploadSlowStages(t *testing.T) {
 	}
 	t.Cleanup(func() { h3.journal.close() })
 	sumIs(h3, "replayed")
+}
+
+// TestUploadNonFinite: an update that would add a NaN or an infinity into
+// the round's sum, and a weight that is a NaN, an infinity or negative,
+// are refused with InvalidArgument before any of them is added: the sum
+// of the update counted before stays as it was (one NaN would make it NaN
+// for good), and the round goes on.
+func TestUploadNonFinite(t *testing.T) {
+	h, _ := New()
+	c, _ := serve(t, h)
+	ctx := context.Background()
+	good := codec.FromFloat32("w", []float32{1, 2, 3, 4}, 4)
+	if err := Upload(ctx, c, gradient.NewOutbox(nil), UploadRequest{Round: 1, Peer: "a"}, []*codec.Tensor{good}); err != nil {
+		t.Fatal(err)
+	}
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nan := float32(math.NaN())
+	for _, c2 := range []struct {
+		name   string
+		values []float32
+		weight float32
+	}{
+		{"nan", []float32{1, nan, 3, 4}, 1},
+		{"inf", []float32{1, 2, float32(math.Inf(-1)), 4}, 1},
+		{"nan weight", []float32{1, 2, 3, 4}, nan},
+		{"inf weight", []float32{1, 2, 3, 4}, float32(math.Inf(1))},
+		{"negative weight", []float32{1, 2, 3, 4}, -1},
+		{"past float32", []float32{1, 2, 3e38, 4}, 2},
+	} {
+		frame, err := enc.AppendTensor(nil, codec.FromFloat32("w", c2.values, 4), codec.MustParseRecipe("*:huff0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.Upload(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Send(&hubpb.UploadMessage{Round: 1, Peer: "b", Weight: c2.weight, Frame: frame})
+		if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v", c2.name, err)
+		}
+	}
+	if err := Upload(ctx, c, gradient.NewOutbox(nil), UploadRequest{Round: 1, Peer: "b", Weight: float32(math.Inf(1))}, []*codec.Tensor{good}); err == nil || status.Code(err) != codes.Unknown {
+		t.Errorf("Upload with an infinite weight: %v, want refused before it is sent", err)
+	}
+	if err := Upload(ctx, c, gradient.NewOutbox(nil), UploadRequest{Round: 1, Peer: "b", Weight: 3}, []*codec.Tensor{good}); err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := h.Sum(1)
+	if got := f32(t, sum.Tensors[0]); !slices.Equal(got, []float32{4, 8, 12, 16}) || sum.Counts["w"] != 2 || sum.Weights["w"] != 4 {
+		t.Errorf("the round's sum %v, counts %v, weights %v; want [4 8 12 16], 2 updates of weight 4", got, sum.Counts, sum.Weights)
+	}
+	if n := h.Stats().MalformedUpdates; n != 6 {
+		t.Errorf("%d updates counted as malformed, want 6", n)
+	}
 }

@@ -332,6 +332,9 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 		h.badUpdates[0].Add(1)
 		return status.Errorf(codes.InvalidArgument, "hub: upload message %d holds no frame", seq)
 	}
+	if err := checkWeight(m.Weight); err != nil {
+		return h.refuseUpdate(seq, err)
+	}
 	claim, err := codec.DecodedSize(bytes.NewReader(m.Frame), h.upload)
 	if err != nil {
 		return h.refuseUpdate(seq, err)
@@ -368,6 +371,15 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 	}
 	h.updates.Add(1)
 	h.updateBytes.Add(int64(len(m.Frame)))
+	return nil
+}
+
+// checkWeight refuses a weight that would not make a weighted mean: a
+// NaN, an infinity or a negative weight (0 means 1).
+func checkWeight(w float32) error {
+	if w < 0 || w-w != 0 {
+		return fmt.Errorf("weight %v: want a finite weight, 0 or more (0 means 1)", w)
+	}
 	return nil
 }
 
@@ -555,6 +567,9 @@ func (r *UploadRequest) spec(t *codec.Tensor) *gradient.Spec {
 // acknowledges again those it had counted (their acknowledgement was
 // lost) without counting them twice, and counts the others.
 func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req UploadRequest, updates []*codec.Tensor) error {
+	if err := checkWeight(req.Weight); err != nil {
+		return fmt.Errorf("hub: upload: %w", err)
+	}
 	if req.Profile != nil && req.Spec == nil {
 		if err := req.Profile.CheckGradients(checkSpec); err != nil {
 			return fmt.Errorf("hub: upload: %w", err)

@@ -25,7 +25,7 @@ const (
 	ERECIPE      int32 = 8  // codec.ErrRecipe, a bad gradient spec or profile
 	EARG         int32 = 9  // a bad argument (dtype, shape, buffer size)
 	ESTATE       int32 = 10 // gradient.ErrMemory, a call not allowed now, or an update the hub refused (round closed, already counted)
-	ENONFINITE   int32 = 11 // lossy.ErrNonFinite
+	ENONFINITE   int32 = 11 // lossy.ErrNonFinite, codec.ErrNonFinite (a Receiver's update)
 	ENOTFOUND    int32 = 12 // hub: no such version or tensor
 	EBASE        int32 = 13 // hub: the base of a delta is not the caller's
 	EUNAVAILABLE int32 = 14 // hub: unreachable
@@ -79,7 +79,7 @@ func Code(err error) int32 {
 		return ERECIPE
 	case errors.Is(err, codec.ErrUnsupported):
 		return EUNSUPPORTED
-	case errors.Is(err, lossy.ErrNonFinite):
+	case errors.Is(err, lossy.ErrNonFinite), errors.Is(err, codec.ErrNonFinite):
 		return ENONFINITE
 	case errors.Is(err, gradient.ErrMemory):
 		return ESTATE

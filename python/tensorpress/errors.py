@@ -86,7 +86,11 @@ class StateError(TensorpressError):
 
 
 class NonFiniteError(TensorpressError, ValueError):
-    """A quantizer met a NaN or an infinity (``TP_ENONFINITE``)."""
+    """A NaN or an infinity where none may be (``TP_ENONFINITE``).
+
+    A quantizer's input, or an update a :class:`Receiver` would add (one NaN would make its
+    accumulator NaN for good; ``weight`` times a value past float32's range counts too).
+    """
 
     code = 11
 

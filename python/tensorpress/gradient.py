@@ -140,7 +140,8 @@ class Receiver(_lib.Handle):
     Sparse frames are scattered into the accumulator, never densified. A bad
     frame adds nothing. ``limits`` bound what a frame may claim; by default a
     frame decodes at most 1 MiB through the stages of some MB/s (floatcm,
-    floatrank: ``Limits.max_slow_decoded``).
+    floatrank: ``Limits.max_slow_decoded``). A frame that would add a NaN or an
+    infinity is refused (:class:`NonFiniteError`).
     """
 
     _kind = "receiver"

@@ -190,6 +190,20 @@ def test_receiver_bounds_slow_stages() -> None:
     assert np.array_equal(acc, x)
 
 
+def test_receiver_refuses_non_finite() -> None:
+    """A NaN, an infinity or a weight past float32's range leaves the accumulator as it was."""
+    acc = np.ones(64, np.float32)
+    with tp.Receiver() as r:
+        for x, w in [(np.float32(np.nan), 1.0), (np.float32(-np.inf), 1.0), (np.float32(3e38), 4.0)]:
+            g = np.zeros(64, np.float32)
+            g[5] = x
+            with pytest.raises(tp.NonFiniteError):
+                r.add(tp.encode(g), w, into=acc)
+            assert np.array_equal(acc, np.ones(64, np.float32))
+        r.add(tp.encode(np.full(64, 2, np.float32)), 0.5, into=acc)
+    assert np.array_equal(acc, np.full(64, 2, np.float32))
+
+
 def test_plan_selects_over_the_whole_update() -> None:
     """topk(r,model=on): one k for the update; the small tensor of large values goes whole."""
     big = np.full((64, 64), 0.01, np.float32) + np.arange(4096, dtype=np.float32).reshape(64, 64) * 1e-7
