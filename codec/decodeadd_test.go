@@ -2,8 +2,10 @@ package codec
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -168,6 +170,31 @@ func TestDecodeAddFinite(t *testing.T) {
 			if v := acc[40]; v-v == 0 {
 				t.Errorf("%q, %v times %v: the default Decoder added %v", recipe, c.alpha, c.value, v)
 			}
+		}
+	}
+}
+
+// TestAddFloatsAlignment: the adds and the check agree whether the values
+// are aligned for a float32 view or not.
+func TestAddFloatsAlignment(t *testing.T) {
+	buf := AlignedBytes(4*1001 + 1)
+	for _, off := range []int{0, 1} {
+		b := buf[off : off+4*1001]
+		for i := range 1001 {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(i)-500))
+		}
+		acc := make([]float32, 1001)
+		if err := addFloats(&Ctx{Finite: true}, acc, 2, b); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range acc {
+			if v != 2*(float32(i)-500) {
+				t.Fatalf("offset %d: acc[%d] = %v", off, i, v)
+			}
+		}
+		binary.LittleEndian.PutUint32(b[4*1000:], math.Float32bits(float32(math.Inf(-1))))
+		if err := addFloats(&Ctx{Finite: true}, acc, 2, b); !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "element 1000") {
+			t.Errorf("offset %d: %v", off, err)
 		}
 	}
 }

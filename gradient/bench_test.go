@@ -78,25 +78,45 @@ func BenchmarkSender(b *testing.B) {
 	}
 }
 
-// BenchmarkReceiverAdd times adding one TopK 1% frame of 25 Mi elements
-// into an accumulator, the aggregator's work per peer.
+// BenchmarkReceiverAdd times adding one frame of 25 Mi elements into an
+// accumulator, the aggregator's work per peer: a TopK 1% frame and a dense
+// one (huff0), each with the Receiver's check for non-finite values
+// (finite, the default) and without it (unchecked).
 func BenchmarkReceiverAdd(b *testing.B) {
 	g := benchGrad()
 	s, _ := NewSender(TopK{Ratio: 0.01})
-	frame, err := s.Append(nil, codec.FromFloat32("g", g, int64(len(g))))
+	sparse, err := s.Append(nil, codec.FromFloat32("g", g, int64(len(g))))
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := NewReceiver()
+	enc, _ := codec.NewEncoder()
+	dense, err := enc.AppendTensor(nil, codec.FromFloat32("g", g, int64(len(g))), codec.MustParseRecipe("*:huff0"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	acc := make([]float32, len(g))
-	b.SetBytes(int64(4 * len(g)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := r.Add(frame, 0.5, func(string, []int64) ([]float32, error) { return acc, nil }); err != nil {
-			b.Fatal(err)
+	for _, f := range []struct {
+		name  string
+		frame []byte
+	}{{"topk", sparse}, {"dense", dense}} {
+		for _, check := range []bool{true, false} {
+			name := f.name + "/finite"
+			if !check {
+				name = f.name + "/unchecked"
+			}
+			b.Run(name, func(b *testing.B) {
+				r, err := NewReceiver(codec.WithFiniteAdd(check))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(4 * len(g)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := r.Add(f.frame, 0.5, func(string, []int64) ([]float32, error) { return acc, nil }); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }
