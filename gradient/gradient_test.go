@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"gonum.org/v1/gonum/blas/blas32"
+
 	"github.com/tensorpress/tensorpress/codec"
 	"github.com/tensorpress/tensorpress/internal/codectest"
 	_ "github.com/tensorpress/tensorpress/lossless"
@@ -766,4 +768,22 @@ func mustShapedFrame(t *testing.T, recipe string, x []float32, shape []int64) []
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestPowerSGDFiniteBound: factors whose products pass float32's range in
+// the dot product are refused even when alpha scales the result back
+// under it (the dot product is summed before alpha); honest factors pass.
+func TestPowerSGDFiniteBound(t *testing.T) {
+	big := blas32.General{Rows: 1, Cols: 2, Stride: 2, Data: []float32{1.5e19, 1.5e19}}
+	if err := finiteProduct(0.5, big, big); !errors.Is(err, codec.ErrNonFinite) {
+		t.Errorf("|p|=|q|=1.5e19 at rank 2, alpha 0.5: %v", err)
+	}
+	one := blas32.General{Rows: 1, Cols: 1, Stride: 1, Data: []float32{1e20}}
+	if err := finiteProduct(1e-10, one, one); !errors.Is(err, codec.ErrNonFinite) {
+		t.Errorf("|p|=|q|=1e20 at rank 1, alpha 1e-10: %v", err)
+	}
+	ok := blas32.General{Rows: 2, Cols: 2, Stride: 2, Data: []float32{0.6, -0.8, 0.8, 0.6}}
+	if err := finiteProduct(1e30, ok, ok); err != nil {
+		t.Errorf("unit factors, alpha 1e30: %v", err)
+	}
 }

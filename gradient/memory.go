@@ -129,6 +129,7 @@ func (s *State) commit() {
 
 func (s *State) abort() {
 	s.res, s.c = s.c, s.res
+	dropNonFinite(s.res) // nothing of c reached the peer; what no frame may carry goes
 	for k, b := range s.npriv {
 		if undo, ok := s.keep[k]; ok {
 			undo(b)

@@ -255,8 +255,9 @@ func (o *powersgdOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, par
 
 // finiteProduct returns an error wrapping codec.ErrNonFinite unless every
 // element of alpha·P·Qᵀ is finite: P and Q finite, and their largest
-// magnitudes times the rank and alpha within float32's range, so that no
-// sum of products can pass it.
+// magnitudes times the rank, and times alpha where it is over 1, within
+// float32's range, so that no sum of products can pass it (gonum sums the
+// products in float32, then scales by alpha).
 func finiteProduct(alpha float32, P, Q blas32.General) error {
 	maxAbs := func(name string, v []float32) (float64, error) {
 		if err := codec.CheckFinite(1, v); err != nil {
@@ -276,7 +277,7 @@ func finiteProduct(alpha float32, P, Q blas32.General) error {
 	if err != nil {
 		return err
 	}
-	if b := p * q * float64(P.Cols) * math.Abs(float64(alpha)); b > math.MaxFloat32 || b != b {
+	if b := p * q * float64(P.Cols) * max(1, math.Abs(float64(alpha))); b > math.MaxFloat32 || b != b {
 		return fmt.Errorf("%w: factors of magnitude %g and %g at rank %d times %g may pass float32's range", codec.ErrNonFinite, p, q, P.Cols, alpha)
 	}
 	return nil

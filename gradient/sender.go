@@ -1,6 +1,7 @@
 package gradient
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/tensorpress/tensorpress/codec"
@@ -45,8 +46,10 @@ type Input struct {
 // what the receiver will not see: the compensated gradient minus the
 // frame's decoded value. Commit makes the staged residuals the state once
 // the frames were delivered; Abort keeps the whole compensated gradients
-// as residual when they were not, so nothing is lost. (A residual element
-// that would be NaN is not kept: see dropNonFinite.)
+// as residual when they were not, so nothing is lost. An update whose
+// frame would carry a NaN or an infinity fails (codec.ErrNonFinite:
+// receivers refuse it) and changes no state; a NaN or an infinity left
+// unsent is not kept in the residual (dropNonFinite).
 //
 // Frames of tensors above 256 MiB need a Receiver with raised
 // codec.Limits (MaxDecodedSize, MaxFrameSize).
@@ -96,7 +99,7 @@ func NewSender(c Compressor, opts ...Option) (*Sender, error) {
 	if err != nil {
 		return nil, err
 	}
-	dec, err := codec.NewDecoder(codec.WithLimits(selfLimits()))
+	dec, err := codec.NewDecoder(codec.WithLimits(selfLimits()), codec.WithFiniteAdd(true))
 	if err != nil {
 		return nil, err
 	}
@@ -195,10 +198,12 @@ func (s *Sender) Append(dst []byte, t *codec.Tensor) ([]byte, error) {
 	// The residual: what the receiver will not see.
 	if s.ef {
 		copy(st.next, in.C)
-		if _, err := s.dec.DecodeAdd(out[len(dst):], -1, func(*codec.Tensor) ([]float32, error) { return st.next, nil }); err != nil {
+		if _, err := s.dec.DecodeAdd(out[len(dst):], -1, func(*codec.Tensor) ([]float32, error) { return st.next, nil }); errors.Is(err, codec.ErrNonFinite) {
+			return fail(fmt.Errorf("its frame would carry a NaN or an infinity, which receivers refuse: %w", err))
+		} else if err != nil {
 			return fail(fmt.Errorf("decoding its own frame: %w", err))
 		}
-		dropNonFinite(st.next, in.C)
+		dropNonFinite(st.next)
 	} else {
 		clear(st.next)
 	}
@@ -207,20 +212,14 @@ func (s *Sender) Append(dst []byte, t *codec.Tensor) ([]byte, error) {
 	return out, nil
 }
 
-// dropNonFinite replaces the NaNs of the residual res = c - decoded, which
-// otherwise stay forever and make every later update of their element
-// NaN, long after the gradient that overflowed. Where c is finite, the
-// frame decoded a NaN for it (PowerSGD spreads a NaN over rows and
-// columns): nothing of c arrived, so c stays. Where c is an infinity the
-// frame carried (Inf - Inf) or a NaN, nothing is left to carry: 0.
-func dropNonFinite(res, c []float32) {
+// dropNonFinite sets the NaNs and infinities of a residual to 0. A frame
+// carries none (receivers refuse them: Append fails instead), so they are
+// elements of the compensated gradient left unsent; kept, they would stay
+// forever, and be refused whenever a frame took them.
+func dropNonFinite(res []float32) {
 	for i, r := range res {
-		if r != r {
-			if x := c[i]; x-x == 0 { // finite
-				res[i] = x
-			} else {
-				res[i] = 0
-			}
+		if r-r != 0 {
+			res[i] = 0
 		}
 	}
 }
@@ -293,10 +292,10 @@ func NewReceiver(opts ...codec.DOption) (*Receiver, error) {
 
 // Add decodes the frame at the start of src and adds weight times its
 // tensor into acc(name), which must return a buffer of exactly the
-// tensor's element count. It returns the bytes the frame took. A frame
-// for an unknown tensor (acc's error), with the wrong shape, with damaged
-// segments, or that would add a NaN or an infinity is an error and adds
-// nothing.
+// tensor's element count. It returns the bytes the frame took. A tensor
+// unknown to acc (acc's error), of the wrong shape, with damaged segments,
+// or that would add a NaN or an infinity is an error and adds nothing; in
+// a frame of several tensors, those before it stay added.
 func (r *Receiver) Add(src []byte, weight float32, acc func(name string, shape []int64) ([]float32, error)) (int, error) {
 	return r.dec.DecodeAdd(src, weight, func(t *codec.Tensor) ([]float32, error) { return acc(t.Name, t.Shape) })
 }

@@ -138,7 +138,7 @@ class Receiver(_lib.Handle):
     """Adds gradient frames, weighted, into float32 accumulators.
 
     Sparse frames are scattered into the accumulator, never densified. A bad
-    frame adds nothing. ``limits`` bound what a frame may claim; by default a
+    tensor adds nothing (in a frame of several, those before it stay added). ``limits`` bound what a frame may claim; by default a
     frame decodes at most 1 MiB through the stages of some MB/s (floatcm,
     floatrank: ``Limits.max_slow_decoded``). A frame that would add a NaN or an
     infinity is refused (:class:`NonFiniteError`).
