@@ -65,10 +65,12 @@
 // (AlreadyExists), which tells a client started again after a kill which
 // of its updates the process before had counted; the same update sent
 // again (a retry from the residual of an upload whose acknowledgement was
-// lost) is acknowledged again and counted once. An update that would add
-// a NaN or an infinity to the sum, or whose weight is a NaN, an infinity
-// or negative, is refused (InvalidArgument) before any of it is added:
-// one NaN would make the round's sum NaN for good. UploadRequest.Densities
+// lost) is acknowledged again and counted once. An update whose values
+// times its weight hold a NaN or an infinity, or whose weight is a NaN,
+// an infinity or negative, is refused (InvalidArgument) before any of it
+// is added: one NaN would make the round's sum NaN for good. (Finite
+// updates whose sum passes float32's range, values near 3.4e38, are not
+// caught.) UploadRequest.Densities
 // chooses each update's density from the client's measured uplink (an
 // autotune.Tuner, for the updates to arrive within Within, each tensor
 // its share of it by its elements); OnSend and

@@ -314,9 +314,9 @@ func step(model []*codec.Tensor, sum RoundSum, lr float32) []*codec.Tensor {
 		}
 		d, _ := codec.View[float32](sum.Tensors[j])
 		v, _ := codec.View[float32](&y)
-		a := float32(float64(lr) / w)
+		a := float64(lr) / w // in float64: a tiny total weight makes it pass float32's range
 		for k := range v {
-			v[k] += a * d[k]
+			v[k] += float32(a * float64(d[k]))
 		}
 	}
 	return out

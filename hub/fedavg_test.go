@@ -426,3 +426,21 @@ func TestUploadModelTopK(t *testing.T) {
 		}
 	}
 }
+
+// TestStepTinyWeight: a round whose one update has a tiny weight steps
+// the model by that update: lr over the total weight passes float32's
+// range, so the step is taken in float64.
+func TestStepTinyWeight(t *testing.T) {
+	const w = 1e-40
+	model := []*codec.Tensor{codec.FromFloat32("w", []float32{1, 2, 3, 4}, 4)}
+	sum := RoundSum{
+		Tensors: []*codec.Tensor{codec.FromFloat32("w", []float32{w * 0.5, w * -1, 0, w * 2}, 4)},
+		Weights: map[string]float64{"w": float64(float32(w))},
+	}
+	got := f32(t, step(model, sum, 1)[0])
+	for i, want := range []float32{1.5, 1, 3, 6} {
+		if d := got[i] - want; d > 0.01 || d < -0.01 {
+			t.Fatalf("stepped model %v, want about [1.5 1 3 6]", got)
+		}
+	}
+}

@@ -71,10 +71,11 @@ func (h *Hub) openJournal(path string, id uint64) (int, error) {
 func (h *Hub) replay(f *os.File, id uint64) (n int, good int64, err error) {
 	r := bufio.NewReader(f)
 	// What the journal holds was accepted within the upload limits of
-	// the process that wrote it, which may have been higher.
+	// the process that wrote it, which may have been higher, and by a
+	// release that may not have refused non-finite values.
 	lim := h.upload
 	lim.MaxSlowDecoded = math.MaxInt64
-	recv, err := gradient.NewReceiver(codec.WithLimits(lim))
+	recv, err := gradient.NewReceiver(codec.WithLimits(lim), codec.WithFiniteAdd(false))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -233,7 +233,8 @@ func TestUploadSlowStages(t *testing.T) {
 // of the update counted before stays as it was (one NaN would make it NaN
 // for good), and the round goes on.
 func TestUploadNonFinite(t *testing.T) {
-	h, _ := New()
+	b := budget.New(1 << 20)
+	h, _ := New(WithBudget(b))
 	c, _ := serve(t, h)
 	ctx := context.Background()
 	good := codec.FromFloat32("w", []float32{1, 2, 3, 4}, 4)
@@ -256,8 +257,13 @@ func TestUploadNonFinite(t *testing.T) {
 		{"inf weight", []float32{1, 2, 3, 4}, float32(math.Inf(1))},
 		{"negative weight", []float32{1, 2, 3, 4}, -1},
 		{"past float32", []float32{1, 2, 3e38, 4}, 2},
+		{"nan, new tensor", []float32{1, nan, 3, 4}, 1},
 	} {
-		frame, err := enc.AppendTensor(nil, codec.FromFloat32("w", c2.values, 4), codec.MustParseRecipe("*:huff0"))
+		name := "w"
+		if strings.HasSuffix(c2.name, "new tensor") {
+			name = "z" // its sum, made for the update, goes again with it
+		}
+		frame, err := enc.AppendTensor(nil, codec.FromFloat32(name, c2.values, 4), codec.MustParseRecipe("*:huff0"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,10 +283,16 @@ func TestUploadNonFinite(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum, _ := h.Sum(1)
+	if len(sum.Tensors) != 1 {
+		t.Fatalf("the round holds %d sums (%v), want 1", len(sum.Tensors), sum.Counts)
+	}
 	if got := f32(t, sum.Tensors[0]); !slices.Equal(got, []float32{4, 8, 12, 16}) || sum.Counts["w"] != 2 || sum.Weights["w"] != 4 {
 		t.Errorf("the round's sum %v, counts %v, weights %v; want [4 8 12 16], 2 updates of weight 4", got, sum.Counts, sum.Weights)
 	}
-	if n := h.Stats().MalformedUpdates; n != 6 {
-		t.Errorf("%d updates counted as malformed, want 6", n)
+	if n := h.Stats().MalformedUpdates; n != 7 {
+		t.Errorf("%d updates counted as malformed, want 7", n)
+	}
+	if st := b.Stats(); st.InUse != 16 {
+		t.Errorf("%d bytes charged, want the one sum's 16", st.InUse)
 	}
 }

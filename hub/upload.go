@@ -101,6 +101,7 @@ func (r *round) add(recv *gradient.Receiver, peer string, frame []byte, weight f
 		return "", fmt.Errorf("%w: it ended while the update came", ErrRoundClosed)
 	}
 	var name string
+	var created *budget.Charge // the sum this update made, taken out again when it is refused
 	n, err := recv.Add(frame, weight, func(nm string, shape []int64) ([]float32, error) {
 		name = nm
 		if c, ok := r.from[peerTensor{peer, nm}]; peer != "" && ok {
@@ -123,6 +124,7 @@ func (r *round) add(recv *gradient.Receiver, peer string, frame []byte, weight f
 				return nil, fmt.Errorf("hub: the sum of tensor %q: %w", nm, err)
 			}
 			r.charges = append(r.charges, ch)
+			created = ch
 			s = codec.FromFloat32(nm, make([]float32, elems), shape...)
 			r.sums[nm] = s
 		} else if !slices.Equal(s.Shape, shape) {
@@ -132,6 +134,11 @@ func (r *round) add(recv *gradient.Receiver, peer string, frame []byte, weight f
 		return v, nil
 	})
 	if err != nil {
+		if created != nil {
+			delete(r.sums, name)
+			r.charges = slices.DeleteFunc(r.charges, func(c *budget.Charge) bool { return c == created })
+			created.Release()
+		}
 		return name, err
 	}
 	if n != len(frame) {

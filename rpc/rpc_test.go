@@ -310,3 +310,36 @@ func TestTunerConcurrent(t *testing.T) {
 		t.Errorf("%d frame numbers for at least 100 frames", n)
 	}
 }
+
+// TestCompressorRefusesSlowStages: a message whose frame decodes through
+// floatcm (a tensor frame of zeros: a few KB for each MiB, at some MB/s)
+// is refused with ErrLimit by a Compressor's default limits, from its
+// header; with limits that allow it, the frame is decoded and then
+// refused for what it is (a message's frames hold bytes).
+func TestCompressorRefusesSlowStages(t *testing.T) {
+	enc, err := codec.NewEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame, err := enc.AppendTensor(nil, codec.FromFloat32("w", make([]float32, 1<<16), 1<<16), codec.MustParseRecipe("floatcm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(c *Compressor) error {
+		rd, err := c.Decompress(bytes.NewReader(frame))
+		if err != nil {
+			return err
+		}
+		defer rd.(io.Closer).Close()
+		_, err = io.ReadAll(rd)
+		return err
+	}
+	def, _ := NewCompressor(WithName("slow-default"))
+	if err := read(def); !errors.Is(err, codec.ErrLimit) {
+		t.Errorf("default limits: %v, want ErrLimit", err)
+	}
+	raised, _ := NewCompressor(WithName("slow-raised"), WithLimits(codec.Limits{MaxSlowDecoded: 1 << 20}))
+	if err := read(raised); !errors.Is(err, codec.ErrCorrupt) || !strings.Contains(err.Error(), "tensor frame") {
+		t.Errorf("slow bytes allowed: %v, want the tensor frame refused", err)
+	}
+}

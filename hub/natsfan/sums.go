@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -210,7 +211,7 @@ func addSum(out *hub.RoundSum, sums map[string]*codec.Tensor, b []byte) error {
 			return fmt.Errorf("%w: tensor %q: count %q", codec.ErrCorrupt, t.Name, tag(SumCountTag))
 		}
 		w, err := strconv.ParseFloat(tag(SumWeightTag), 64)
-		if err != nil || !(w >= 0) {
+		if err != nil || !(w >= 0) || math.IsInf(w, 1) {
 			return fmt.Errorf("%w: tensor %q: weight %q", codec.ErrCorrupt, t.Name, tag(SumWeightTag))
 		}
 		out.Counts[t.Name] += c

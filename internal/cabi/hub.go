@@ -441,6 +441,9 @@ func HubUpload(h, s uint64, rq []byte, ups *Tensor, nup int32, out unsafe.Pointe
 			}
 			ts[i] = t
 		}
+		if w := ur.Weight; w < 0 || w-w != 0 {
+			return nil, argErrorf("weight %v: want a finite weight, 0 or more (0 means 1)", w)
+		}
 		req := hub.UploadRequest{Round: ur.Round, Weight: ur.Weight, Peer: ur.Peer}
 		ob := gradient.NewOutbox(gradient.NewMemory())
 		if s != 0 {

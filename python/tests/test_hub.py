@@ -324,6 +324,10 @@ def test_upload_through_sender(served: HubProcess) -> None:
         assert r.updates == 1 and r.bytes_sent > 4000
         with pytest.raises(tp.RecipeError):
             hub.upload(grads, "nope(", round=5)
+        with pytest.raises(tp.ArgumentError, match="weight -1"):
+            hub.upload(grads, round=5, weight=-1.0)
+        with pytest.raises(tp.NonFiniteError):  # the update, refused by the Sender before it is sent
+            hub.upload({"y": np.full(8, np.inf, np.float32)}, "topk(0.5)", round=5)
         s.compress("fc1.bias", grads["fc1.bias"])
         with pytest.raises(tp.StateError, match="pending"):
             hub.upload(grads, round=5, sender=s)
