@@ -102,6 +102,13 @@ func (b *batch) take(dst, src, idx Ptr, k int) {
 	}
 }
 
+// put adds Device.Put: dst[idx[j]] = src[j] for j < k.
+func (b *batch) put(dst, idx, src Ptr, k int) {
+	if k > 0 {
+		b.launch("tp_put", grid(k), dst, idx, uint64(k), src)
+	}
+}
+
 // scatterZero adds Device.ScatterZero: res[idx[j]] = 0 for j < k.
 func (b *batch) scatterZero(res, idx Ptr, k int) {
 	if k > 0 {
@@ -109,7 +116,8 @@ func (b *batch) scatterZero(res, idx Ptr, k int) {
 	}
 }
 
-// nanZero adds Device.NaNZero: the NaNs of c (n float32) zeroed.
-func (b *batch) nanZero(c Ptr, n int) {
-	b.launch("tp_nan_zero", grid(n), c, uint64(n))
+// zeroNonFinite adds Device.ZeroNonFinite: the NaNs and infinities of c
+// (n float32) zeroed.
+func (b *batch) zeroNonFinite(c Ptr, n int) {
+	b.launch("tp_nonfinite_zero", grid(n), c, uint64(n))
 }

@@ -425,14 +425,14 @@ func init() {
 		}
 		return true
 	}
-	fakeKernels["tp_nan_zero"] = func(k *fakeLaunch) bool {
+	fakeKernels["tp_nonfinite_zero"] = func(k *fakeLaunch) bool {
 		n := k.u64(1)
 		c := k.mem(0, 4*n)
 		if c == nil {
 			return false
 		}
 		for i := range n {
-			if binary.LittleEndian.Uint32(c[4*i:])&0x7fffffff > 0x7f800000 {
+			if binary.LittleEndian.Uint32(c[4*i:])&0x7fffffff >= 0x7f800000 {
 				binary.LittleEndian.PutUint32(c[4*i:], 0)
 			}
 		}
@@ -473,6 +473,6 @@ var fakeKernelParams = map[string]int{
 	"tp_f32_to_f16": 3, "tp_f32_to_bf16": 3, "tp_int8_blocks": 6, "tp_zero": 2, "tp_topk_hist": 7,
 	"tp_topk_find": 4, "tp_topk_count": 4, "tp_topk_offsets": 4, "tp_topk_compact": 6, "tp_add_f32": 4,
 	"tp_scatter_zero": 3, "tp_dgc_compensate": 8, "tp_gather": 5, "tp_topk_state": 3,
-	"tp_take": 4, "tp_put": 4, "tp_nan_zero": 2, "tp_sumsq_blocks": 4,
+	"tp_take": 4, "tp_put": 4, "tp_nonfinite_zero": 2, "tp_sumsq_blocks": 4,
 	"tp_pack_sizes": 3, "tp_scan": 3, "tp_pack": 4, "tp_q4_blocks": 7,
 }

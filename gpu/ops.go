@@ -48,7 +48,7 @@ func (d *Device) kernel(name string) (*Function, error) {
 // kernelNames are the kernels of kernels.ptx.
 var kernelNames = []string{"tp_f32_to_f16", "tp_f32_to_bf16", "tp_int8_blocks", "tp_zero", "tp_topk_hist",
 	"tp_topk_find", "tp_topk_count", "tp_topk_offsets", "tp_topk_compact", "tp_add_f32", "tp_scatter_zero",
-	"tp_dgc_compensate", "tp_gather", "tp_topk_state", "tp_take", "tp_put", "tp_nan_zero", "tp_sumsq_blocks", "tp_pack_sizes", "tp_scan", "tp_pack", "tp_q4_blocks"}
+	"tp_dgc_compensate", "tp_gather", "tp_topk_state", "tp_take", "tp_put", "tp_nonfinite_zero", "tp_sumsq_blocks", "tp_pack_sizes", "tp_scan", "tp_pack", "tp_q4_blocks"}
 
 const threads = 256 // TP_BLOCK_THREADS
 
@@ -667,16 +667,18 @@ func (d *Device) Put(dst, idx, src Ptr, k int, s *Stream) error {
 	if err := aligned("Put", 4, dst, idx, src); err != nil {
 		return err
 	}
-	return d.launch("tp_put", grid(k), s, dst, idx, uint64(k), src)
+	q := batch{d: d, s: s}
+	q.put(dst, idx, src, k)
+	return q.run()
 }
 
-// NaNZero sets the NaNs among c's n float32 to 0.
-func (d *Device) NaNZero(c Ptr, n int, s *Stream) error {
-	if err := aligned("NaNZero", 4, c); err != nil {
+// ZeroNonFinite sets the NaNs and infinities among c's n float32 to 0.
+func (d *Device) ZeroNonFinite(c Ptr, n int, s *Stream) error {
+	if err := aligned("ZeroNonFinite", 4, c); err != nil {
 		return err
 	}
 	q := batch{d: d, s: s}
-	q.nanZero(c, n)
+	q.zeroNonFinite(c, n)
 	return q.run()
 }
 

@@ -687,7 +687,7 @@ func TestMisalignedRefused(t *testing.T) {
 		{"ScatterZero", d.ScatterZero(0x101, 0x200, 3, nil)},
 		{"Take", d.Take(0x100, 0x200, 0x305, 3, nil)},
 		{"Put", d.Put(0x102, 0x200, 0x300, 3, nil)},
-		{"NaNZero", d.NaNZero(0x103, 10, nil)},
+		{"ZeroNonFinite", d.ZeroNonFinite(0x103, 10, nil)},
 		{"PackIndices", errPack},
 	} {
 		if c.err == nil || !strings.Contains(c.err.Error(), "gpu: "+c.op+": address") {

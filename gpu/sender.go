@@ -180,10 +180,26 @@ func (s *Sender) append(dst []byte, t *codec.Tensor, n int, g Ptr) ([]byte, erro
 	if err != nil {
 		return dst, err
 	}
-	out, err := s.frame(dst, t, n, k, packed)
+	val, _ := view.As[float32](s.out[:4*k])
+	nonFinite := codec.CheckFinite(1, val)
+	out, err := dst, nonFinite
+	if err == nil {
+		out, err = s.frame(dst, t, n, k, packed)
+	} else {
+		err = fmt.Errorf("its frame would carry a NaN or an infinity, which receivers refuse: %w", err)
+	}
 	if err != nil {
+		// The residual stays, as gradient.Sender's.
 		if s.momentum() {
-			s.d.Put(st.u, st.idx, st.saved, k, nil) // the step failed: u unmasked
+			q := &batch{d: s.d}
+			q.put(st.u, st.idx, st.saved, k) // the step failed: u unmasked
+			if nonFinite != nil {
+				// DGC's momentum took the gradient in place: its NaNs and
+				// infinities go, or every later update would carry them
+				// (gradient.Sender keeps the momentum of before).
+				q.zeroNonFinite(st.u, n)
+			}
+			q.run()
 		}
 		return dst, fmt.Errorf("gpu: %v on %q: %w", s.comp, t.Name, err)
 	}
@@ -296,7 +312,8 @@ func (s *Sender) frame(dst []byte, t *codec.Tensor, n, k, packed int) ([]byte, e
 
 // Commit makes the staged updates the state: the residual becomes the
 // compensated gradient less what the frames carried (their values exactly;
-// NaNs, which no later update can carry, 0), as gradient.Sender.Commit.
+// NaNs and infinities, which no frame may carry, 0), as
+// gradient.Sender.Commit.
 func (s *Sender) Commit() error {
 	var errs []error
 	for _, st := range s.pending {
@@ -337,9 +354,9 @@ func (s *Sender) one(name string, f func(*devState) error) error {
 
 func (s *Sender) commit(st *devState) error {
 	// The residual: the compensated gradient with NaNs and the sent
-	// positions zeroed (NaNZero, ScatterZero), in one trip.
+	// positions zeroed (ZeroNonFinite, ScatterZero), in one trip.
 	q := &batch{d: s.d}
-	q.nanZero(st.c, st.n)
+	q.zeroNonFinite(st.c, st.n)
 	q.scatterZero(st.c, st.idx, st.k)
 	err := q.run()
 	st.res, st.c = st.c, st.res
@@ -353,6 +370,9 @@ func (s *Sender) abort(st *devState) error {
 	if s.dgc != nil && s.dgc.Momentum != 0 {
 		err = s.d.Put(st.u, st.idx, st.saved, st.k, nil)
 	}
+	// The whole compensated gradient is the residual, less what no frame
+	// may carry (gradient.Sender's abort).
+	err = errors.Join(err, s.d.ZeroNonFinite(st.c, st.n, nil))
 	st.res, st.c = st.c, st.res
 	st.hasRes, st.busy = true, false
 	return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -341,4 +342,64 @@ func TestFakeSenderTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestFakeSenderNonFinite: a gradient holding a NaN and an infinity fails
+// on the device as on the CPU (codec.ErrNonFinite: receivers refuse such
+// frames) and leaves no lock-out: the finite steps after it go through,
+// with the CPU's frames for TopK (whose state the refusal leaves as it
+// was); DGC's momentum, which took the gradient in place on the device,
+// drops them and goes on.
+func TestFakeSenderNonFinite(t *testing.T) {
+	f := installFake(t, 1)
+	d := openFake(t, f)
+	for _, c := range []gradient.Compressor{gradient.TopK{Ratio: 0.01}, gradient.NewDGC(0.01)} {
+		t.Run(fmt.Sprint(c), func(t *testing.T) {
+			cpu, _ := gradient.NewSender(c)
+			dev, err := d.NewSender(c, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dev.Close()
+			rng := rand.New(rand.NewPCG(5, 5))
+			step := func(g *codec.Tensor, same bool) {
+				t.Helper()
+				want, err := cpu.Append(nil, g)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := dev.Append(nil, g)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if same && !bytes.Equal(got, want) {
+					t.Fatal("the frames differ")
+				}
+				recv, _ := gradient.NewReceiver()
+				if _, err := recv.Add(got, 1, func(string, []int64) ([]float32, error) { return make([]float32, 10000), nil }); err != nil {
+					t.Fatalf("the device's frame: %v", err)
+				}
+			}
+			grad := func() *codec.Tensor { return codec.FromFloat32("w", f32s(finite(rng, 10000)), 100, 100) }
+			step(grad(), true)
+			cpu.Commit()
+			dev.Commit()
+			bad := grad()
+			v, _ := codec.View[float32](bad)
+			v[7], v[900] = float32(math.NaN()), float32(math.Inf(-1))
+			if _, err := cpu.Append(nil, bad); !errors.Is(err, codec.ErrNonFinite) {
+				t.Fatalf("CPU: %v", err)
+			}
+			if _, err := dev.Append(nil, bad); !errors.Is(err, codec.ErrNonFinite) {
+				t.Fatalf("device: %v", err)
+			}
+			_, topk := c.(gradient.TopK)
+			for range 3 {
+				step(grad(), topk)
+				cpu.Commit()
+				dev.Commit()
+			}
+		})
+	}
+	f.check(t, false)
 }

@@ -46,7 +46,7 @@ KERNEL void tp_gather(const u32 *x, u64 start, u64 stride, u64 num, u32 *smp);
 KERNEL void tp_topk_state(u32 *st, u32 need, u32 prefix);
 KERNEL void tp_take(const u32 *src, const u32 *idx, u64 k, u32 *dst);
 KERNEL void tp_put(u32 *dst, const u32 *idx, u64 k, const u32 *src);
-KERNEL void tp_nan_zero(u32 *c, u64 n);
+KERNEL void tp_nonfinite_zero(u32 *c, u64 n);
 KERNEL void tp_pack_sizes(const u32 *idx, u64 k, u32 *size);
 KERNEL void tp_scan(const u32 *in, u64 n, u32 *off);
 KERNEL void tp_pack(const u32 *idx, u64 k, const u32 *off, u8 *out);
@@ -227,7 +227,7 @@ int main() {
     std::vector<u32> plus(k);
     for (u64 j = 0; j < k; j++) plus[j] = taken[j] + 1;
     tp_launch(tp_put, G, B, put.data(), (const u32 *)idx.data(), k, (const u32 *)plus.data());
-    tp_launch(tp_nan_zero, G, B, nz.data(), n);
+    tp_launch(tp_nonfinite_zero, G, B, nz.data(), n);
     writev(taken);
     writev(put);
     writev(nz);

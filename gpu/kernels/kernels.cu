@@ -477,11 +477,11 @@ KERNEL void tp_put(u32 *dst, const u32 *idx, u64 k, const u32 *src) {
   for (u64 j = gid(); j < k; j += gstride()) dst[idx[j]] = src[j];
 }
 
-// c[i] = 0 where c[i] is a NaN (gradient's dropNonFinite for elements
-// the frame did not carry: c - 0 is a NaN only where c is).
-KERNEL void tp_nan_zero(u32 *c, u64 n) {
+// c[i] = 0 where c[i] is a NaN or an infinity (gradient's dropNonFinite:
+// no frame carries one, so they are elements left unsent).
+KERNEL void tp_nonfinite_zero(u32 *c, u64 n) {
   for (u64 i = gid(); i < n; i += gstride())
-    if ((c[i] & 0x7fffffff) > 0x7f800000u) c[i] = 0;
+    if ((c[i] & 0x7fffffff) >= 0x7f800000u) c[i] = 0;
 }
 
 // ---- index coding (sparse: delta, then bitpack) ----
