@@ -99,7 +99,8 @@ type dconfig struct {
 	concurrency int
 	alloc       func(n int) []byte
 
-	streamOnly string // the first Reader-only option applied, for NewDecoder's error
+	streamOnly  string // the first Reader-only option applied, for NewDecoder's error
+	decoderOnly string // the first Decoder-only option applied, for NewReader's error
 }
 
 func newDConfig(opts []DOption) (dconfig, error) {
@@ -236,10 +237,13 @@ func WithLimits(l Limits) DOption {
 // left as it was (default false). An aggregator of peers' updates wants
 // it: one NaN in one update would otherwise make the sum of every update
 // counted before it NaN for good. Finite values whose sum passes
-// float32's range (values near 3.4e38) are not caught.
+// float32's range (values near 3.4e38) are not caught. Decoder only.
 func WithFiniteAdd(on bool) DOption {
 	return func(c *dconfig) error {
 		c.finite = on
+		if c.decoderOnly == "" {
+			c.decoderOnly = "WithFiniteAdd"
+		}
 		return nil
 	}
 }

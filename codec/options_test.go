@@ -71,6 +71,10 @@ func TestDecoderRefusesReaderOptions(t *testing.T) {
 	if _, err := NewReader(&bytes.Buffer{}, WithDecoderConcurrency(2), WithLimits(Limits{MaxDims: 3})); err != nil {
 		t.Fatal(err)
 	}
+	// And the other way: DecodeAdd's option is not a Reader's.
+	if _, err := NewReader(&bytes.Buffer{}, WithFiniteAdd(true)); err == nil || !strings.Contains(err.Error(), "WithFiniteAdd") {
+		t.Fatalf("NewReader(WithFiniteAdd): %v", err)
+	}
 	d, err := NewDecoder(WithLimits(Limits{MaxDims: 1}))
 	if err != nil {
 		t.Fatal(err)

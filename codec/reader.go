@@ -106,6 +106,9 @@ func NewReader(src io.Reader, opts ...DOption) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.decoderOnly != "" {
+		return nil, fmt.Errorf("codec: NewReader: %s applies to a Decoder (DecodeAdd), not a Reader", cfg.decoderOnly)
+	}
 	r := &Reader{lim: cfg.lim, workers: cfg.concurrency, alloc: cfg.alloc}
 	if r.workers > 1 {
 		r.pays = make(chan *[]byte, window*r.workers+2)

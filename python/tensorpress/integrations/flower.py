@@ -172,9 +172,9 @@ def _apply_update(name: str, a: Array, base: Mapping[str, Array] | None,
     return (g + d).astype(g.dtype)
 
 
-def _decode_weights(name: str, a: Array) -> np.ndarray:
+def _decode_weights(name: str, a: Array, limits: Any = None) -> np.ndarray:
     try:
-        arr = tp.decode(a.data)
+        arr = tp.decode(a.data, limits=limits)
     except (tp.TensorpressError, TypeError, ValueError) as e:
         raise named(name, e) from e
     if a.shape and tuple(arr.shape) != tuple(a.shape):
@@ -201,7 +201,10 @@ def restore_arrays(record: ArrayRecord, base: Mapping[str, Array] | None = None,
         base: the round's global ArrayRecord; required for :data:`STYPE_DELTA`
             entries, which become ``base + decoded`` in the base's dtype (sparse
             frames are scattered into the copy, never densified).
-        limits: decode limits passed to ``tp.Receiver``.
+        limits: decode limits for the frames, weights and updates alike (a
+            peer's frames: lower ``max_slow_decoded`` where they may not use
+            floatcm or floatrank; updates are bounded at 1 MiB of those by
+            default, weights at 64 MiB).
 
     Raises:
         tensorpress.CorruptError (and the other ``tp`` errors): a bad frame,
@@ -212,7 +215,7 @@ def restore_arrays(record: ArrayRecord, base: Mapping[str, Array] | None = None,
     out: dict[str, Array] = {}
     for name, a in record.items():
         if a.stype == STYPE:
-            out[name] = Array.from_numpy_ndarray(_decode_weights(name, a))
+            out[name] = Array.from_numpy_ndarray(_decode_weights(name, a, limits))
         elif a.stype == STYPE_DELTA:
             rx = rx if rx is not None else tp.Receiver(limits=limits)
             out[name] = Array.from_numpy_ndarray(_apply_update(name, a, base, rx))
@@ -382,7 +385,7 @@ class TensorpressStrategy(Strategy):
             encoding for every message, so broadcast deduplication keeps
             working); the client mod restores them. None sends them plain.
         min_size: arrays below this many elements are not compressed downlink.
-        limits: decode limits for the ``tp.Receiver`` of updates.
+        limits: decode limits for the replies' frames (see :func:`restore_arrays`).
 
     Raises:
         ValueError: a lossy ``downlink`` (clients apply updates to the global

@@ -238,7 +238,7 @@ def _decode(name: str, value: Any, dtype: str, shape: Any, mode: str, limits: An
             out = np.zeros(tuple(int(d) for d in shape), np.float32)
             tp.Receiver(limits=limits).add(frame, 1.0, into={name: out})
         else:
-            out = tp.decode(frame)
+            out = tp.decode(frame, limits=limits)
     except (tp.TensorpressError, TypeError, ValueError, KeyError) as e:
         raise named(name, e) from e
     return out.astype(np.dtype(dtype), copy=False)
@@ -253,7 +253,7 @@ class TensorpressDecompressor(DXOFilter):
 
     Args:
         data_kinds_to_filter: a subset of ``[WEIGHTS, WEIGHT_DIFF]``.
-        limits: decode limits (``tp.Receiver(limits=...)``) for update frames.
+        limits: decode limits for the frames (``tp.Limits``), weights and updates alike.
     """
 
     def __init__(self, data_kinds_to_filter: list[str] | None = None, limits: Any = None) -> None:

@@ -72,15 +72,19 @@ class TensorpressTransformer(Transformer):
         lossless_recipe: the recipe when OpenFL passes ``lossless=True`` in
             kwargs (the aggregator does for aggregated deltas); must be lossless;
             None picks one per tensor.
+        limits: decode limits for the frames ``backward`` takes (``tp.Limits``;
+            None: the defaults).
 
     Raises:
         tensorpress.RecipeError: a bad recipe.
         ValueError: a lossy ``lossless_recipe``.
     """
 
-    def __init__(self, recipe: str | None = None, lossless_recipe: str | None = None) -> None:
+    def __init__(self, recipe: str | None = None, lossless_recipe: str | None = None,
+                 limits: tp.Limits | None = None) -> None:
         self.recipe = recipe
         self.lossless_recipe = lossless_recipe
+        self.limits = limits
         self.lossy = recipe is not None and tp.is_lossy(recipe)
         if lossless_recipe is not None and tp.is_lossy(lossless_recipe):
             raise ValueError(f"TensorpressTransformer: lossless_recipe {lossless_recipe!r} "
@@ -116,7 +120,7 @@ class TensorpressTransformer(Transformer):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"tensorpress: OpenFL backward expects bytes, got "
                             f"{type(data).__name__}")
-        return tp.decode(bytes(data))
+        return tp.decode(bytes(data), limits=self.limits)
 
 
 class TensorpressPipeline(TransformationPipeline):

@@ -338,3 +338,12 @@ def test_spec_over_the_whole_update(flower: Any, tp: Any) -> None:
     # One k over all of them: ceil(0.01 * total), and up to one more per array (each keeps one).
     n = sum(1 for a in wire.values() if a.stype == flower.STYPE_DELTA)
     assert math.ceil(0.01 * total) <= kept <= math.ceil(0.01 * total) + n, (kept, total)
+
+
+def test_restore_limits_reach_weights(flower: Any, tp: Any) -> None:
+    """``limits`` bound the weight frames too: floatcm past max_slow_decoded is refused."""
+    w = {"fc1.w": np.random.default_rng(9).normal(0, 0.02, 1 << 12).astype(np.float32)}
+    rec = flower.compress_arrays(_record(w), recipe="floatcm", min_size=16)
+    assert np.array_equal(flower.restore_arrays(rec)["fc1.w"].numpy(), w["fc1.w"])
+    with pytest.raises(tp.LimitError, match="'fc1.w'"):
+        flower.restore_arrays(rec, limits=tp.Limits(max_slow_decoded=1024))

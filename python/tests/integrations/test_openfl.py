@@ -119,3 +119,12 @@ def test_errors(openfl: Any, tp: Any) -> None:
         t.backward(np.zeros(3), None)
     with pytest.raises(TypeError):
         t.forward(np.array(["a", "b"]))
+
+
+def test_backward_limits(openfl: Any, tp: Any) -> None:
+    """A Transformer's ``limits`` bound the frames it decodes."""
+    x = _tensor()
+    data, meta = openfl.TensorpressTransformer(lossless_recipe="floatcm").forward(x, lossless=True)
+    assert _bits(openfl.TensorpressTransformer().backward(data, meta)) == _bits(x)
+    with pytest.raises(tp.LimitError):
+        openfl.TensorpressTransformer(limits=tp.Limits(max_slow_decoded=1024)).backward(data, meta)
