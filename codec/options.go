@@ -222,11 +222,13 @@ func WithPeerID(id string) EOption {
 	}
 }
 
-// WithLimits sets the decoding limits (zero fields keep their defaults,
-// DefaultLimits).
+// WithLimits sets the decoding limits: its zero fields keep the values
+// set before, DefaultLimits' or an earlier WithLimits' (so a package that
+// hands out options with its own limits first keeps those the caller does
+// not set).
 func WithLimits(l Limits) DOption {
 	return func(c *dconfig) error {
-		c.lim = l.withDefaults()
+		c.lim = l.Fill(c.lim)
 		return nil
 	}
 }

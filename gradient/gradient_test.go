@@ -681,6 +681,14 @@ func TestReceiverSlowLimit(t *testing.T) {
 	if slices.ContainsFunc(acc, func(v float32) bool { return v != 0 }) {
 		t.Fatal("the refused update was added")
 	}
+	// Limits that do not set it keep the Receiver's bound.
+	r, err = NewReceiver(codec.WithLimits(codec.Limits{MaxTensors: 8}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Add(frame, 1, into); !errors.Is(err, codec.ErrLimit) {
+		t.Fatalf("limits without MaxSlowDecoded: %v", err)
+	}
 	r, err = NewReceiver(codec.WithLimits(codec.Limits{MaxSlowDecoded: 2 * DefaultSlowDecoded}))
 	if err != nil {
 		t.Fatal(err)

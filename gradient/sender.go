@@ -278,10 +278,10 @@ func ReceiverLimits() codec.Limits {
 }
 
 // NewReceiver returns a Receiver whose decoder takes opts. Its limits are
-// ReceiverLimits unless opts hold codec.WithLimits, whose zero fields take
-// codec's defaults (fill them from ReceiverLimits to keep these). It
-// refuses an update that would add a NaN or an infinity
-// (codec.WithFiniteAdd, codec.ErrNonFinite) unless opts turn that off.
+// ReceiverLimits, where a codec.WithLimits in opts does not set them (its
+// zero fields keep these). It refuses an update that would add a NaN or
+// an infinity (codec.WithFiniteAdd, codec.ErrNonFinite) unless opts turn
+// that off.
 func NewReceiver(opts ...codec.DOption) (*Receiver, error) {
 	dec, err := codec.NewDecoder(append([]codec.DOption{codec.WithLimits(ReceiverLimits()), codec.WithFiniteAdd(true)}, opts...)...)
 	if err != nil {
