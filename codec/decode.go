@@ -208,6 +208,16 @@ type AddDecoder interface {
 	DecodeAdd(ctx *Ctx, acc []float32, alpha float32, parts []Segment, in SegInfo) error
 }
 
+// FiniteAddDecoder is an AddDecoder that honours Ctx.Finite. With
+// WithFiniteAdd, DecodeAdd hands an entry to the DecodeAdd of these only:
+// another AddDecoder's entry is decoded whole, checked and added, so a
+// stage that does not know of the check cannot add what it refuses.
+type FiniteAddDecoder interface {
+	AddDecoder
+	// ChecksFinite marks the implementation; it does nothing.
+	ChecksFinite()
+}
+
 // DecodeAdd decodes the tensor frame at the start of src and, for each
 // float32 tensor (or chunk) in it, adds alpha times its decoded values
 // into the accumulator target returns for that tensor: a slice of exactly
@@ -281,7 +291,7 @@ func addEntry(ctx *Ctx, e *EntryHeader, payload []byte, alpha float32, target fu
 		return err
 	}
 	s := &e.Steps[0]
-	if ad, ok := s.op.(AddDecoder); ok {
+	if ad, ok := s.op.(AddDecoder); ok && (!ctx.Finite || checksFinite(s.op)) {
 		if err := ad.DecodeAdd(ctx, acc, alpha, parts, s.in); err != nil {
 			return fmt.Errorf("step 0 (%s): %w", s.op, err)
 		}
@@ -296,6 +306,11 @@ func addEntry(ctx *Ctx, e *EntryHeader, payload []byte, alpha float32, target fu
 		return fmt.Errorf("%w: step 0 (%s) decoded %d bytes, want %d", ErrCorrupt, s.op, len(out), s.in.Len)
 	}
 	return addFloats(ctx, acc, alpha, out)
+}
+
+func checksFinite(op Op) bool {
+	_, ok := op.(FiniteAddDecoder)
+	return ok
 }
 
 // addFloats adds alpha times the little-endian float32 values in b to acc

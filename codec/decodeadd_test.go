@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -196,5 +197,37 @@ func TestAddFloatsAlignment(t *testing.T) {
 		if err := addFloats(&Ctx{Finite: true}, acc, 2, b); !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "element 1000") {
 			t.Errorf("offset %d: %v", off, err)
 		}
+	}
+}
+
+// TestDecodeAddFiniteFallback: an AddDecoder that does not declare that it
+// checks (halveadd adds whatever it holds) is not handed the entry when
+// WithFiniteAdd asks for the check: the entry is decoded whole, checked
+// and refused, the accumulator untouched. Without the check, its own
+// DecodeAdd adds the NaN.
+func TestDecodeAddFiniteFallback(t *testing.T) {
+	v := make([]float32, 100)
+	for i := 25; i < 100; i++ {
+		v[i] = float32(i)
+	}
+	v[70] = float32(math.NaN())
+	frame, err := mustEncoder().AppendTensor(nil, FromFloat32("w", v, 100), MustParseRecipe("halveadd | data.lo:zeros"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := parseFrameHeader(frame, &defaultLimits); err != nil || !h.Entries[0].Coded {
+		t.Fatalf("the frame is not coded through halveadd: %v", err)
+	}
+	strict, _ := NewDecoder(WithFiniteAdd(true))
+	acc := make([]float32, 100)
+	into := func(*Tensor) ([]float32, error) { return acc, nil }
+	if _, err := strict.DecodeAdd(frame, 1, into); !errors.Is(err, ErrNonFinite) {
+		t.Fatalf("WithFiniteAdd: %v", err)
+	}
+	if slices.ContainsFunc(acc, func(x float32) bool { return x != 0 }) {
+		t.Fatal("the refused entry changed the accumulator")
+	}
+	if _, err := new(Decoder).DecodeAdd(frame, 1, into); err != nil || acc[70] == acc[70] || acc[99] != 99 {
+		t.Fatalf("unchecked: %v, acc[70] %v, acc[99] %v", err, acc[70], acc[99])
 	}
 }

@@ -1,7 +1,9 @@
 package codec
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 )
 
 // Test stages registered by this package's tests only, under experimental
@@ -16,6 +18,7 @@ const (
 	blockID  StageID = 204
 	failID   StageID = 205
 	slowID   StageID = 206
+	addID    StageID = 207
 )
 
 func init() {
@@ -48,6 +51,9 @@ func init() {
 	Register(&Stage{ID: slowID, Name: "slowxor", Kind: Filter, SlowDecode: true,
 		New:  func(args []Arg) (Op, error) { return slowXorOp{}, CheckArgs("slowxor", args, 0) },
 		Load: func(p []byte) (Op, error) { return slowXorOp{}, nil }})
+	Register(&Stage{ID: addID, Name: "halveadd", Kind: Split,
+		New:  func(args []Arg) (Op, error) { return halveAddOp{}, CheckArgs("halveadd", args, 0) },
+		Load: func(p []byte) (Op, error) { return halveAddOp{}, nil }})
 	Register(&Stage{ID: blockID, Name: "blocky", Kind: Filter, Granularity: Block, Block: 3,
 		New:  func(args []Arg) (Op, error) { return blockyOp{}, nil },
 		Load: func(p []byte) (Op, error) { return blockyOp{}, nil }})
@@ -160,4 +166,18 @@ func (failOp) Stage() *Stage  { s, _ := Lookup(failID); return s }
 func (failOp) String() string { return "fail" }
 func (failOp) Encode(ctx *Ctx, in Segment) ([]Segment, error) {
 	return nil, fmt.Errorf("fail stage: refusing %d bytes", len(in.Data))
+}
+
+// halveAddOp is halve with an AddDecoder that knows nothing of
+// Ctx.Finite: it adds whatever the halves hold.
+type halveAddOp struct{ halveOp }
+
+func (halveAddOp) Stage() *Stage  { s, _ := Lookup(addID); return s }
+func (halveAddOp) String() string { return "halveadd" }
+func (halveAddOp) DecodeAdd(ctx *Ctx, acc []float32, alpha float32, parts []Segment, in SegInfo) error {
+	b := append(append([]byte(nil), parts[0].Data...), parts[1].Data...)
+	for i := range acc {
+		acc[i] += alpha * math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return nil
 }

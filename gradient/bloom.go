@@ -442,6 +442,9 @@ func (o bloomOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in co
 	return dst[:len(dst)+in.Len], nil
 }
 
+// ChecksFinite: DecodeAdd honours ctx.Finite (codec.FiniteAddDecoder).
+func (bloomOp) ChecksFinite() {}
+
 func (o bloomOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, parts []codec.Segment, in codec.SegInfo) error {
 	pos, err := o.decodePositions(ctx, parts, in)
 	if err != nil {

@@ -236,6 +236,9 @@ func (o *powersgdOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, i
 	return dst[:len(dst)+in.Len], nil
 }
 
+// ChecksFinite: DecodeAdd honours ctx.Finite (codec.FiniteAddDecoder).
+func (*powersgdOp) ChecksFinite() {}
+
 func (o *powersgdOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, parts []codec.Segment, in codec.SegInfo) error {
 	P, Q, rows, cols, err := o.factors(ctx, parts, in)
 	if err != nil {

@@ -167,6 +167,9 @@ func (o randkOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in co
 	return dst[:len(dst)+in.Len], nil
 }
 
+// ChecksFinite: DecodeAdd honours ctx.Finite (codec.FiniteAddDecoder).
+func (randkOp) ChecksFinite() {}
+
 func (o randkOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, parts []codec.Segment, in codec.SegInfo) error {
 	val, err := o.values(ctx, parts, in)
 	if err != nil {

@@ -399,6 +399,18 @@ func (o selectOp) Decode(ctx *codec.Ctx, dst []byte, parts []codec.Segment, in c
 	return dst[:len(dst)+in.Len], nil
 }
 
+// ChecksFinite: DecodeAdd honours ctx.Finite (codec.FiniteAddDecoder), as
+// do RandK's, Bloom's and PowerSGD's: a Receiver adds their updates
+// without decoding them dense.
+func (selectOp) ChecksFinite() {}
+
+var (
+	_ codec.FiniteAddDecoder = selectOp{}
+	_ codec.FiniteAddDecoder = randkOp{}
+	_ codec.FiniteAddDecoder = bloomOp{}
+	_ codec.FiniteAddDecoder = (*powersgdOp)(nil)
+)
+
 func (o selectOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, parts []codec.Segment, in codec.SegInfo) error {
 	pos, val, err := sparseParts(ctx, o.Stage().Name, parts, in)
 	if err != nil {
