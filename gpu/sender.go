@@ -181,12 +181,12 @@ func (s *Sender) append(dst []byte, t *codec.Tensor, n int, g Ptr) ([]byte, erro
 		return dst, err
 	}
 	val, _ := view.As[float32](s.out[:4*k])
+	var out []byte
 	nonFinite := codec.CheckFinite(1, val)
-	out, err := dst, nonFinite
-	if err == nil {
-		out, err = s.frame(dst, t, n, k, packed)
+	if nonFinite != nil {
+		err = fmt.Errorf("its frame would carry a NaN or an infinity, which receivers refuse: %w", nonFinite)
 	} else {
-		err = fmt.Errorf("its frame would carry a NaN or an infinity, which receivers refuse: %w", err)
+		out, err = s.frame(dst, t, n, k, packed)
 	}
 	if err != nil {
 		// The residual stays, as gradient.Sender's.

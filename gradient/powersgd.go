@@ -260,27 +260,18 @@ func (o *powersgdOp) DecodeAdd(ctx *codec.Ctx, acc []float32, alpha float32, par
 // element of alpha·P·Qᵀ is finite: P and Q finite, and their largest
 // magnitudes times the rank, and times alpha where it is over 1, within
 // float32's range, so that no sum of products can pass it (gonum sums the
-// products in float32, then scales by alpha).
+// products in float32, then scales by alpha). A NaN or an infinity in a
+// factor makes its largest magnitude one, and the bound a NaN or +Inf.
 func finiteProduct(alpha float32, P, Q blas32.General) error {
-	maxAbs := func(name string, v []float32) (float64, error) {
-		if err := codec.CheckFinite(1, v); err != nil {
-			return 0, fmt.Errorf("factor %s: %w", name, err)
-		}
+	maxAbs := func(v []float32) float64 {
 		m := float32(0)
 		for _, x := range v {
-			m = max(m, x, -x)
+			m = max(m, x, -x) // max is NaN where x is
 		}
-		return float64(m), nil
+		return float64(m)
 	}
-	p, err := maxAbs("p", P.Data)
-	if err != nil {
-		return err
-	}
-	q, err := maxAbs("q", Q.Data)
-	if err != nil {
-		return err
-	}
-	if b := p * q * float64(P.Cols) * max(1, math.Abs(float64(alpha))); b > math.MaxFloat32 || b != b {
+	p, q := maxAbs(P.Data), maxAbs(Q.Data)
+	if b := p * q * float64(P.Cols) * max(1, math.Abs(float64(alpha))); !(b <= math.MaxFloat32) {
 		return fmt.Errorf("%w: factors of magnitude %g and %g at rank %d times %g may pass float32's range", codec.ErrNonFinite, p, q, P.Cols, alpha)
 	}
 	return nil

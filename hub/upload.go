@@ -381,11 +381,14 @@ func (h *Hub) addUpdate(recv *gradient.Receiver, seq uint64, m *hubpb.UploadMess
 	return nil
 }
 
-// checkWeight refuses a weight that would not make a weighted mean: a
-// NaN, an infinity or a negative weight (0 means 1).
+// ErrWeight is wrapped by the error of an update's weight that would not
+// make a weighted mean: a NaN, an infinity or a negative weight (0 means
+// 1). The hub refuses it with InvalidArgument; Upload before sending.
+var ErrWeight = errors.New("hub: weight")
+
 func checkWeight(w float32) error {
 	if w < 0 || w-w != 0 {
-		return fmt.Errorf("weight %v: want a finite weight, 0 or more (0 means 1)", w)
+		return fmt.Errorf("%w %v: want a finite weight, 0 or more (0 means 1)", ErrWeight, w)
 	}
 	return nil
 }
@@ -575,7 +578,7 @@ func (r *UploadRequest) spec(t *codec.Tensor) *gradient.Spec {
 // lost) without counting them twice, and counts the others.
 func Upload(ctx context.Context, c hubpb.HubClient, ob *gradient.Outbox, req UploadRequest, updates []*codec.Tensor) error {
 	if err := checkWeight(req.Weight); err != nil {
-		return fmt.Errorf("hub: upload: %w", err)
+		return err
 	}
 	if req.Profile != nil && req.Spec == nil {
 		if err := req.Profile.CheckGradients(checkSpec); err != nil {

@@ -199,6 +199,8 @@ func (hc *hubConn) error(err error) error {
 	switch {
 	case errors.As(err, &be):
 		return &codeError{code: EBASE, msg: "tensorpress: " + err.Error(), err: err}
+	case errors.Is(err, hub.ErrWeight):
+		return &codeError{code: EARG, msg: "tensorpress: " + err.Error(), err: err}
 	case errors.Is(err, hub.ErrStalled), errors.Is(err, context.DeadlineExceeded):
 		return &codeError{code: ETIMEOUT, msg: fmt.Sprintf("tensorpress: hub at %s: %v", addr, err), err: err}
 	case errors.Is(err, context.Canceled):
@@ -440,9 +442,6 @@ func HubUpload(h, s uint64, rq []byte, ups *Tensor, nup int32, out unsafe.Pointe
 				return nil, argErrorf("update %q is %v; uploads take float32 (convert it)", t.Name, t.DType)
 			}
 			ts[i] = t
-		}
-		if w := ur.Weight; w < 0 || w-w != 0 {
-			return nil, argErrorf("weight %v: want a finite weight, 0 or more (0 means 1)", w)
 		}
 		req := hub.UploadRequest{Round: ur.Round, Weight: ur.Weight, Peer: ur.Peer}
 		ob := gradient.NewOutbox(gradient.NewMemory())
